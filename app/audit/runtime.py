@@ -1,0 +1,60 @@
+"""What a running audit is handed: progress reporting, cancellation, engines and datasets.
+
+The science layer sees only these protocols; the service (app/jobs) implements them over the
+database, the CLI over rich, the tests over plain objects. Nothing here imports web, database or
+queue code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from app.datasets.types import Dataset
+    from app.engines.protocol import Embedder, LLMEngine
+
+
+class AuditCancelled(Exception):  # noqa: N818 - a state, not an error
+    """Raised by a progress callback when the audit's cancel flag is set; the runner ends it CANCELLED."""
+
+
+class AuditError(Exception):
+    """An audit cannot run as requested (unknown model, too few exemplars, …); the message is shown to the user."""
+
+
+class ProgressFn(Protocol):
+    def __call__(self, stage: str, fraction: float, message: str = "") -> None:
+        """Report `fraction` ∈ [0, 1] of the whole audit done, now in `stage`.
+
+        Implementations check the cancel flag here and raise `AuditCancelled`; call it between batches.
+        """
+
+
+def no_progress(stage: str, fraction: float, message: str = "") -> None:
+    """A ProgressFn that reports nowhere and never cancels (library use, tests)."""
+
+
+class EngineProvider(Protocol):
+    def llm(self, name: str) -> LLMEngine:
+        """The engine for a registered model name; raises AuditError naming the model if it cannot load."""
+
+    def embedder(self, name: str | None = None) -> Embedder:
+        """The sentence embedder (default all-MiniLM-L6-v2)."""
+
+
+class DatasetProvider(Protocol):
+    def load(self, name: str) -> Dataset:
+        """A built-in name (ag_news, trec, …) or a tenant's uploaded dataset id; AuditError if unknown."""
+
+
+@dataclass
+class RunContext:
+    """Everything `kind.run(request, ctx)` may use besides its request."""
+
+    progress: ProgressFn = no_progress
+    engines: EngineProvider | None = None
+    datasets: DatasetProvider | None = None
+    on_counters: Callable[[dict[str, int]], None] | None = None
+    extra: dict[str, object] = field(default_factory=dict)
