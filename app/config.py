@@ -1,0 +1,54 @@
+"""Settings, from the environment with the prefix ICLAUDIT_ (pydantic-settings).
+
+Absent URLs mean the embedded default: SQLite in `state_dir`, the in-process executor, the packaged
+tiny model. Every field is listed in the README.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ICLAUDIT_", env_file=".env", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL (postgresql+psycopg://…). Absent: SQLite in state_dir."
+    )
+    broker_url: str | None = Field(default=None, description="Redis URL for Celery. Absent: no broker.")
+    executor: Literal["inline", "celery"] = Field(default="inline", description="Where audits run.")
+    inline_workers: int = Field(default=1, ge=1, description="Threads of the in-process executor.")
+    state_dir: Path = Field(default=Path("var"), description="SQLite file, model cache, uploaded files.")
+    data_dir: Path | None = Field(
+        default=None, description="Built-in datasets as <name>/{train,test}.jsonl (offline copies)."
+    )
+    cache_dir: Path | None = Field(default=None, description="Converted model weights. Default: state_dir/cache.")
+    models_file: Path | None = Field(default=None, description="YAML/JSON list of extra model entries.")
+    default_model: str = Field(default="smollm2-135m-instruct", description="Model used when a request names none.")
+    auth_enabled: bool = Field(default=True, description="Require `Authorization: Bearer <key>`.")
+    max_trials: int = Field(default=2_000_000, ge=1, description="Largest `trials` a request may ask for.")
+    max_llm_calls: int = Field(default=5_000, ge=1, description="Largest `llm_calls` a request may ask for.")
+    max_audit_seconds: int = Field(default=6 * 3600, ge=60, description="Longest an audit may run.")
+    upload_max_bytes: int = Field(default=50 * 2**20, ge=1, description="Largest dataset upload.")
+    upload_max_rows: int = Field(default=200_000, ge=1, description="Most rows in an uploaded dataset.")
+    log_level: str = Field(default="INFO")
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.state_dir / 'iclaudit.db').resolve()}"
+
+    @property
+    def model_cache_dir(self) -> Path:
+        return self.cache_dir or self.state_dir / "cache"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()
