@@ -36,6 +36,14 @@ class Settings(BaseSettings):
     max_audit_seconds: int = Field(default=6 * 3600, ge=60, description="Longest an audit may run.")
     upload_max_bytes: int = Field(default=50 * 2**20, ge=1, description="Largest dataset upload.")
     upload_max_rows: int = Field(default=200_000, ge=1, description="Most rows in an uploaded dataset.")
+    heartbeat_seconds: float = Field(default=10.0, gt=0, description="How often a running audit proves it is alive.")
+    stale_after_seconds: float = Field(
+        default=60.0, gt=0, description="A RUNNING audit with no heartbeat for this long is re-run by the sweep."
+    )
+    sweep_seconds: float = Field(
+        default=30.0, gt=0, description="How often the API re-enqueues PENDING and stale RUNNING audits."
+    )
+    preload_models: bool = Field(default=True, description="Workers load default_model once at start-up.")
     log_level: str = Field(default="INFO")
 
     @property
