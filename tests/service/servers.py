@@ -1,0 +1,225 @@
+"""Real servers for the tests: a throw-away PostgreSQL cluster and redis-server on free loopback ports.
+
+Both run as children of the test process (PR_SET_PDEATHSIG, so they die with it even if pytest is killed)
+and are stopped and deleted at the end of the session. initdb and postgres refuse to run as root, so as
+root they run as the `postgres` user (or `nobody`) in a data directory that user owns.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(sig: int) -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
+
+
+def postgres_bin_dir() -> Path | None:
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).parent
+    candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), reverse=True)
+    return candidates[0].parent if candidates else None
+
+
+@dataclass
+class Server:
+    url: str
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+
+    def stop(self, sig: int = signal.SIGINT) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def _unprivileged_user() -> str | None:
+    if os.geteuid() != 0:
+        return None
+    for name in ("postgres", "nobody"):
+        try:
+            pwd.getpwnam(name)
+            return name
+        except KeyError:
+            continue
+    raise RuntimeError("running as root and neither a `postgres` nor a `nobody` user exists")
+
+
+def start_postgres() -> Server:
+    """initdb + postgres (fsync off: a test cluster) on a free port; URL for psycopg 3, database `postgres`."""
+    bindir = postgres_bin_dir()
+    if bindir is None:
+        raise RuntimeError("PostgreSQL is not installed (initdb not found); `.ci/run` installs it")
+    user = _unprivileged_user()
+    workdir = Path(tempfile.mkdtemp(prefix="iclaudit-pg-"))
+    datadir = workdir / "data"
+    if user is not None:
+        entry = pwd.getpwnam(user)
+        os.chown(workdir, entry.pw_uid, entry.pw_gid)
+    run_as = {"user": user} if user else {}
+    subprocess.run(
+        [bindir / "initdb", "-D", datadir, "-U", "iclaudit", "--auth=trust", "-E", "UTF8", "--no-sync"],
+        check=True,
+        capture_output=True,
+        **run_as,
+    )
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            bindir / "postgres",
+            "-D",
+            datadir,
+            "-p",
+            str(port),
+            "-h",
+            "127.0.0.1",
+            "-k",
+            workdir,
+            "-c",
+            "fsync=off",
+            "-c",
+            "synchronous_commit=off",
+            "-c",
+            "full_page_writes=off",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(workdir / "postgres.log", "wb"),  # noqa: SIM115 - lives as long as the server
+        preexec_fn=lambda: _die_with_parent(signal.SIGQUIT),
+        **run_as,
+    )
+    server = Server(f"postgresql+psycopg://iclaudit@127.0.0.1:{port}/postgres", proc, workdir)
+    try:
+        wait_for_port(port, proc, "postgres")
+        _wait_accepting(server.url)
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+def _wait_accepting(url: str, timeout: float = 30.0) -> None:
+    import psycopg
+
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            psycopg.connect(dsn, connect_timeout=2).close()
+            return
+        except psycopg.OperationalError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def create_database(server_url: str, name: str) -> str:
+    """A fresh empty database on the server; returns its URL."""
+    import psycopg
+
+    dsn = server_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def start_redis() -> Server:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed; `.ci/run` installs it")
+    workdir = Path(tempfile.mkdtemp(prefix="iclaudit-redis-"))
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
+    )
+    server = Server(f"redis://127.0.0.1:{port}/0", proc, workdir)
+    try:
+        wait_for_port(port, proc, "redis-server")
+    except Exception:
+        server.stop()
+        raise
+    return server
+
+
+# --- one of each per test session, shared by every directory's conftest -------------------------------
+
+_running: dict[str, Server] = {}
+
+
+def session_server(name: str) -> Server:
+    """The session's server `name` ("postgres" or "redis"), started on first use."""
+    if name not in _running:
+        _running[name] = start_postgres() if name == "postgres" else start_redis()
+    return _running[name]
+
+
+def stop_all() -> None:
+    while _running:
+        _running.popitem()[1].stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Server:
+    return session_server("postgres")
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Server:
+    return session_server("redis")
+
+
+atexit.register(stop_all)
