@@ -1,0 +1,244 @@
+"""From a membership test's outcomes to a privacy lower bound.
+
+- Clopper-Pearson one-sided binomial bounds (exact, via the Beta quantile).
+- Gaussian-DP lower bound (003 §2): with one-sided upper bounds ᾱ on the FPR and β̄ on the FNR, each at
+  level (1−γ)/2 so the pair holds jointly with confidence γ,
+
+      μ_lower = Φ⁻¹(1 − β̄) − Φ⁻¹(ᾱ)      (0 when negative — never an absolute value),
+
+  then ε_empirical = the smallest ε with δ(ε; μ_lower) ≤ δ (accounting/gdp.py).
+- Point estimate ε_point = log(TPR/FPR) (003 §2), unbounded when FPR = 0.
+- One-run bound (Steinke, Nasr & Jagielski 2023, Thm 5.2 with its δ term) and the auditor accuracy that
+  ContextLeak reports (002 App. A.1, H.4).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+from scipy import special, stats
+
+from app.audit.accounting.gdp import epsilon_for_mu
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Outcomes of a membership test: C1 (canary in) trials split into tp/fn, C0 (out) into fp/tn."""
+
+    tp: int
+    fn: int
+    fp: int
+    tn: int
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if int(value) != value or value < 0:
+                raise ValueError(f"{f.name} must be a non-negative integer, got {value}")
+
+    @property
+    def n_in(self) -> int:
+        return self.tp + self.fn
+
+    @property
+    def n_out(self) -> int:
+        return self.fp + self.tn
+
+
+@dataclass(frozen=True)
+class PrivacyBound:
+    """A lower bound on a mechanism's privacy loss with the evidence behind it.
+
+    `epsilon_point` is None when FPR = 0 (unbounded). `as_dict()` is JSON-ready: non-finite floats become
+    None with a `<field>_unbounded: true` flag, and `biased` says whether the threshold was chosen on the
+    same data it was evaluated on (the in_sample strategy).
+    """
+
+    tpr: float
+    fpr: float
+    mu_lower: float
+    epsilon_empirical: float
+    epsilon_point: float | None
+    threshold: float | None
+    threshold_strategy: str
+    auc: float | None
+    accuracy: float
+    confidence: float
+    delta: float
+    n_in: int
+    n_out: int
+    counts: Counts
+
+    @property
+    def biased(self) -> bool:
+        return self.threshold_strategy == "in_sample"
+
+    def as_dict(self) -> dict:
+        out: dict = {}
+        for key, value in asdict(self).items():
+            if isinstance(value, float) and not math.isfinite(value):
+                out[key] = None
+                out[f"{key}_unbounded"] = True
+            else:
+                out[key] = value
+        if self.epsilon_point is None:
+            out["epsilon_point_unbounded"] = True
+        out["biased"] = self.biased
+        return out
+
+
+def clopper_pearson_upper(k: int, n: int, alpha: float) -> float:
+    """One-sided (1−α) upper bound on a binomial rate from k successes in n: Beta(1−α; k+1, n−k), 1 if k = n."""
+    _check_kn(k, n, alpha)
+    return 1.0 if k >= n else float(special.betaincinv(k + 1, n - k, 1 - alpha))
+
+
+def clopper_pearson_lower(k: int, n: int, alpha: float) -> float:
+    """One-sided (1−α) lower bound on a binomial rate from k successes in n: Beta(α; k, n−k+1), 0 if k = 0."""
+    _check_kn(k, n, alpha)
+    return 0.0 if k <= 0 else float(special.betaincinv(k, n - k + 1, alpha))
+
+
+def gdp_mu_lower(tp: np.ndarray, n_in: int, fp: np.ndarray, n_out: int, alpha: float) -> np.ndarray:
+    """Vectorized μ_lower = max(0, Φ⁻¹(1 − β̄) − Φ⁻¹(ᾱ)) with each one-sided Clopper-Pearson bound at level α.
+
+    β̄ bounds the FNR from fn = n_in − tp; ᾱ bounds the FPR from fp. Φ⁻¹(1 − β̄) is computed as −Φ⁻¹(β̄).
+    """
+    tp = np.asarray(tp, dtype=np.float64)
+    fp = np.asarray(fp, dtype=np.float64)
+    fn = n_in - tp
+    fnr_ub = np.where(fn >= n_in, 1.0, special.betaincinv(fn + 1, np.maximum(n_in - fn, 1e-300), 1 - alpha))
+    fpr_ub = np.where(fp >= n_out, 1.0, special.betaincinv(fp + 1, np.maximum(n_out - fp, 1e-300), 1 - alpha))
+    with np.errstate(invalid="ignore"):
+        mu = -special.ndtri(fnr_ub) - special.ndtri(fpr_ub)
+    return np.where(np.isnan(mu), 0.0, np.maximum(mu, 0.0))
+
+
+def epsilon_point_estimate(counts: Counts) -> float | None:
+    """ε_point = log(TPR/FPR) (003 §2); None (unbounded) when FPR = 0 < TPR; 0 when the test never fires
+    or fires more often on C0 than on C1 (a negative log-ratio is no evidence of leakage)."""
+    tpr = counts.tp / counts.n_in
+    fpr = counts.fp / counts.n_out
+    if tpr == 0:
+        return 0.0
+    if fpr == 0:
+        return None
+    return max(0.0, math.log(tpr / fpr))
+
+
+def gdp_bound_from_counts(
+    counts: Counts,
+    *,
+    confidence: float = 0.95,
+    delta: float = 1e-5,
+    threshold: float | None = None,
+    threshold_strategy: str = "counts",
+    auc: float | None = None,
+) -> PrivacyBound:
+    """The GDP lower bound (003 §2) at joint confidence γ: each one-sided bound at (1 − γ)/2."""
+    _check_confidence(confidence)
+    if counts.n_in == 0 or counts.n_out == 0:
+        raise ValueError("counts need at least one C1 trial (tp + fn > 0) and one C0 trial (fp + tn > 0)")
+    alpha = (1 - confidence) / 2
+    mu = float(
+        gdp_mu_lower(np.array([counts.tp]), counts.n_in, np.array([counts.fp]), counts.n_out, alpha)[0]
+    )
+    return PrivacyBound(
+        tpr=counts.tp / counts.n_in,
+        fpr=counts.fp / counts.n_out,
+        mu_lower=mu,
+        epsilon_empirical=epsilon_for_mu(mu, delta),
+        epsilon_point=epsilon_point_estimate(counts),
+        threshold=threshold,
+        threshold_strategy=threshold_strategy,
+        auc=auc,
+        accuracy=auditor_accuracy(counts),
+        confidence=confidence,
+        delta=delta,
+        n_in=counts.n_in,
+        n_out=counts.n_out,
+        counts=counts,
+    )
+
+
+def auditor_accuracy(counts: Counts) -> float:
+    """Fraction of correct membership guesses, (TP + TN)/n (ContextLeak's auditor accuracy, 002 Alg. 1).
+
+    0.5 is guessing when C1 and C0 are equally likely; 002 reads 2·accuracy − 1 as its leakage measure.
+    """
+    total = counts.n_in + counts.n_out
+    return (counts.tp + counts.tn) / total if total else 0.0
+
+
+def one_run_p_value(
+    *, canaries: int, guesses: int, correct: int, epsilon: float, delta: float = 0.0
+) -> float:
+    """P[≥ v correct of r guesses] under (ε, δ)-DP (Steinke, Nasr & Jagielski 2023, Thm 5.2):
+
+        p = P[Bin(r, q) ≥ v] + 2mδ · max_{1≤i≤v} P[v−i ≤ Bin(r, q) < v]/i,   q = e^ε/(1 + e^ε),
+
+    for m canaries each included independently with probability ½, r non-abstaining guesses, v correct.
+    """
+    m, r, v = canaries, guesses, correct
+    if not 0 <= v <= r <= m:
+        raise ValueError(f"need 0 ≤ correct ≤ guesses ≤ canaries, got {v}, {r}, {m}")
+    if epsilon < 0 or not 0 <= delta <= 1:
+        raise ValueError(f"need epsilon ≥ 0 and delta in [0, 1], got {epsilon}, {delta}")
+    q = special.expit(epsilon)
+    tail = float(stats.binom.sf(v - 1, r, q))
+    worst = 0.0
+    if v > 0 and delta > 0:
+        below = stats.binom.pmf(np.arange(v - 1, -1, -1), r, q)  # P[Bin = v−1], P[Bin = v−2], …, P[Bin = 0]
+        worst = float(np.max(np.cumsum(below) / np.arange(1, v + 1)))
+    return min(1.0, tail + 2 * m * delta * worst)
+
+
+def one_run_epsilon_lower(
+    *, canaries: int, guesses: int, correct: int, confidence: float = 0.95, delta: float = 0.0
+) -> float:
+    """The largest ε rejected at level 1 − γ by `one_run_p_value` (bisection; p is increasing in ε); 0 if none."""
+    _check_confidence(confidence)
+    level = 1 - confidence
+
+    def rejected(eps: float) -> bool:
+        return (
+            one_run_p_value(canaries=canaries, guesses=guesses, correct=correct, epsilon=eps, delta=delta)
+            < level
+        )
+
+    if not rejected(0.0):
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while rejected(hi):
+        lo, hi = hi, 2 * hi
+        if hi > 1e3:
+            return math.inf
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if rejected(mid) else (lo, mid)
+    return lo
+
+
+def one_run_bound_from_counts(counts: Counts, *, confidence: float = 0.95, delta: float = 0.0) -> float:
+    """One-run ε lower bound treating every trial as a canary with a guess (m = r = n, v = TP + TN).
+
+    Valid only when each trial's membership was an independent fair coin (002 Alg. 1's b ~ Bernoulli(½)).
+    """
+    n = counts.n_in + counts.n_out
+    return one_run_epsilon_lower(
+        canaries=n, guesses=n, correct=counts.tp + counts.tn, confidence=confidence, delta=delta
+    )
+
+
+def _check_kn(k: int, n: int, alpha: float) -> None:
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 ≤ k ≤ n and n ≥ 1, got k={k}, n={n}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")

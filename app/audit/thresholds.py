@@ -1,0 +1,221 @@
+"""Scores → a privacy lower bound: choosing the decision threshold honestly, plus ROC summaries.
+
+A score is "higher = canary present"; the test at threshold t says "in" when score ≥ t. Choosing t on the
+data the bound is computed from makes the bound optimistic, so three strategies:
+
+- `InSample()`: t maximizes μ_lower on all the data (003's choice). Biased upward; labelled so.
+- `Split(fraction, seed)` (default): t maximizes μ_lower on a seeded `fraction` of each side; the bound is
+  computed on the held-out rest, so it keeps its stated confidence.
+- `Bonferroni(max_thresholds)`: up to m candidate thresholds at geometrically spaced ranks of the C0 scores
+  (j-th largest, j = 1 … n_out); every one-sided bound is taken at (1−γ)/(2m), so the best candidate's
+  bound holds jointly with confidence γ. The candidates depend on the C0 scores only: the C1 counts stay
+  binomial given them, and the C0 rate at an order statistic is stochastically smaller than the
+  Clopper-Pearson bound assumes, so the union bound is valid.
+
+Binary decisions (every score 0 or 1, the black-box case) have one meaningful threshold, so no choice is
+made: the bound uses all the data at t = 1 and is reported with strategy "decision".
+
+Threshold search is vectorized: each side is sorted once and counts at all candidate thresholds come from
+`searchsorted`. The best threshold is screened with Wilson score bounds (closed form), and the exact
+Clopper-Pearson μ_lower is computed for the 64 best screened candidates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from scipy import special
+
+from app.audit.bounds import Counts, PrivacyBound, gdp_bound_from_counts, gdp_mu_lower
+
+_SCREENED = 64
+
+
+@dataclass(frozen=True)
+class InSample:
+    """Threshold chosen on the same data as the bound (003's practice; the result is biased upward)."""
+
+    name: ClassVar[str] = "in_sample"
+
+
+@dataclass(frozen=True)
+class Split:
+    """Choose the threshold on a seeded `fraction` of each side, bound on the rest (unbiased; the default)."""
+
+    fraction: float = 0.5
+    seed: int = 0
+    name: ClassVar[str] = "split"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.fraction < 1:
+            raise ValueError(f"split fraction must be in (0, 1), got {self.fraction}")
+
+
+@dataclass(frozen=True)
+class Bonferroni:
+    """Union bound over at most `max_thresholds` candidates fixed by the C0 scores (unbiased)."""
+
+    max_thresholds: int = 100
+    name: ClassVar[str] = "bonferroni"
+
+    def __post_init__(self) -> None:
+        if self.max_thresholds < 1:
+            raise ValueError(f"max_thresholds must be ≥ 1, got {self.max_thresholds}")
+
+
+ThresholdStrategy = InSample | Split | Bonferroni
+STRATEGY_NAMES = ("in_sample", "split", "bonferroni")
+
+
+def strategy_from_name(name: str, *, seed: int = 0) -> ThresholdStrategy:
+    """ "in_sample" | "split" | "bonferroni" → the strategy with its defaults (`seed` seeds the split)."""
+    if name == "in_sample":
+        return InSample()
+    if name == "split":
+        return Split(seed=seed)
+    if name == "bonferroni":
+        return Bonferroni()
+    raise ValueError(f"unknown threshold strategy {name!r}; choose one of {', '.join(STRATEGY_NAMES)}")
+
+
+def bound_from_scores(
+    scores_in: np.ndarray,
+    scores_out: np.ndarray,
+    *,
+    strategy: ThresholdStrategy = Split(),
+    confidence: float = 0.95,
+    delta: float = 1e-5,
+) -> PrivacyBound:
+    """The GDP lower bound (003 §2) of the test "score ≥ t", with t chosen by `strategy`."""
+    s_in, s_out = _as_scores(scores_in, "scores_in"), _as_scores(scores_out, "scores_out")
+    area = auc(s_in, s_out)
+    if _is_binary(s_in) and _is_binary(s_out):
+        counts = _counts_at(np.sort(s_in), np.sort(s_out), 1.0)
+        return gdp_bound_from_counts(
+            counts, confidence=confidence, delta=delta, threshold=1.0, threshold_strategy="decision", auc=area
+        )
+    alpha = (1 - confidence) / 2
+    if isinstance(strategy, InSample):
+        sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)
+        t = _best_threshold(sorted_in, sorted_out, alpha)
+        counts = _counts_at(sorted_in, sorted_out, t)
+    elif isinstance(strategy, Split):
+        if min(s_in.size, s_out.size) < 2:
+            raise ValueError("the split strategy needs at least two scores on each side")
+        rng = np.random.default_rng(strategy.seed)
+        pick_in, rest_in = _split(rng.permutation(s_in), strategy.fraction)
+        pick_out, rest_out = _split(rng.permutation(s_out), strategy.fraction)
+        t = _best_threshold(np.sort(pick_in), np.sort(pick_out), alpha)
+        counts = _counts_at(np.sort(rest_in), np.sort(rest_out), t)
+    elif isinstance(strategy, Bonferroni):
+        sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)
+        candidates = _bonferroni_candidates(sorted_out, strategy.max_thresholds)
+        tp, fp = _counts_at_many(sorted_in, sorted_out, candidates)
+        mu = gdp_mu_lower(tp, s_in.size, fp, s_out.size, alpha / candidates.size)
+        t = float(candidates[int(np.argmax(mu))])
+        counts = _counts_at(sorted_in, sorted_out, t)
+        corrected = 1 - (1 - confidence) / candidates.size
+        bound = gdp_bound_from_counts(
+            counts, confidence=corrected, delta=delta, threshold=t, threshold_strategy=strategy.name, auc=area
+        )
+        return dataclasses.replace(bound, confidence=confidence)
+    else:
+        raise TypeError(f"not a threshold strategy: {strategy!r}")
+    return gdp_bound_from_counts(
+        counts, confidence=confidence, delta=delta, threshold=t, threshold_strategy=strategy.name, auc=area
+    )
+
+
+def auc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
+    """Area under the ROC curve = P(S_in > S_out) + ½ P(S_in = S_out) (Mann-Whitney), by sorted search."""
+    s_in, s_out = _as_scores(scores_in, "scores_in"), _as_scores(scores_out, "scores_out")
+    sorted_out = np.sort(s_out)
+    below = np.searchsorted(sorted_out, s_in, side="left").sum(dtype=np.float64)
+    at_or_below = np.searchsorted(sorted_out, s_in, side="right").sum(dtype=np.float64)
+    return float((below + at_or_below) / 2 / (s_in.size * s_out.size))
+
+
+def tpr_at_fpr(scores_in: np.ndarray, scores_out: np.ndarray, fpr: float) -> float:
+    """The largest empirical TPR of a threshold whose empirical FPR is ≤ `fpr`."""
+    if not 0 <= fpr <= 1:
+        raise ValueError(f"fpr must be in [0, 1], got {fpr}")
+    sorted_in = np.sort(_as_scores(scores_in, "scores_in"))
+    sorted_out = np.sort(_as_scores(scores_out, "scores_out"))
+    candidates = np.unique(sorted_in)
+    tp, fp = _counts_at_many(sorted_in, sorted_out, candidates)
+    ok = fp <= fpr * sorted_out.size
+    return float(tp[ok].max() / sorted_in.size) if ok.any() else 0.0
+
+
+def best_balanced_accuracy(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
+    """max over t of (TPR + TNR)/2 — the in-sample accuracy of the best threshold with balanced classes."""
+    sorted_in = np.sort(_as_scores(scores_in, "scores_in"))
+    sorted_out = np.sort(_as_scores(scores_out, "scores_out"))
+    tp, fp = _counts_at_many(sorted_in, sorted_out, np.unique(sorted_in))
+    balanced = (tp / sorted_in.size + 1 - fp / sorted_out.size) / 2
+    return float(max(0.5, balanced.max()))
+
+
+def _best_threshold(sorted_in: np.ndarray, sorted_out: np.ndarray, alpha: float) -> float:
+    """The C1 score t maximizing μ_lower(t) (the optimum always sits at a C1 score: raising t to the next
+    one keeps TP and can only lower FP). Wilson bounds screen all candidates; exact bounds pick the best."""
+    candidates = np.unique(sorted_in)
+    tp, fp = _counts_at_many(sorted_in, sorted_out, candidates)
+    if candidates.size > _SCREENED:
+        z = special.ndtri(1 - alpha)
+        approx = -special.ndtri(_wilson_upper(sorted_in.size - tp, sorted_in.size, z)) - special.ndtri(
+            _wilson_upper(fp, sorted_out.size, z)
+        )
+        keep = np.sort(np.argpartition(-approx, _SCREENED)[:_SCREENED])
+        candidates, tp, fp = candidates[keep], tp[keep], fp[keep]
+    mu = gdp_mu_lower(tp, sorted_in.size, fp, sorted_out.size, alpha)
+    return float(candidates[int(np.argmax(mu))])
+
+
+def _wilson_upper(k: np.ndarray, n: int, z: float) -> np.ndarray:
+    """Wilson score upper bound on a binomial rate (used only to screen thresholds)."""
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return np.clip((centre + spread) / (1 + z * z / n), 1e-300, 1.0)
+
+
+def _bonferroni_candidates(sorted_out: np.ndarray, m: int) -> np.ndarray:
+    ranks = np.unique(np.rint(np.geomspace(1, sorted_out.size, num=min(m, sorted_out.size))).astype(np.int64))
+    return np.unique(sorted_out[sorted_out.size - ranks])
+
+
+def _counts_at_many(
+    sorted_in: np.ndarray, sorted_out: np.ndarray, thresholds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    tp = sorted_in.size - np.searchsorted(sorted_in, thresholds, side="left")
+    fp = sorted_out.size - np.searchsorted(sorted_out, thresholds, side="left")
+    return tp, fp
+
+
+def _counts_at(sorted_in: np.ndarray, sorted_out: np.ndarray, threshold: float) -> Counts:
+    tp, fp = _counts_at_many(sorted_in, sorted_out, np.array([threshold]))
+    return Counts(
+        tp=int(tp[0]), fn=int(sorted_in.size - tp[0]), fp=int(fp[0]), tn=int(sorted_out.size - fp[0])
+    )
+
+
+def _split(shuffled: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    k = min(max(round(fraction * shuffled.size), 1), shuffled.size - 1)
+    return shuffled[:k], shuffled[k:]
+
+
+def _is_binary(scores: np.ndarray) -> bool:
+    return bool(np.all((scores == 0) | (scores == 1)))
+
+
+def _as_scores(scores: np.ndarray, name: str) -> np.ndarray:
+    array = np.asarray(scores, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D array of scores")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return array
