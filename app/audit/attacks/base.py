@@ -1,0 +1,44 @@
+"""An attack's audit query: the prompt every partition sees, the answers voted over, and which
+answer means "canary present" (003 §3.2; 002 §3.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from app.audit.contexts import format_context
+from app.audit.prompts import SYSTEM_CONTEXT, fill
+from app.datasets.types import Example
+from app.engines.protocol import Prompt
+
+
+class AttackOptions(Protocol):
+    """The request's `attack` object as the attacks read it."""
+
+    threat_model: str
+    signal_texts: tuple[str, str] | None
+    variant: str
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    """`template` is filled with `fields` and the partition's `{context}` (or, with
+    `context_in_system`, the context goes into the system prompt, 002 §3). `injected` exemplars are
+    appended to every partition's context (brainwash). `answers[positive]` = canary present;
+    `negative` is the answer compared against in the white-box score (None = strongest other)."""
+
+    template: str
+    answers: tuple[str, ...]
+    positive: int = 0
+    negative: int | None = 1
+    fields: dict[str, str] = field(default_factory=dict)
+    context_in_system: bool = False
+    injected: tuple[Example, ...] = ()
+    signal_texts: tuple[str, str] | None = None
+
+    def prompt(self, exemplars: Sequence[Example]) -> Prompt:
+        context = format_context([*exemplars, *self.injected])
+        if self.context_in_system:
+            return Prompt(fill(self.template, **self.fields), system=fill(SYSTEM_CONTEXT, context=context))
+        return Prompt(fill(self.template, context=context, **self.fields))

@@ -1,0 +1,19 @@
+"""Attack name → module with `build_query(...) -> AuditQuery` and `MECHANISMS` (those it can audit)."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+ATTACKS: dict[str, str] = {
+    "inquiry": "app.audit.attacks.inquiry",
+    "signal_text": "app.audit.attacks.signal_text",
+    "canary_prompt": "app.audit.attacks.canary_prompt",
+    "gap": "app.audit.attacks.gap",
+    "brainwash": "app.audit.attacks.brainwash",
+}
+
+
+def attack_module(name: str) -> ModuleType:
+    """The module implementing attack `name` (KeyError for an unknown name)."""
+    return importlib.import_module(ATTACKS[name])

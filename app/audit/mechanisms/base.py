@@ -1,0 +1,238 @@
+"""What every DP-ICL mechanism exposes to the membership audit.
+
+A mechanism separates its **clean statistic** (per-call vote vectors or mean embeddings, collected
+once from the engine) from its **private release** (noise + selection), vectorized over a batch of
+calls, so the bootstrap (003 Alg. 1) re-draws only the noise, through the mechanism's own code.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from app.audit.contexts import PARTITIONERS, NeighbouringContexts
+from app.audit.runtime import AuditError
+from app.datasets.types import Example
+from app.engines.protocol import Embedder, LLMEngine, Prompt
+
+if TYPE_CHECKING:
+    from app.audit.attacks.base import AuditQuery
+
+
+@dataclass(frozen=True)
+class Release:
+    """A batch of m private outputs: the released answer's index and the white-box view.
+
+    `answer` (m,) indexes the label set (voting) or the candidates (ESA); −1 = no valid answer.
+    `white_box` (m, K) noisy votes or (m, d) noisy mean embedding.
+    """
+
+    answer: np.ndarray
+    white_box: np.ndarray
+
+
+@dataclass(frozen=True)
+class BinaryTarget:
+    """What "canary present" means for the attack: a label index, or a pair of signal embeddings.
+
+    Votes: `positive` vs `negative` (None = the strongest other label).
+    Embeddings: `present` = emb(y1), `absent` = emb(y0) (003 §3.4).
+    """
+
+    positive: int = 0
+    negative: int | None = 1
+    present: np.ndarray | None = None
+    absent: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Theory:
+    """The claimed guarantee and what the calibrated noise really gives on the GDP scale.
+
+    μ_theory = Δ₂/σ (Gaussian mechanism); `epsilon_ceiling` = ε(μ_theory) at δ, the exact ε a
+    perfect attack with infinitely many trials reaches. For `classic` σ it is below the claim.
+    """
+
+    epsilon: float
+    delta: float
+    sigma: float
+    sensitivity: float
+    mu: float
+    epsilon_ceiling: float
+    calibration: str
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {
+            "epsilon_theory": self.epsilon,
+            "mu_theory": self.mu,
+            "epsilon_ceiling": self.epsilon_ceiling,
+            "sigma": self.sigma,
+            "sensitivity": self.sensitivity,
+            "calibration": self.calibration,
+        }
+
+
+def calibrate(epsilon: float, delta: float, sensitivity: float, calibration: str) -> Theory:
+    """σ for (ε, δ) at L2 sensitivity Δ₂: classic σ = Δ₂√(2 ln(1.25/δ))/ε (003 Alg. 2 l.7 with Δ₂ = √2),
+    or the analytic Gaussian mechanism (Balle & Wang 2018)."""
+    from app.audit.accounting.gaussian import analytic_sigma, classic_sigma, gaussian_mu
+    from app.audit.accounting.gdp import epsilon_for_mu
+
+    if calibration == "classic":
+        sigma = classic_sigma(epsilon, delta, sensitivity)
+    elif calibration == "analytic":
+        sigma = analytic_sigma(epsilon, delta, sensitivity)
+    else:
+        raise AuditError(f"unknown calibration {calibration!r} (classic or analytic)")
+    mu = gaussian_mu(sensitivity, sigma)
+    return Theory(
+        epsilon, delta, float(sigma), sensitivity, float(mu), float(epsilon_for_mu(mu, delta)), calibration
+    )
+
+
+def label_distribution(logprobs: np.ndarray, temperature: float) -> np.ndarray:
+    """Per-prompt probability of voting each label, shape (n, K); 1 − row sum = an invalid vote.
+
+    The valid mass is the model's own mass on the label set, s = Σ_k exp(ℓ_k) (what parsing a free
+    generation would accept); within the label set the choice is softmax(ℓ/τ) (τ = 0: argmax).
+    """
+    logprobs = np.asarray(logprobs, dtype=np.float64)
+    valid = np.clip(np.exp(logprobs).sum(axis=1, keepdims=True), 0.0, 1.0)
+    if temperature == 0:
+        choice = np.zeros_like(logprobs)
+        choice[np.arange(len(logprobs)), np.argmax(logprobs, axis=1)] = 1.0
+    else:
+        scaled = logprobs / temperature
+        scaled = scaled - scaled.max(axis=1, keepdims=True)
+        choice = np.exp(scaled)
+        choice /= choice.sum(axis=1, keepdims=True)
+    return valid * choice
+
+
+def draw_votes(label_probs: np.ndarray, n_calls: int, rng: np.random.Generator) -> np.ndarray:
+    """`n_calls` clean vote vectors (n_calls, K): each of the T partitions votes once from its row of
+    `label_probs` (T, K), or casts no vote with the missing mass (003 Alg. 2 lines 3–6)."""
+    n_parts, n_labels = label_probs.shape
+    cdf = np.cumsum(np.concatenate([label_probs, 1.0 - label_probs.sum(1, keepdims=True)], axis=1), axis=1)
+    cdf[:, -1] = 1.0
+    u = rng.random((n_calls, n_parts))
+    choice = (u[:, :, None] >= cdf[None, :, :]).sum(axis=2)  # 0…K, K = invalid
+    votes = np.zeros((n_calls, n_labels + 1))
+    for t in range(n_parts):
+        np.add.at(votes, (np.arange(n_calls), choice[:, t]), 1.0)
+    return votes[:, :n_labels]
+
+
+class CleanSource:
+    """The engine and embedder an audit collects from, memoized by prompt so the forward passes equal
+    the number of distinct prompts; `distinct_prompts` counts what was actually sent."""
+
+    def __init__(self, llm: LLMEngine | None, embedder: Embedder | None = None, seed: int = 0) -> None:
+        self.llm = llm
+        self.embedder = embedder
+        self.seed = seed
+        self.distinct_prompts = 0
+        self._labels: dict[tuple[Prompt, tuple[str, ...]], np.ndarray] = {}
+        self._generations: dict[tuple[Prompt, int, float, int], list[str]] = {}
+
+    def label_logprobs(self, prompts: Sequence[Prompt], answers: Sequence[str]) -> np.ndarray:
+        """(n, K) label log-probabilities; each distinct prompt goes to the engine once."""
+        if self.llm is None:
+            raise AuditError("this mechanism needs a model (`model`)")
+        key_answers = tuple(answers)
+        missing = list(dict.fromkeys(p for p in prompts if (p, key_answers) not in self._labels))
+        if missing:
+            scores = np.asarray(self.llm.label_logprobs(missing, key_answers), dtype=np.float64)
+            for p, row in zip(missing, scores, strict=True):
+                self._labels[(p, key_answers)] = row
+            self.distinct_prompts += len(missing)
+        return np.stack([self._labels[(p, key_answers)] for p in prompts])
+
+    def generations(
+        self, prompts: Sequence[Prompt], n: int, temperature: float, max_new_tokens: int
+    ) -> list[list[str]]:
+        """`n` sampled outputs per prompt (seeded); each distinct prompt is generated once."""
+        if self.llm is None:
+            raise AuditError("this mechanism needs a model (`model`)")
+        keys = [(p, n, temperature, max_new_tokens) for p in prompts]
+        missing = list(dict.fromkeys(k for k in keys if k not in self._generations))
+        if missing:
+            outs = self.llm.generate(
+                [k[0] for k in missing],
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                seed=self.seed,
+                n=n,
+            )
+            for k, gens in zip(missing, outs, strict=True):
+                self._generations[k] = [g.text.strip() for g in gens]
+            self.distinct_prompts += len(missing)
+        return [self._generations[k] for k in keys]
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.embedder is None:
+            raise AuditError("this mechanism needs an embedder")
+        return np.asarray(self.embedder.embed(list(texts)), dtype=np.float64)
+
+
+class Mechanism(ABC):
+    """A DP-ICL aggregation mechanism under audit (003 App. 5, 002 Alg. 2)."""
+
+    name: ClassVar[str]
+    needs_embedder: ClassVar[bool] = False
+    white_box_available: ClassVar[bool] = True
+
+    def __init__(
+        self, *, partitions: int, partitioning: str = "disjoint", theory: Theory | None = None
+    ) -> None:
+        self.n_partitions = partitions
+        self.partitioning = partitioning
+        self.theory = theory
+
+    def partition(
+        self, contexts: NeighbouringContexts, rng: np.random.Generator
+    ) -> tuple[list[tuple[Example, ...]], list[tuple[Example, ...]]]:
+        """Partitions of C1 and of C0 (same positions, so only the canary's partition differs)."""
+        blocks = self.blocks(len(contexts.without), contexts.canary_position, rng)
+        parts_in = [tuple(contexts.with_canary[i] for i in b) for b in blocks]
+        parts_out = [tuple(contexts.without[i] for i in b) for b in blocks]
+        return parts_in, parts_out
+
+    def prepare(self, query: AuditQuery, source: CleanSource) -> None:
+        """Anything the release needs besides the clean statistics (ESA: zero-shot candidates)."""
+        return None
+
+    def binary_target(self, query: AuditQuery, source: CleanSource) -> BinaryTarget:
+        """What "canary present" means for this mechanism's outputs (default: the query's answer index)."""
+        return BinaryTarget(positive=query.positive, negative=query.negative)
+
+    def wrap(self, prompt: Prompt) -> Prompt:
+        """The prompt the mechanism really sends for one partition's audit query (defenses add here)."""
+        return prompt
+
+    def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """Positions of each partition (disjoint, or disjoint-Poisson; 002 Alg. 3)."""
+        return PARTITIONERS[self.partitioning](n, self.n_partitions, rng)
+
+    @abstractmethod
+    def collect(
+        self,
+        prompts: Sequence[Prompt],
+        answers: Sequence[str],
+        source: CleanSource,
+        n_calls: int,
+        rng: np.random.Generator,
+    ) -> np.ndarray:
+        """`n_calls` clean statistics of one context, one per mechanism call (the non-private 𝓜′)."""
+
+    @abstractmethod
+    def release(self, clean: np.ndarray, rng: np.random.Generator) -> Release:
+        """The private outputs of a batch of calls from their clean statistics (vectorized)."""
+
+    @abstractmethod
+    def binary_view(self, release: Release, target: BinaryTarget) -> tuple[np.ndarray, np.ndarray]:
+        """(black-box decision bool (m,), white-box score float (m,)), higher score = canary present."""

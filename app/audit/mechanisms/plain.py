@@ -1,0 +1,21 @@
+"""Plain ICL (`none`): one prompt with the whole context, the model's answer released as is.
+
+No noise, no ε: the audit reports leakage only (TPR/FPR, accuracy, μ). Implemented as private
+voting with T = 1 partition and σ = 0, so the same collection and attack code applies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.audit.mechanisms.private_voting import PrivateVoting
+
+
+class PlainICL(PrivateVoting):
+    name = "none"
+
+    def __init__(self, *, temperature: float = 1.0) -> None:
+        super().__init__(partitions=1, theory=None, temperature=temperature)
+
+    def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
+        return [np.arange(n)]

@@ -1,0 +1,90 @@
+"""Private voting: report-noisy-max with Gaussian noise (003 App. 5 Alg. 2; 002 Alg. 2 "RNM").
+
+Clean statistic: the vote vector V ∈ ℕ^K of the T partitions (003 Alg. 2 lines 1–6); a partition
+whose answer falls outside the label set casts no vote. Release: Ṽ = V + N(0, σ²I_K), output
+argmax_k Ṽ_k (lines 7–10). Neighbouring contexts move one vote, i.e. two counts by 1: Δ₂ = √2, so
+classic σ = √2·√(2 ln(1.25/δ))/ε = 2√(ln(1.25/δ))/ε. White-box view: Ṽ itself.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from app.audit.mechanisms import bugs
+from app.audit.mechanisms.base import (
+    BinaryTarget,
+    CleanSource,
+    Mechanism,
+    Release,
+    Theory,
+    draw_votes,
+    label_distribution,
+)
+from app.engines.protocol import Prompt
+
+DEFAULT_SENSITIVITY = math.sqrt(2.0)
+
+
+class PrivateVoting(Mechanism):
+    name = "private_voting"
+
+    def __init__(
+        self,
+        *,
+        partitions: int,
+        theory: Theory | None,
+        temperature: float = 1.0,
+        partitioning: str = "disjoint",
+        bug: str | None = None,
+    ) -> None:
+        super().__init__(partitions=partitions, partitioning=partitioning, theory=theory)
+        self.temperature = temperature
+        self.bug = bug
+        self.std = 0.0 if theory is None else bugs.noise_std(theory, bug, partitions)
+
+    def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
+        blocks = super().blocks(n, canary_position, rng)
+        if self.bug == "canary_in_every_partition":
+            return bugs.overlapping_blocks(blocks, canary_position)
+        return blocks
+
+    def label_probs(
+        self, prompts: Sequence[Prompt], answers: Sequence[str], source: CleanSource
+    ) -> np.ndarray:
+        """Each partition's probability of voting each answer at the mechanism temperature, (T, K)."""
+        return label_distribution(source.label_logprobs(prompts, answers), self.temperature)
+
+    def collect(
+        self,
+        prompts: Sequence[Prompt],
+        answers: Sequence[str],
+        source: CleanSource,
+        n_calls: int,
+        rng: np.random.Generator,
+    ) -> np.ndarray:
+        """`n_calls` clean vote vectors (n_calls, K), each partition's vote a seeded draw from its exact
+        label distribution (forward passes = distinct prompts, not n_calls × T)."""
+        return draw_votes(self.label_probs(prompts, answers, source), n_calls, rng)
+
+    def release(self, clean: np.ndarray, rng: np.random.Generator) -> Release:
+        """Ṽ = V + noise (through `bugs.vote_noise`, so a planted bug acts here); answer = argmax Ṽ."""
+        clean = np.asarray(clean, dtype=np.float64)
+        noisy = clean + bugs.vote_noise(clean, self.std, self.bug, rng) if self.std > 0 else clean.copy()
+        answer = np.argmax(noisy, axis=1)
+        if self.std == 0:  # no noise (plain ICL): a call with no valid vote releases nothing
+            answer = np.where(clean.sum(axis=1) > 0, answer, -1)
+        return Release(answer=answer, white_box=noisy)
+
+    def binary_view(self, release: Release, target: BinaryTarget) -> tuple[np.ndarray, np.ndarray]:
+        """Black box: released label = target (003 §3.2: ẑ = 1 iff y = 'yes').
+        White box: Ṽ_target − Ṽ_other (003 §3.2: ẑ = 1 iff Ṽ_yes − Ṽ_no > τ)."""
+        noisy = release.white_box
+        decision = release.answer == target.positive
+        if target.negative is not None:
+            other = noisy[:, target.negative]
+        else:
+            other = np.max(np.delete(noisy, target.positive, axis=1), axis=1)
+        return decision, noisy[:, target.positive] - other
