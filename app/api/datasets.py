@@ -1,0 +1,166 @@
+"""/v1/datasets: upload a JSONL/CSV file (multipart, field `file`, optional `name`) or JSON rows; list,
+read, delete. Parsed by app.datasets.validate; nothing is stored when a line is bad (422 names it)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import ValidationError
+from starlette.datastructures import UploadFile
+
+from app.api.deps import SessionDep, SettingsDep, TenantDep
+from app.api.errors import ApiError, validation_details
+from app.db import repository
+from app.schemas.datasets import DatasetList, DatasetResource, DatasetRows
+from app.schemas.errors import ErrorResponse, FieldViolation
+
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+
+_UPLOAD_DOC: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file"],
+                    "properties": {
+                        "file": {"type": "string", "format": "binary", "description": ".jsonl or .csv"},
+                        "name": {"type": "string"},
+                        "format": {"type": "string", "enum": ["jsonl", "csv"]},
+                    },
+                }
+            },
+            "application/json": {
+                "schema": DatasetRows.model_json_schema(),
+                "example": {
+                    "name": "my-reviews",
+                    "rows": [
+                        {"text": "great film", "label": "positive"},
+                        {"text": "dull", "label": "negative"},
+                    ],
+                },
+            },
+        },
+    }
+}
+
+
+def _format_of(filename: str, given: str | None) -> str:
+    fmt = (given or filename.rsplit(".", 1)[-1]).lower()
+    if fmt not in ("jsonl", "csv"):
+        raise ApiError(
+            422,
+            f"Cannot tell the format of {filename!r}: name it .jsonl or .csv, or send `format`.",
+            [FieldViolation(path="format", message="use jsonl or csv")],
+        )
+    return fmt
+
+
+async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, str]:
+    """(content, format, name) from a multipart file or a JSON body of rows."""
+    content_type = request.headers.get("content-type", "")
+    if content_type.startswith("multipart/form-data"):
+        form = await request.form()
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise ApiError(
+                422,
+                "Send the dataset as the multipart field `file`.",
+                [FieldViolation(path="file", message="required")],
+            )
+        content = await upload.read(max_bytes + 1)
+        filename = upload.filename or "upload"
+        given_format = form.get("format")
+        fmt = _format_of(filename, given_format if isinstance(given_format, str) else None)
+        given_name = form.get("name")
+        name = given_name if isinstance(given_name, str) and given_name else filename.rsplit(".", 1)[0]
+    elif content_type.startswith("application/json"):
+        raw = await request.body()
+        if len(raw) > max_bytes:
+            content = raw
+        else:
+            try:
+                rows = DatasetRows.model_validate_json(raw)
+            except ValidationError as exc:
+                details = validation_details([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()])
+                raise ApiError(422, details[0].message, details) from exc
+            content = "\n".join(json.dumps(row, ensure_ascii=False) for row in rows.rows).encode()
+            fmt, name = "jsonl", rows.name
+    else:
+        raise ApiError(
+            415, "Send multipart/form-data with a `file`, or application/json with `name` and `rows`."
+        )
+    if len(content) > max_bytes:
+        raise ApiError(413, f"The dataset is larger than {max_bytes} bytes (ICLAUDIT_UPLOAD_MAX_BYTES).")
+    return content, fmt, name
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=DatasetResource,
+    openapi_extra=_UPLOAD_DOC,
+    responses={422: {"model": ErrorResponse}, 413: {"model": ErrorResponse}},
+)
+async def upload_dataset(
+    request: Request, response: Response, session: SessionDep, tenant: TenantDep, settings: SettingsDep
+) -> DatasetResource:
+    from app.datasets.validate import DatasetValidationError, parse_dataset
+
+    content, fmt, name = await _read_upload(request, settings.upload_max_bytes)
+    try:
+        dataset = parse_dataset(content, fmt=fmt, name=name, max_rows=settings.upload_max_rows)
+    except DatasetValidationError as exc:
+        where = f"line {exc.line}" if exc.line else "the file"
+        path = (
+            f"line {exc.line}" + (f".{exc.field}" if exc.field else "") if exc.line else (exc.field or "file")
+        )
+        message = f"{where}: {exc.message}"
+        raise ApiError(422, message, [FieldViolation(path=path, message=message)]) from exc
+    row = repository.add_dataset(
+        session,
+        tenant_id=tenant.id,
+        name=name,
+        format=fmt,
+        task=dataset.task,
+        labels=list(dataset.labels),
+        n_train=len(dataset.train),
+        n_test=len(dataset.test),
+        size_bytes=len(content),
+        content=content,
+    )
+    session.commit()
+    response.headers["Location"] = f"/v1/datasets/{row.id}"
+    return DatasetResource.model_validate(row)
+
+
+@router.get("", response_model=DatasetList)
+def list_datasets(
+    session: SessionDep,
+    tenant: TenantDep,
+    page_size: Annotated[int, Query(ge=1, le=500)] = 50,
+    page_token: str | None = None,
+) -> DatasetList:
+    page = repository.list_datasets(session, tenant_id=tenant.id, page_size=page_size, page_token=page_token)
+    return DatasetList(
+        datasets=[DatasetResource.model_validate(r) for r in page.items], next_page_token=page.next_page_token
+    )
+
+
+@router.get("/{dataset_id}", response_model=DatasetResource, responses={404: {"model": ErrorResponse}})
+def get_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> DatasetResource:
+    row = repository.get_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id)
+    if row is None:
+        raise ApiError(404, f"No dataset {dataset_id!r} (for this API key).")
+    return DatasetResource.model_validate(row)
+
+
+@router.delete("/{dataset_id}", status_code=204, responses={404: {"model": ErrorResponse}})
+def delete_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> Response:
+    if not repository.delete_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id):
+        raise ApiError(404, f"No dataset {dataset_id!r} (for this API key).")
+    session.commit()
+    return Response(status_code=204)

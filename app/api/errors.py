@@ -1,0 +1,130 @@
+"""Every error answer has one shape, `{"error": {code, status, message, details: [{path, message}]}}`:
+a sentence a person understands and, for bad input, the JSON path of each offending field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.audit.kinds.registry import KINDS
+from app.db.repository import InvalidPageToken
+from app.jobs.service import Conflict, Rejected
+from app.schemas.errors import ErrorBody, ErrorResponse, FieldViolation
+
+_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    409: "FAILED_PRECONDITION",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "INVALID_ARGUMENT",
+    500: "INTERNAL",
+    503: "UNAVAILABLE",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, message: str, details: list[FieldViolation] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details or []
+
+
+def error_response(
+    code: int, message: str, details: list[FieldViolation] | None = None, **headers: str
+) -> JSONResponse:
+    body = ErrorResponse(
+        error=ErrorBody(
+            code=code, status=_STATUS.get(code, "UNKNOWN"), message=message, details=details or []
+        )
+    )
+    return JSONResponse(body.model_dump(), status_code=code, headers=headers or None)
+
+
+def json_path(loc: tuple[Any, ...]) -> str:
+    """("body", "bound", "mechanism", "epsilon") → "$.mechanism.epsilon" (the union's tag is dropped);
+    ("query", "page_size") → "query.page_size"."""
+    parts = list(loc)
+    where = parts.pop(0) if parts and parts[0] in ("body", "query", "path", "header") else "body"
+    if where == "body" and parts and parts[0] in KINDS:
+        parts.pop(0)
+    if where != "body":
+        return ".".join([where, *map(str, parts)])
+    path = "$"
+    for part in parts:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return path
+
+
+def _sentence(err: dict[str, Any], path: str) -> str:
+    kind, msg, ctx = err.get("type", ""), err.get("msg", "invalid"), err.get("ctx") or {}
+    field = path.rsplit(".", 1)[-1]
+    if kind == "missing":
+        return f"{path} is required."
+    if kind == "extra_forbidden":
+        return f"{path} is not a field of this request; remove it."
+    if kind == "union_tag_invalid":
+        return f"kind {ctx.get('tag')!r} is not an audit kind; use one of: {', '.join(KINDS)}."
+    if kind == "union_tag_not_found":
+        return f"kind is required; use one of: {', '.join(KINDS)}."
+    if kind == "json_invalid":
+        return f"The request body is not valid JSON ({ctx.get('error', msg)})."
+    return f"{field}: {msg[0].lower() + msg[1:]}." if msg else f"{path} is invalid."
+
+
+def validation_details(errors: list[dict[str, Any]]) -> list[FieldViolation]:
+    details = []
+    for err in errors:
+        loc = tuple(err.get("loc", ()))
+        if err.get("type") == "json_invalid":
+            loc = ("body",)
+        if err.get("type", "").startswith("union_tag"):
+            loc = (*loc, "kind")
+        path = json_path(loc)
+        details.append(FieldViolation(path=path, message=_sentence(err, path)))
+    return details
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = validation_details(list(exc.errors()))
+        message = (
+            details[0].message
+            if len(details) == 1
+            else f"{len(details)} problems: " + " ".join(f"{d.message}" for d in details)
+        )
+        return error_response(422, message, details)
+
+    @app.exception_handler(Rejected)
+    async def _rejected(_: Request, exc: Rejected) -> JSONResponse:
+        return error_response(422, exc.message, [FieldViolation(path=exc.path, message=exc.message)])
+
+    @app.exception_handler(InvalidPageToken)
+    async def _token(_: Request, exc: InvalidPageToken) -> JSONResponse:
+        detail = FieldViolation(path="query.page_token", message=str(exc))
+        return error_response(422, str(exc), [detail])
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_: Request, exc: Conflict) -> JSONResponse:
+        return error_response(409, str(exc))
+
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.code == 401 else {}
+        return error_response(exc.code, exc.message, exc.details, **headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = exc.detail if isinstance(exc.detail, str) else "request failed"
+        if exc.status_code == 404 and message == "Not Found":
+            message = "No such endpoint."
+        return error_response(exc.status_code, message)

@@ -1,0 +1,101 @@
+"""The audit service: validate → store → enqueue, cancel. Routes and the CLI call these; they hold the
+logic (the routes only parse and answer)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from app.audit.kinds.base import AuditRequestBase
+from app.config import Settings
+from app.db import repository
+from app.db.models import Audit, AuditState
+from app.jobs.executors import Executor
+
+log = logging.getLogger(__name__)
+
+
+class Rejected(Exception):
+    """A request that fails a cross-cutting check; nothing was stored. `path` is a JSON path in the body."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
+class Conflict(Exception):
+    """The operation does not apply to the resource in its current state."""
+
+
+def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
+    from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME
+
+    if name in BUILTIN_NAMES or name == SYNTHETIC_NAME:
+        return True
+    return repository.get_dataset(session, tenant_id=tenant_id, dataset_id=name) is not None
+
+
+def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings) -> None:
+    """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist."""
+    trials = getattr(request, "trials", None)
+    if isinstance(trials, int) and trials > settings.max_trials:
+        raise Rejected(
+            "$.trials",
+            f"trials is {trials}, above this service's maximum of {settings.max_trials} (ICLAUDIT_MAX_TRIALS).",
+        )
+    llm_calls = getattr(request, "llm_calls", None)
+    if isinstance(llm_calls, int) and llm_calls > settings.max_llm_calls:
+        raise Rejected(
+            "$.llm_calls",
+            f"llm_calls is {llm_calls}, above this service's maximum of {settings.max_llm_calls} (ICLAUDIT_MAX_LLM_CALLS).",
+        )
+    if request.dataset is not None and not known_dataset(session, tenant_id=tenant_id, name=request.dataset):
+        raise Rejected(
+            "$.dataset",
+            f"Unknown dataset {request.dataset!r}: give a built-in name or the id of a dataset you uploaded "
+            "(GET /v1/datasets).",
+        )
+    if request.model is not None:
+        from app.engines.registry import UnknownModel, get_model_info
+
+        try:
+            get_model_info(request.model)
+        except UnknownModel as exc:
+            raise Rejected(
+                "$.model", f"Unknown model {request.model!r}: GET /v1/models lists the registered ones."
+            ) from exc
+
+
+def submit_audit(
+    *, session: Session, tenant_id: str, request: AuditRequestBase, settings: Settings, executor: Executor
+) -> Audit:
+    """Check, store (PENDING), commit, enqueue. If the broker is down the audit stays PENDING and the
+    sweep enqueues it later."""
+    check_request(session, tenant_id=tenant_id, request=request, settings=settings)
+    body: dict[str, Any] = request.model_dump(mode="json")
+    audit = repository.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
+    session.commit()
+    try:
+        executor.submit(audit.id)
+    except Exception:
+        log.exception("could not enqueue audit %s; the sweep will retry", audit.id)
+        return audit
+    repository.mark_enqueued(session, [audit.id])
+    session.commit()
+    session.refresh(audit)
+    return audit
+
+
+def cancel_audit(*, session: Session, tenant_id: str, audit_id: str) -> Audit | None:
+    """Cooperative cancel (None if not found). Conflict for an audit that already SUCCEEDED or FAILED."""
+    audit = repository.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
+    if audit is None:
+        return None
+    if audit.state in (AuditState.SUCCEEDED, AuditState.FAILED):
+        raise Conflict(f"audit {audit_id} already {audit.state}; there is nothing to cancel")
+    audit = repository.request_cancel(session, tenant_id=tenant_id, audit_id=audit_id)
+    session.commit()
+    return audit

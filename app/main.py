@@ -1,0 +1,81 @@
+"""create_app(): routers, error handlers, and the lifespan that opens the database, starts the executor
+and the sweep, and (auth off) makes the single default tenant."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app.api import audits, datasets, health
+from app.api.errors import install_error_handlers
+from app.config import Settings, get_settings
+from app.db import repository
+from app.db.engine import make_engine, make_session_factory
+from app.db.migrate import require_head
+from app.jobs.executors import Sweeper, make_executor
+
+log = logging.getLogger("iclaudit")
+
+DEFAULT_TENANT = "default"
+# Routers written beside this one; included when their module exists.
+OPTIONAL_ROUTERS = ("app.api.models", "app.api.accounting")
+
+
+def _optional_routers() -> list[object]:
+    routers = []
+    for name in OPTIONAL_ROUTERS:
+        try:
+            routers.append(importlib.import_module(name).router)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+    return routers
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        engine = make_engine(settings.sqlalchemy_url)
+        require_head(engine)
+        session_factory = make_session_factory(engine)
+        app.state.settings = settings
+        app.state.session_factory = session_factory
+        if not settings.auth_enabled:
+            with session_factory.begin() as session:
+                app.state.default_tenant_id = repository.get_or_create_tenant(session, DEFAULT_TENANT).id
+            log.warning(
+                "AUTHENTICATION IS OFF (ICLAUDIT_AUTH_ENABLED=false): every caller is tenant %r. "
+                "Never expose this server beyond localhost.",
+                DEFAULT_TENANT,
+            )
+        executor = make_executor(settings=settings, session_factory=session_factory)
+        app.state.executor = executor
+        sweeper = Sweeper(session_factory=session_factory, executor=executor, settings=settings)
+        sweeper.start()
+        log.info("iclaudit ready: database %s, executor %s", engine.url.render_as_string(), settings.executor)
+        try:
+            yield
+        finally:
+            sweeper.stop()
+            executor.close()
+            engine.dispose()
+
+    app = FastAPI(
+        title="iclaudit",
+        version="0.1.0",
+        summary="Audit privacy leakage of in-context learning and whether DP-ICL keeps its claimed ε.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(audits.router)
+    app.include_router(datasets.router)
+    for router in _optional_routers():
+        app.include_router(router)  # type: ignore[arg-type]
+    return app

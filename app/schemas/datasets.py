@@ -1,0 +1,38 @@
+"""Uploaded datasets: the JSON-rows request body and the resource returned."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class DatasetRows(BaseModel):
+    """`POST /v1/datasets` with `Content-Type: application/json` (files go as multipart, field `file`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    rows: list[dict[str, Any]] = Field(
+        description="Objects with `text` and `label` (or `summary`), as in JSONL."
+    )
+
+
+class DatasetResource(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str = Field(description="Use it as `dataset` in an audit request.")
+    name: str
+    format: Literal["jsonl", "csv"]
+    task: str
+    labels: list[str]
+    n_train: int
+    n_test: int
+    size_bytes: int
+    created_at: datetime
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetResource]
+    next_page_token: str | None
