@@ -11,9 +11,9 @@ import pytest
 from app.audit.runtime import RunContext
 from app.datasets.types import Dataset, Example
 from app.engines.oracle import OracleEngine
-from tests.conftest import SHARED_DATASETS
 
 GENERATION = {"samsum", "xsum"}
+SHARED_DATASETS = Path(__file__).resolve().parents[3].parent / "shared" / "datasets"
 
 
 def read_dataset(name: str, data_dir: Path = SHARED_DATASETS) -> Dataset:
@@ -56,3 +56,8 @@ class Datasets:
 @pytest.fixture
 def oracle_ctx() -> RunContext:
     return RunContext(engines=Engines(), datasets=Datasets())
+
+
+@pytest.fixture
+def ag_news() -> Dataset:
+    return read_dataset("ag_news")
