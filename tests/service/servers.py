@@ -222,4 +222,64 @@ def redis_server() -> Server:
     return session_server("redis")
 
 
-atexit.register(stop_all)
+# --- migrated databases, one per test, copied from a template migrated once per session ---------------
+
+_templates: dict[str, str] = {}
+
+
+def _template(dialect: str) -> str:
+    """A database upgraded to head once per session: a SQLite file path, or a Postgres database name."""
+    from app.db.migrate import upgrade
+
+    if dialect not in _templates:
+        if dialect == "sqlite":
+            workdir = Path(tempfile.mkdtemp(prefix="iclaudit-sqlite-"))
+            _cleanup.append(workdir)
+            path = workdir / "template.db"
+            upgrade(f"sqlite:///{path}")
+            _templates[dialect] = str(path)
+        else:
+            upgrade(create_database(session_server("postgres").url, "iclaudit_template"))
+            _templates[dialect] = "iclaudit_template"
+    return _templates[dialect]
+
+
+def fresh_database(dialect: str, workdir: Path) -> str:
+    """The URL of a new database at the head revision (a copy of the session's template)."""
+    template = _template(dialect)
+    if dialect == "sqlite":
+        target = workdir / "iclaudit.db"
+        shutil.copyfile(template, target)
+        return f"sqlite:///{target}"
+    import psycopg
+
+    server_url = session_server("postgres").url
+    name = f"t_{os.urandom(6).hex()}"
+    with psycopg.connect(
+        server_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+    ) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    return server_url.rsplit("/", 1)[0] + f"/{name}"
+
+
+_cleanup: list[Path] = []
+
+
+def _stop_everything() -> None:
+    stop_all()
+    for path in _cleanup:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+atexit.register(_stop_everything)
+
+DIALECTS = [
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(params=DIALECTS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty database: SQLite file, then the session's real PostgreSQL (`postgres` marker)."""
+    return fresh_database(request.param, tmp_path)

@@ -1,0 +1,67 @@
+"""API tests: the real app (lifespan, inline executor) over a migrated SQLite file or the session's
+PostgreSQL, with authentication on and two tenants."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from service.servers import database_url, postgres_server  # noqa: F401 - fixtures
+
+from app.config import Settings
+from app.db import repository
+from app.db.engine import make_engine, make_session_factory
+from app.main import create_app
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, data_dir: Path) -> Settings:  # noqa: F811
+    return Settings(
+        database_url=database_url,
+        state_dir=tmp_path,
+        data_dir=data_dir,
+        executor="inline",
+        inline_workers=1,
+        auth_enabled=True,
+        heartbeat_seconds=0.5,
+        stale_after_seconds=5,
+        sweep_seconds=60,
+        preload_models=False,
+    )
+
+
+@pytest.fixture
+def make_key(settings: Settings) -> Callable[[str], str]:
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = make_session_factory(engine)
+
+    def make(tenant: str) -> str:
+        with sessions.begin() as session:
+            return repository.create_api_key(session, tenant)[1]
+
+    yield make
+    engine.dispose()
+
+
+@pytest.fixture
+def app_client(settings: Settings) -> Callable[..., Any]:
+    """`with app_client(**setting_changes) as client:` a TestClient around a fresh app."""
+
+    @contextmanager
+    def open_client(**changes: Any) -> Iterator[TestClient]:
+        with TestClient(create_app(settings.model_copy(update=changes))) as client:
+            yield client
+
+    return open_client
+
+
+@pytest.fixture
+def client(app_client: Callable[..., Any], make_key: Callable[[str], str]) -> Iterator[TestClient]:
+    """Authenticated as tenant `alice`."""
+    with app_client() as c:
+        c.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        yield c

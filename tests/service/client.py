@@ -1,0 +1,52 @@
+"""Helpers for tests that drive the API: request bodies of real kinds and polling to a state."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from app.audit.kinds.registry import kind_module
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def bound_request(**changes: Any) -> dict[str, Any]:
+    """The `bound` kind's own example (counts in, a bound out; no model, no data): cheap and real."""
+    return {**kind_module("bound").EXAMPLE, **changes}
+
+
+def long_mia_request(trials: int = 2_000_000, seed: int = 7) -> dict[str, Any]:
+    """A real membership audit against the oracle engine that runs for seconds (for cancel and SIGKILL)."""
+    return {
+        "kind": "mia",
+        "dataset": "ag_news",
+        "model": "oracle",
+        "seed": seed,
+        "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 2},
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "attack": {"name": "inquiry", "threat_model": "both"},
+        "llm_calls": 200,
+        "trials": trials,
+        "estimator": "bootstrap",
+    }
+
+
+def wait_for(
+    get: Any,
+    audit_id: str,
+    states: tuple[str, ...] = TERMINAL,
+    timeout: float = 60.0,
+    min_fraction: float = 0.0,
+) -> dict[str, Any]:
+    """Poll `get(path)` (a TestClient or httpx client's .get) until the audit reaches one of `states`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        audit = get(f"/v1/audits/{audit_id}").json()
+        if audit["state"] in states and audit["progress"]["fraction"] >= min_fraction:
+            return audit
+        if audit["state"] in TERMINAL and audit["state"] not in states:
+            raise AssertionError(f"audit ended {audit['state']} while waiting for {states}: {audit['error']}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"audit still {audit['state']} after {timeout}s: {audit['progress']}")
+        time.sleep(0.05)
