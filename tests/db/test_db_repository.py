@@ -68,7 +68,7 @@ def test_sweep_picks_unenqueued_pending_and_stale_running(database_url: str) -> 
 def test_keys_store_only_a_salted_hash(database_url: str) -> None:
     engine, sessions, _, _ = _setup(database_url)
     with sessions.begin() as s:
-        row, key = repository.create_api_key(s, "t")
+        _, key = repository.create_api_key(s, "t")
         _, key2 = repository.create_api_key(s, "t")
     key_id, secret = repository.parse_api_key(key)
     with sessions.begin() as s:
