@@ -35,6 +35,10 @@ Owned = TypeVar("Owned", Audit, UploadedDataset)
 
 KEY_PREFIX = "ica"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
+# key id → sha256 of a key that passed scrypt in this process: spares the ~50 ms scrypt on every request.
+# The row is still read each time, so revocation takes effect at once.
+_verified: dict[str, bytes] = {}
+_VERIFIED_MAX = 4096
 
 
 class InvalidPageToken(ValueError):
@@ -86,7 +90,7 @@ def parse_api_key(key: str) -> tuple[str, str] | None:
 
 
 def authenticate(session: Session, key: str) -> Tenant | None:
-    """The tenant owning a live key, or None. Constant-time comparison of scrypt hashes."""
+    """The tenant owning a live key, or None. Constant-time comparison of scrypt(secret, salt) hashes."""
     parsed = parse_api_key(key)
     if parsed is None:
         return None
@@ -94,8 +98,13 @@ def authenticate(session: Session, key: str) -> Tenant | None:
     row = session.get(ApiKey, key_id)
     if row is None or row.revoked_at is not None:
         return None
-    if not hmac.compare_digest(row.secret_hash, _hash_secret(secret, row.salt)):
-        return None
+    digest = hashlib.sha256(key.encode()).digest()
+    if not hmac.compare_digest(_verified.get(key_id, b""), digest):
+        if not hmac.compare_digest(row.secret_hash, _hash_secret(secret, row.salt)):
+            return None
+        _verified[key_id] = digest
+        while len(_verified) > _VERIFIED_MAX:
+            _verified.pop(next(iter(_verified)))
     return session.get(Tenant, row.tenant_id)
 
 
