@@ -52,3 +52,15 @@ def _check(epsilon: float, delta: float, sensitivity: float) -> None:
         raise ValueError(f"delta must be in (0, 1), got {delta}")
     if not sensitivity > 0:
         raise ValueError(f"sensitivity must be > 0, got {sensitivity}")
+
+
+def gaussian_calibration(
+    epsilon: float, delta: float, *, sensitivity: float = 1.0, analytic: bool = False
+) -> dict:
+    """The calculator behind the CLI and POST /v1/accounting/gaussian: {sigma, mu} for (ε, δ)-DP at Δ₂."""
+    sigma = (analytic_sigma if analytic else classic_sigma)(epsilon, delta, sensitivity)
+    return {
+        "sigma": sigma,
+        "mu": gaussian_mu(sensitivity, sigma),
+        "method": "analytic" if analytic else "classic",
+    }

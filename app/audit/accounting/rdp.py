@@ -215,3 +215,53 @@ def _check_positive(**values: float) -> None:
     for name, value in values.items():
         if not value > 0:
             raise ValueError(f"{name} must be > 0, got {value}")
+
+
+SOLVE_FOR = ("temperature", "clip", "batch_size")
+
+
+def synthetic_generation_parameters(
+    *,
+    delta: float,
+    sequences: int,
+    max_new_tokens: int,
+    clip: float | None = None,
+    batch_size: int | None = None,
+    temperature: float | None = None,
+    target_epsilon: float | None = None,
+    solve_for: str | None = None,
+) -> dict:
+    """The calculator behind the CLI and POST /v1/accounting/synthetic-generation.
+
+    With `solve_for` (temperature | clip | batch_size) that parameter is found for `target_epsilon`
+    (001 Alg. 3); without it, ε of the given parameters. Returns {temperature, clip, batch_size, alpha, epsilon}.
+    """
+    params = {"temperature": temperature, "clip": clip, "batch_size": batch_size}
+    common = {"delta": delta, "sequences": sequences, "max_new_tokens": max_new_tokens}
+    if solve_for is not None and solve_for not in SOLVE_FOR:
+        raise ValueError(f"solve_for must be one of {', '.join(SOLVE_FOR)}, got {solve_for!r}")
+    missing = [name for name, value in params.items() if value is None and name != solve_for]
+    if missing:
+        raise ValueError(
+            f"{missing[0]} is required" + (f" when solving for {solve_for}" if solve_for else "")
+        )
+    if solve_for is None:
+        eps, alpha = synthetic_generation_epsilon(
+            clip=clip, batch_size=batch_size, temperature=temperature, **common
+        )
+        return {**params, "alpha": alpha, "epsilon": eps}
+    if target_epsilon is None:
+        raise ValueError(f"target_epsilon is required when solving for {solve_for}")
+    if solve_for == "temperature":
+        value, alpha, eps = solve_temperature(
+            target_epsilon=target_epsilon, clip=clip, batch_size=batch_size, **common
+        )
+    elif solve_for == "clip":
+        value, alpha, eps = solve_clip(
+            target_epsilon=target_epsilon, temperature=temperature, batch_size=batch_size, **common
+        )
+    else:
+        value, alpha, eps = solve_batch_size(
+            target_epsilon=target_epsilon, clip=clip, temperature=temperature, **common
+        )
+    return {**params, solve_for: value, "alpha": alpha, "epsilon": eps}

@@ -1,0 +1,150 @@
+"""Calculators that need no service: `iclaudit bound` and `iclaudit accounting synthetic-generation|gaussian`.
+
+A rich table by default, one JSON object with `--json`. Invalid values exit with code 2 and a message naming
+the option.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from app.audit.accounting.gaussian import gaussian_calibration
+from app.audit.accounting.rdp import synthetic_generation_parameters
+from app.audit.bounds import Counts, gdp_bound_from_counts
+
+console = Console()
+accounting = typer.Typer(name="accounting", help="Privacy accounting calculators.", no_args_is_help=True)
+
+
+def _open_unit(name: str) -> Callable[[float | None], float | None]:
+    def check(value: float | None) -> float | None:
+        if value is not None and not 0 < value < 1:
+            raise typer.BadParameter(f"{name} must be strictly between 0 and 1, got {value}")
+        return value
+
+    return check
+
+
+def _positive(name: str) -> Callable[[float | None], float | None]:
+    def check(value: float | None) -> float | None:
+        if value is not None and not value > 0:
+            raise typer.BadParameter(f"{name} must be > 0, got {value}")
+        return value
+
+    return check
+
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
+ConfidenceOpt = Annotated[
+    float, typer.Option(callback=_open_unit("--confidence"), help="Joint confidence γ of the bound.")
+]
+DeltaOpt = Annotated[float, typer.Option(callback=_open_unit("--delta"), help="δ of the (ε, δ) conversion.")]
+Count = Annotated[int, typer.Option(min=0)]
+
+
+def _emit(result: dict, as_json: bool, title: str) -> None:
+    if as_json:
+        typer.echo(json.dumps(result))
+        return
+    table = Table(title=title)
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    for key, value in result.items():
+        shown = f"{value:.6g}" if isinstance(value, float) and math.isfinite(value) else str(value)
+        table.add_row(key, shown)
+    console.print(table)
+
+
+def bound(
+    tp: Annotated[int, typer.Option("--tp", min=0, help="C1 trials called 'in' (true positives).")],
+    fn: Annotated[int, typer.Option("--fn", min=0, help="C1 trials called 'out' (false negatives).")],
+    fp: Annotated[int, typer.Option("--fp", min=0, help="C0 trials called 'in' (false positives).")],
+    tn: Annotated[int, typer.Option("--tn", min=0, help="C0 trials called 'out' (true negatives).")],
+    confidence: ConfidenceOpt = 0.95,
+    delta: DeltaOpt = 1e-5,
+    as_json: JsonOpt = False,
+) -> None:
+    """Gaussian-DP lower bound (003 §2) from a membership test's outcome counts."""
+    if tp + fn == 0:
+        raise typer.BadParameter("--tp + --fn must be > 0 (at least one C1 trial)", param_hint="--tp/--fn")
+    if fp + tn == 0:
+        raise typer.BadParameter("--fp + --tn must be > 0 (at least one C0 trial)", param_hint="--fp/--tn")
+    result = gdp_bound_from_counts(Counts(tp=tp, fn=fn, fp=fp, tn=tn), confidence=confidence, delta=delta)
+    _emit(result.as_dict(), as_json, "privacy lower bound")
+
+
+@accounting.command("synthetic-generation")
+def synthetic_generation(
+    delta: DeltaOpt = 1e-5,
+    sequences: Annotated[int, typer.Option(min=1, help="N_gen: synthetic texts.")] = 50,
+    max_new_tokens: Annotated[int, typer.Option(min=1, help="T_max: tokens per text.")] = 40,
+    target_epsilon: Annotated[
+        float | None,
+        typer.Option(callback=_positive("--target-epsilon"), help="ε to reach (with --solve-for)."),
+    ] = None,
+    clip: Annotated[float | None, typer.Option(callback=_positive("--clip"), help="c: logit clip.")] = None,
+    batch_size: Annotated[int | None, typer.Option(min=1, help="s: one-shot prompts per batch.")] = None,
+    temperature: Annotated[
+        float | None, typer.Option(callback=_positive("--temperature"), help="τ: sampling temperature.")
+    ] = None,
+    solve_for: Annotated[
+        str | None,
+        typer.Option(help="temperature | clip | batch-size: the parameter to solve (omit its flag)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """ε of DP synthetic generation (001 App. C), or the temperature/clip/batch size reaching a target ε."""
+    target = solve_for.replace("-", "_") if solve_for else None
+    if target is not None and target not in ("temperature", "clip", "batch_size"):
+        raise typer.BadParameter("choose temperature, clip or batch-size", param_hint="--solve-for")
+    flags = {"temperature": temperature, "clip": clip, "batch_size": batch_size}
+    if target is not None and flags[target] is not None:
+        raise typer.BadParameter(
+            f"omit --{target.replace('_', '-')}: it is the parameter being solved", param_hint="--solve-for"
+        )
+    for name, value in flags.items():
+        if value is None and name != target:
+            raise typer.BadParameter(
+                f"--{name.replace('_', '-')} is required", param_hint=f"--{name.replace('_', '-')}"
+            )
+    if target is not None and target_epsilon is None:
+        raise typer.BadParameter("required with --solve-for", param_hint="--target-epsilon")
+    try:
+        result = synthetic_generation_parameters(
+            delta=delta, sequences=sequences, max_new_tokens=max_new_tokens, clip=clip, batch_size=batch_size,
+            temperature=temperature, target_epsilon=target_epsilon, solve_for=target,
+        )  # fmt: skip
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--target-epsilon") from error
+    _emit(result, as_json, "DP synthetic generation")
+
+
+@accounting.command("gaussian")
+def gaussian(
+    epsilon: Annotated[float, typer.Option(callback=_positive("--epsilon"), help="ε of the mechanism.")],
+    delta: DeltaOpt = 1e-5,
+    sensitivity: Annotated[
+        float, typer.Option(callback=_positive("--sensitivity"), help="L2 sensitivity Δ₂ (√2 for votes).")
+    ] = 1.0,
+    analytic: Annotated[
+        bool, typer.Option("--analytic", help="Analytic Gaussian (Balle & Wang 2018).")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Noise σ for (ε, δ)-DP (classic, or analytic with --analytic) and the mechanism's μ = Δ₂/σ."""
+    _emit(
+        gaussian_calibration(epsilon, delta, sensitivity=sensitivity, analytic=analytic), as_json, "Gaussian"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `bound` and the `accounting` group to the iclaudit command."""
+    app.command("bound")(bound)
+    app.add_typer(accounting)
