@@ -1,0 +1,99 @@
+"""POST /v1/accounting/{synthetic-generation,gaussian}: the accounting calculators over HTTP (no audit stored)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, HTTPException
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.audit.accounting.gaussian import gaussian_calibration
+from app.audit.accounting.rdp import synthetic_generation_parameters
+
+router = APIRouter(prefix="/v1/accounting", tags=["accounting"])
+
+
+class SyntheticGenerationRequest(BaseModel):
+    """001 App. C: give all of temperature/clip/batch_size for their ε, or leave `solve_for`'s one out."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"target_epsilon": 1.0, "delta": 1e-5, "clip": 10, "batch_size": 50, "sequences": 50,
+                 "max_new_tokens": 40, "solve_for": "temperature"}
+            ]
+        },
+    )  # fmt: skip
+
+    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ of the RDP → (ε, δ) conversion.")
+    sequences: int = Field(default=50, ge=1, description="N_gen: synthetic texts generated.")
+    max_new_tokens: int = Field(default=40, ge=1, description="T_max: new tokens per text.")
+    target_epsilon: float | None = Field(default=None, gt=0, description="ε to reach (with solve_for).")
+    clip: float | None = Field(default=None, gt=0, description="c: logit clipping level.")
+    batch_size: int | None = Field(default=None, ge=1, description="s: one-shot prompts per batch.")
+    temperature: float | None = Field(default=None, gt=0, description="τ: sampling temperature.")
+    solve_for: Literal["temperature", "clip", "batch_size"] | None = Field(
+        default=None, description="The parameter to solve for target_epsilon (leave it null)."
+    )
+
+    @model_validator(mode="after")
+    def _complete(self) -> SyntheticGenerationRequest:
+        if self.solve_for is not None:
+            if getattr(self, self.solve_for) is not None:
+                raise ValueError(f"leave {self.solve_for} null: it is the parameter being solved")
+            if self.target_epsilon is None:
+                raise ValueError("target_epsilon is required with solve_for")
+        for name in ("temperature", "clip", "batch_size"):
+            if name != self.solve_for and getattr(self, name) is None:
+                raise ValueError(
+                    f"{name} is required" + (" (or name it in solve_for)" if not self.solve_for else "")
+                )
+        return self
+
+
+class SyntheticGenerationResult(BaseModel):
+    temperature: float
+    clip: float
+    batch_size: int
+    alpha: int = Field(description="The optimal Rényi order α* of Alg. 2.")
+    epsilon: float = Field(description="ε at δ of N_gen × T_max composed steps.")
+
+
+class GaussianRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"epsilon": 1.0, "delta": 1e-5, "sensitivity": 1.4142, "analytic": True}]
+        },
+    )
+
+    epsilon: float = Field(gt=0, description="ε of the mechanism.")
+    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ of the mechanism.")
+    sensitivity: float = Field(default=1.0, gt=0, description="L2 sensitivity Δ₂ (√2 for private voting).")
+    analytic: bool = Field(
+        default=False, description="Analytic Gaussian (Balle & Wang 2018) instead of classic."
+    )
+
+
+class GaussianResult(BaseModel):
+    sigma: float = Field(description="Noise standard deviation.")
+    mu: float = Field(description="The mechanism's GDP parameter μ = Δ₂/σ.")
+    method: Literal["classic", "analytic"]
+
+
+@router.post("/synthetic-generation", response_model=SyntheticGenerationResult)
+def synthetic_generation(body: SyntheticGenerationRequest) -> dict:
+    """ε of DP synthetic generation (001 App. C), or the temperature/clip/batch size reaching a target ε."""
+    try:
+        return synthetic_generation_parameters(**body.model_dump())
+    except ValueError as error:
+        raise HTTPException(status_code=422, detail=str(error)) from error
+
+
+@router.post("/gaussian", response_model=GaussianResult)
+def gaussian(body: GaussianRequest) -> dict:
+    """σ of the Gaussian mechanism for (ε, δ)-DP and its μ = Δ₂/σ."""
+    return gaussian_calibration(
+        body.epsilon, body.delta, sensitivity=body.sensitivity, analytic=body.analytic
+    )
