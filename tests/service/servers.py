@@ -245,7 +245,8 @@ def _template(dialect: str) -> str:
 
 
 def fresh_database(dialect: str, workdir: Path) -> str:
-    """The URL of a new database at the head revision (a copy of the session's template)."""
+    """The URL of an empty database at the head revision: a copy of the SQLite template, or the session's
+    one migrated Postgres database with every table truncated (faster here than CREATE DATABASE)."""
     template = _template(dialect)
     if dialect == "sqlite":
         target = workdir / "iclaudit.db"
@@ -253,13 +254,10 @@ def fresh_database(dialect: str, workdir: Path) -> str:
         return f"sqlite:///{target}"
     import psycopg
 
-    server_url = session_server("postgres").url
-    name = f"t_{os.urandom(6).hex()}"
-    with psycopg.connect(
-        server_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
-    ) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    return server_url.rsplit("/", 1)[0] + f"/{name}"
+    url = session_server("postgres").url.rsplit("/", 1)[0] + f"/{template}"
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute("TRUNCATE tenants, api_keys, audits, datasets CASCADE")
+    return url
 
 
 _cleanup: list[Path] = []
