@@ -91,12 +91,14 @@ def bound_from_scores(
 ) -> PrivacyBound:
     """The GDP lower bound (003 §2) of the test "score ≥ t", with t chosen by `strategy`."""
     s_in, s_out = _as_scores(scores_in, "scores_in"), _as_scores(scores_out, "scores_out")
-    area = auc(s_in, s_out)
     if _is_binary(s_in) and _is_binary(s_out):
-        counts = _counts_at(np.sort(s_in), np.sort(s_out), 1.0)
+        tp, fp = int(s_in.sum()), int(s_out.sum())
+        counts = Counts(tp=tp, fn=s_in.size - tp, fp=fp, tn=s_out.size - fp)
+        area = (1 + tp / s_in.size - fp / s_out.size) / 2  # AUC of a single decision
         return gdp_bound_from_counts(
             counts, confidence=confidence, delta=delta, threshold=1.0, threshold_strategy="decision", auc=area
         )
+    area = auc(s_in, s_out)
     alpha = (1 - confidence) / 2
     if isinstance(strategy, InSample):
         sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)
@@ -132,9 +134,9 @@ def bound_from_scores(
 def auc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
     """Area under the ROC curve = P(S_in > S_out) + ½ P(S_in = S_out) (Mann-Whitney), by sorted search."""
     s_in, s_out = _as_scores(scores_in, "scores_in"), _as_scores(scores_out, "scores_out")
-    sorted_out = np.sort(s_out)
-    below = np.searchsorted(sorted_out, s_in, side="left").sum(dtype=np.float64)
-    at_or_below = np.searchsorted(sorted_out, s_in, side="right").sum(dtype=np.float64)
+    sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)  # sorted queries keep searchsorted cache-friendly
+    below = np.searchsorted(sorted_out, sorted_in, side="left").sum(dtype=np.float64)
+    at_or_below = np.searchsorted(sorted_out, sorted_in, side="right").sum(dtype=np.float64)
     return float((below + at_or_below) / 2 / (s_in.size * s_out.size))
 
 
