@@ -1,0 +1,136 @@
+"""The real stack: PostgreSQL + Redis + `iclaudit worker` subprocesses (Celery, --pool=solo), the API in
+this process with the celery executor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from service.client import bound_request, long_mia_request, wait_for
+from service.servers import _die_with_parent, fresh_database
+
+from app.audit.kinds.registry import KINDS
+from app.config import Settings
+from app.jobs.executors import TASK_NAME
+from app.main import create_app
+
+pytestmark = [pytest.mark.postgres, pytest.mark.redis]
+ICLAUDIT = Path(sys.executable).parent / "iclaudit"
+
+
+@pytest.fixture
+def stack(postgres_server, redis_server, tmp_path: Path, data_dir: Path) -> Iterator[dict[str, str]]:
+    redis.Redis.from_url(redis_server.url).flushall()
+    env = {
+        "ICLAUDIT_DATABASE_URL": fresh_database("postgres", tmp_path),
+        "ICLAUDIT_BROKER_URL": redis_server.url,
+        "ICLAUDIT_EXECUTOR": "celery",
+        "ICLAUDIT_DATA_DIR": str(data_dir),
+        "ICLAUDIT_STATE_DIR": str(tmp_path),
+        "ICLAUDIT_AUTH_ENABLED": "false",
+        "ICLAUDIT_PRELOAD_MODELS": "false",
+        "ICLAUDIT_HEARTBEAT_SECONDS": "0.5",
+        "ICLAUDIT_STALE_AFTER_SECONDS": "3",
+        "ICLAUDIT_SWEEP_SECONDS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    yield env
+
+
+@pytest.fixture
+def start_worker(stack: dict[str, str], tmp_path: Path) -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+    """Start `iclaudit worker` and wait until Celery says it is ready."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(name: str) -> subprocess.Popen[bytes]:
+        log = tmp_path / f"{name}.log"
+        proc = subprocess.Popen(
+            [str(ICLAUDIT), "worker", "--loglevel", "INFO"],
+            env={**os.environ, **stack},
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: _die_with_parent(signal.SIGKILL),
+        )
+        started.append(proc)
+        deadline = time.monotonic() + 60
+        while b" ready." not in log.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"worker {name} did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.1)
+        proc.log = log  # type: ignore[attr-defined]
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def api(stack: dict[str, str]) -> Iterator[TestClient]:
+    settings = Settings(
+        **{k.removeprefix("ICLAUDIT_").lower(): v for k, v in stack.items() if k.startswith("ICLAUDIT_")}
+    )
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def test_celery_worker_runs_a_bound_audit(api: TestClient, start_worker) -> None:
+    start_worker("w1")
+    ready = api.get("/readyz").json()
+    assert ready["checks"] == {"database": "ok", "broker": "ok"}
+    audit = api.post("/v1/audits", json=bound_request()).json()
+    done = wait_for(api.get, audit["id"], timeout=60)
+    assert done["state"] == "SUCCEEDED" and done["attempt"] == 1, done["error"]
+    assert api.get(f"/v1/audits/{audit['id']}/result").json() == done["result"]
+
+
+@pytest.mark.skipif("mia" not in KINDS, reason="needs the long-running mia kind")
+def test_sigkilled_worker_audit_finishes_once_on_a_new_worker_with_the_same_result(
+    api: TestClient, start_worker
+) -> None:
+    request = long_mia_request(trials=400_000, seed=11)
+    first = start_worker("w1")
+    audit = api.post("/v1/audits", json=request).json()
+    running = wait_for(api.get, audit["id"], ("RUNNING",), timeout=60)
+    assert running["attempt"] == 1
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+
+    second = start_worker("w2")
+    done = wait_for(api.get, audit["id"], timeout=120)
+    assert done["state"] == "SUCCEEDED", done["error"]
+    assert done["attempt"] == 2  # claimed once more, by the new worker, after the heartbeat went stale
+
+    # the broker's late redelivery of the original message finds the audit finished and changes nothing
+    from workers.celery_app import create_celery
+
+    create_celery(Settings(broker_url=api.app.state.settings.broker_url)).send_task(
+        TASK_NAME, args=[audit["id"]]
+    )
+    deadline = time.monotonic() + 30
+    while b"not claimed" not in second.log.read_bytes() and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.2)
+    after = api.get(f"/v1/audits/{audit['id']}").json()
+    assert (after["attempt"], after["finished_at"], after["result"]) == (
+        2,
+        done["finished_at"],
+        done["result"],
+    )
+
+    # the same request, run from scratch on the new worker, gives the same seeded result
+    again = api.post("/v1/audits", json=request).json()
+    assert wait_for(api.get, again["id"], timeout=120)["result"] == done["result"]
