@@ -17,12 +17,12 @@ def audit(ctx, **body):
 
 
 @pytest.mark.parametrize("epsilon", [1, 2, 4, 8])
-def test_white_box_analytic_audit_is_tight(oracle_ctx, epsilon) -> None:
-    """003 Fig. 5: ε_emp/ε_theory ≥ 0.9, T = 4, 400K trials, split threshold. Seed 1; with seeds 0 and 2
-    the split strategy's threshold choice gives 0.8999 (ε=1, seed 0), 0.54 (ε=4) and 0.76 (ε=8, seed 2)."""
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_white_box_analytic_audit_is_tight(oracle_ctx, epsilon, seed) -> None:
+    """003 Fig. 5: ε_emp/ε_theory ≥ 0.9, T = 4, 400K trials, split threshold, on every seed tried."""
     r = audit(
         oracle_ctx,
-        seed=1,
+        seed=seed,
         epsilon=epsilon,
         mechanism={"calibration": "analytic"},
         attack={"threat_model": "white_box"},
