@@ -40,7 +40,7 @@ LLM_ENGINES = ("transformers", "vllm", "openai", "oracle")
 EMBEDDER_ENGINES = ("sentence-transformers", "openai")
 
 
-class UnknownModel(KeyError):  # noqa: N818 - the name reads as the condition
+class UnknownModel(KeyError):
     """No model (or embedder) of that name is registered."""
 
     def __init__(self, name: str, known: list[str]) -> None:
