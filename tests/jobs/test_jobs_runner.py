@@ -1,0 +1,150 @@
+"""The runner, its progress callback and the sweep, on both dialects, with real kinds."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from service.client import bound_request, long_mia_request, wait_for
+from sqlalchemy import update
+
+from app.audit.kinds.registry import kind_module
+from app.audit.runtime import AuditCancelled, RunContext
+from app.config import Settings
+from app.db import repository
+from app.db.engine import make_engine, make_session_factory
+from app.db.models import Audit, AuditState, utcnow
+from app.jobs.executors import InlineExecutor
+from app.jobs.progress import ClaimLost, DbProgress, DeadlineExceeded
+from app.jobs.runner import run_audit
+from app.main import create_app
+
+
+@pytest.fixture
+def db(database_url: str, tmp_path: Path, data_dir: Path):
+    engine = make_engine(database_url)
+    sessions = make_session_factory(engine)
+    settings = Settings(
+        database_url=database_url,
+        state_dir=tmp_path,
+        data_dir=data_dir,
+        heartbeat_seconds=0.2,
+        stale_after_seconds=2,
+        sweep_seconds=0.5,
+        auth_enabled=False,
+        preload_models=False,
+    )
+    with sessions.begin() as s:
+        tenant_id = repository.get_or_create_tenant(s, "default").id
+    yield sessions, settings, tenant_id
+    engine.dispose()
+
+
+def _add(sessions, tenant_id: str, request: dict) -> str:
+    with sessions.begin() as s:
+        return repository.add_audit(s, tenant_id=tenant_id, kind=request["kind"], request=request).id
+
+
+def test_runner_stores_exactly_what_the_kind_returns_once(db) -> None:
+    sessions, settings, tenant_id = db
+    request = bound_request(seed=5)
+    audit_id = _add(sessions, tenant_id, request)
+    assert run_audit(audit_id, session_factory=sessions, settings=settings) == AuditState.SUCCEEDED
+    module = kind_module("bound")
+    expected = module.run(module.Request.model_validate(request), RunContext())
+    with sessions() as s:
+        audit = s.get(Audit, audit_id)
+        assert audit.result == expected and audit.attempt == 1 and audit.progress_fraction == 1.0
+    assert run_audit(audit_id, session_factory=sessions, settings=settings) is None  # finished: not re-run
+    with sessions() as s:
+        assert s.get(Audit, audit_id).attempt == 1
+
+
+def _claimed(sessions, tenant_id: str) -> tuple[str, int]:
+    audit_id = _add(sessions, tenant_id, bound_request())
+    with sessions.begin() as s:
+        attempt = repository.claim_audit(s, audit_id=audit_id, stale_before=utcnow())
+    return audit_id, attempt
+
+
+def test_progress_is_written_throttled_and_stops_on_cancel(db) -> None:
+    sessions, _, tenant_id = db
+    audit_id, attempt = _claimed(sessions, tenant_id)
+    progress = DbProgress(
+        session_factory=sessions, audit_id=audit_id, attempt=attempt, max_seconds=60, min_interval=0.2
+    )
+    progress("collect", 0.25, "first batch")
+    progress("collect", 0.5, "within the interval: not written")
+    with sessions() as s:
+        audit = s.get(Audit, audit_id)
+        assert (audit.progress_stage, audit.progress_fraction, audit.progress_message) == (
+            "collect",
+            0.25,
+            "first batch",
+        )
+        assert audit.progress_eta_seconds is not None and audit.progress_eta_seconds >= 0
+    progress("bound", 0.9)  # a new stage is written at once
+    with sessions() as s:
+        assert s.get(Audit, audit_id).progress_stage == "bound"
+    with sessions.begin() as s:
+        s.execute(update(Audit).where(Audit.id == audit_id).values(cancel_requested=True))
+    with pytest.raises(AuditCancelled):
+        progress("cancel me", 0.95)
+
+
+def test_progress_stops_past_the_deadline_and_after_losing_the_claim(db) -> None:
+    sessions, _, tenant_id = db
+    audit_id, attempt = _claimed(sessions, tenant_id)
+    with pytest.raises(DeadlineExceeded):
+        DbProgress(session_factory=sessions, audit_id=audit_id, attempt=attempt, max_seconds=0)("x", 0.1)
+    progress = DbProgress(session_factory=sessions, audit_id=audit_id, attempt=attempt, max_seconds=60)
+    with sessions.begin() as s:  # presumed dead and taken over by attempt 2
+        s.execute(update(Audit).values(heartbeat_at=utcnow() - timedelta(hours=1)))
+        assert repository.claim_audit(s, audit_id=audit_id, stale_before=utcnow()) == attempt + 1
+    with pytest.raises(ClaimLost):
+        progress("x", 0.2)
+
+
+def test_unknown_uploaded_dataset_fails_with_a_message(db) -> None:
+    sessions, settings, tenant_id = db
+    audit_id = _add(sessions, tenant_id, long_mia_request(trials=1000) | {"dataset": "f" * 32})
+    assert run_audit(audit_id, session_factory=sessions, settings=settings) == AuditState.FAILED
+    with sessions() as s:
+        error = s.get(Audit, audit_id).error
+    assert error["code"] == "AUDIT_ERROR" and "unknown dataset" in error["message"]
+
+
+def test_sweep_reruns_an_audit_whose_process_died(db) -> None:
+    sessions, settings, tenant_id = db
+    audit_id = _add(sessions, tenant_id, bound_request())
+    with sessions.begin() as s:  # a runner claimed it, then its process died: no heartbeat since
+        s.execute(
+            update(Audit).values(
+                state=AuditState.RUNNING, attempt=1, heartbeat_at=utcnow() - timedelta(minutes=5)
+            )
+        )
+    with TestClient(create_app(settings)) as client:
+        done = wait_for(client.get, audit_id, timeout=30)
+    assert done["state"] == "SUCCEEDED" and done["attempt"] == 2
+
+
+def test_shutdown_returns_a_running_inline_audit_to_pending(db) -> None:
+    sessions, settings, tenant_id = db
+    audit_id = _add(sessions, tenant_id, long_mia_request())
+    executor = InlineExecutor(session_factory=sessions, settings=settings)
+    executor.submit(audit_id)
+    deadline = time.monotonic() + 60
+    while True:
+        with sessions() as s:
+            audit = s.get(Audit, audit_id)
+            if audit.state == AuditState.RUNNING and audit.progress_fraction > 0:
+                break
+        assert time.monotonic() < deadline, "the audit never started"
+        time.sleep(0.05)
+    executor.close()
+    with sessions() as s:
+        audit = s.get(Audit, audit_id)
+        assert (audit.state, audit.enqueued_at, audit.result) == (AuditState.PENDING, None, None)
