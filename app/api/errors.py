@@ -77,7 +77,12 @@ def _sentence(err: dict[str, Any], path: str) -> str:
         return f"kind is required; use one of: {', '.join(KINDS)}."
     if kind == "json_invalid":
         return f"The request body is not valid JSON ({ctx.get('error', msg)})."
-    return f"{field}: {msg[0].lower() + msg[1:]}." if msg else f"{path} is invalid."
+    if kind == "value_error" and "error" in ctx:
+        msg = str(ctx["error"])
+    msg = msg.rstrip(".")
+    if path == "$":
+        return f"{msg[0].upper() + msg[1:]}."
+    return f"{field}: {msg[0].lower() + msg[1:]}."
 
 
 def validation_details(errors: list[dict[str, Any]]) -> list[FieldViolation]:

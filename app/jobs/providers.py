@@ -65,7 +65,6 @@ class TenantDatasets:
 
     def load(self, name: str) -> Dataset:
         from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME, load_builtin
-        from app.datasets.validate import DatasetValidationError, parse_dataset
 
         if name in BUILTIN_NAMES or name == SYNTHETIC_NAME:
             return load_builtin(name, self._data_dir)
@@ -76,6 +75,8 @@ class TenantDatasets:
                     f"unknown dataset {name!r}: not a built-in name nor one of your uploaded ids"
                 )
             content, fmt, ds_name = row.content, row.format, row.name
+        from app.datasets.validate import DatasetValidationError, parse_dataset
+
         try:
             return parse_dataset(content, fmt=fmt, name=ds_name, max_rows=self._max_rows)
         except DatasetValidationError as exc:
