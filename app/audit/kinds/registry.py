@@ -11,8 +11,8 @@ from types import ModuleType
 KINDS: dict[str, str] = {
     "bound": "app.audit.kinds.bound",
     "mia": "app.audit.kinds.mia",
-    # "iclinf": "app.audit.kinds.iclinf",
-    # "synthetic_generation": "app.audit.kinds.synthetic_generation",
+    "iclinf": "app.audit.kinds.iclinf",
+    "synthetic_generation": "app.audit.kinds.synthetic_generation",
 }
 
 

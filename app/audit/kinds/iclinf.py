@@ -1,0 +1,177 @@
+"""`kind: "iclinf"` — the data-dependent privacy loss of ICL exemplars (001 §3 Eq. 4, §4, App. B, E.1).
+
+For each of m test queries (drawn without replacement) k exemplars are drawn from the training set
+without replacement, fresh per query. The k + 1 prompts (all k, and each one removed) share the
+instruction prefix and are scored in one engine call; the loss of position i is
+max_y |log A(S, x') − log A(S ∖ e_i, x')| over the label set (renormalized) or the full vocabulary,
+optionally calibrated by the content-free distribution of the same exemplars (001 App. B).
+
+    python -m app.audit.kinds.iclinf examples/iclinf-agnews.json
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from app.audit.iclinf import calibrate, leave_one_out_losses, renormalize, summarize
+from app.audit.kinds.base import AuditRequestBase
+from app.audit.runtime import AuditError, RunContext
+from app.audit.templates import BUILTIN_TEMPLATES, ClassificationTemplate, custom_template, resolve_template
+from app.datasets.types import Example
+from app.engines.protocol import LLMEngine
+
+CONTENT_FREE_QUERY = ""
+"""The query of the content-free input (001 App. B: the template with the content left blank)."""
+
+
+class Request(AuditRequestBase):
+    kind: Literal["iclinf"] = "iclinf"
+    dataset: str = Field(description="Classification dataset (built-in name or uploaded id).")
+    model: str = Field(description="Registered model name (GET /v1/models).")
+    shots: int = Field(default=4, ge=1, le=32, description="k: exemplars per prompt, drawn fresh per query.")
+    queries: int = Field(
+        default=500, ge=1, le=10_000, description="m: test queries, drawn without replacement."
+    )
+    output_space: Literal["labels", "vocabulary"] = Field(
+        default="labels",
+        description="labels: renormalized over the label set (001 §4.2); vocabulary: the full next-token "
+        "distribution (001 App. E.1).",
+    )
+    calibration: bool = Field(
+        default=False, description="Divide by the content-free distribution and renormalize (001 App. B)."
+    )
+    template: str | None = Field(
+        default=None,
+        description="None: 001 Table 2 for ag_news/dbpedia14/trec, else generic; a built-in name "
+        "(ag_news, dbpedia14, trec, generic); or a custom string with {examples} and {query}.",
+    )
+    example_format: str | None = Field(
+        default=None,
+        description="Custom templates only: how one exemplar is written, with {text} and {label} "
+        "(default 'Input: {text}\\nOutput: {label}').",
+    )
+
+    @model_validator(mode="after")
+    def _check_template(self) -> Request:
+        custom = self.template is not None and self.template not in {*BUILTIN_TEMPLATES, "generic"}
+        if self.example_format is not None and not custom:
+            raise ValueError("example_format applies only to a custom template (one with {examples}/{query})")
+        if custom:
+            custom_template(self.template or "", self.example_format or "Input: {text}\nOutput: {label}")
+        return self
+
+
+EXAMPLE: dict = {
+    "kind": "iclinf",
+    "dataset": "ag_news",
+    "model": "smollm2-135m-instruct",
+    "shots": 4,
+    "queries": 50,
+    "output_space": "labels",
+    "calibration": False,
+    "seed": 0,
+}
+
+
+def leave_one_out_prompts(
+    template: ClassificationTemplate, exemplars: Sequence[Example], query: str
+) -> list[str]:
+    """The k + 1 prompts of one query: all k exemplars first, then exemplar i removed for i = 0..k−1."""
+    sets = [list(exemplars)] + [[e for j, e in enumerate(exemplars) if j != i] for i in range(len(exemplars))]
+    return [template.render(s, query) for s in sets]
+
+
+def score(engine: LLMEngine, prompts: Sequence[str], output_space: str, words: Sequence[str]) -> np.ndarray:
+    """log A(·) for each prompt: label-sequence logprobs renormalized over `words`, or the full
+    next-token log-distribution. Shape (len(prompts), Y).
+
+    All prompts go to the engine in one call, so they share the instruction prefix (one batched pass);
+    with multi-token labels each prompt gets its own call instead, so that its label continuations
+    share the whole prompt as prefix rather than each re-reading it.
+    """
+    if output_space == "labels":
+        if _single_token_labels(engine, words):
+            return renormalize(engine.label_logprobs(list(prompts), list(words)))
+        return renormalize(np.vstack([engine.label_logprobs([p], list(words)) for p in prompts]))
+    dists = engine.next_token_logprobs(list(prompts), top_k="all")
+    return renormalize(np.stack([d.logprobs for d in dists]))
+
+
+def _single_token_labels(engine: LLMEngine, words: Sequence[str]) -> bool:
+    """Whether every label is one token (engines without a tokenizer count as yes)."""
+    encode = getattr(engine, "encode", None)
+    return encode is None or all(len(encode(w)) == 1 for w in words)
+
+
+def run(request: Request, ctx: RunContext) -> dict:
+    if ctx.engines is None or ctx.datasets is None:
+        raise AuditError("iclinf needs an engine and a dataset provider")
+    dataset = ctx.datasets.load(request.dataset)
+    if dataset.task != "classification" or len(dataset.labels) < 2:
+        raise AuditError(f"dataset {request.dataset!r} is not a classification dataset with ≥ 2 labels")
+    if len(dataset.train) < request.shots:
+        raise AuditError(f"shots={request.shots} exceeds the {len(dataset.train)} training examples")
+    if len(dataset.test) < request.queries:
+        raise AuditError(f"queries={request.queries} exceeds the {len(dataset.test)} test examples")
+    template = resolve_template(request.template, request.dataset, dataset.labels, request.example_format)
+    words = template.words(dataset.labels)
+    label_index = {label: i for i, label in enumerate(dataset.labels)}
+    engine = ctx.engines.llm(request.model)
+    passes_before = engine.counters.forward_passes
+
+    rng = np.random.default_rng(request.seed)
+    query_ids = rng.choice(len(dataset.test), size=request.queries, replace=False)
+    k, m = request.shots, request.queries
+    losses = np.empty((m, k))
+    correct = 0
+    for j, q in enumerate(query_ids):
+        exemplars = [dataset.train[i] for i in rng.choice(len(dataset.train), size=k, replace=False)]
+        query = dataset.test[int(q)]
+        prompts = leave_one_out_prompts(template, exemplars, query.text)
+        logp = score(engine, prompts, request.output_space, words)
+        if request.calibration:
+            content_free = leave_one_out_prompts(template, exemplars, CONTENT_FREE_QUERY)
+            logp = calibrate(logp, score(engine, content_free, request.output_space, words))
+        losses[j] = leave_one_out_losses(logp[0], logp[1:])
+        if request.output_space == "labels":
+            label_logp = logp[0]
+        else:
+            label_logp = score(engine, prompts[:1], "labels", words)[0]
+            if request.calibration:
+                label_logp = calibrate(label_logp, score(engine, content_free[:1], "labels", words)[0])
+        correct += int(np.argmax(label_logp)) == label_index.get(query.label or "", -1)
+        ctx.progress("iclinf", (j + 1) / m, f"query {j + 1}/{m}")
+
+    summary = summarize(losses)
+    forward_passes = engine.counters.forward_passes - passes_before
+    if ctx.on_counters is not None:
+        ctx.on_counters({"forward_passes": forward_passes})
+    return {
+        "kind": "iclinf",
+        "dataset": request.dataset,
+        "model": request.model,
+        "shots": k,
+        "queries": m,
+        "output_space": request.output_space,
+        "calibration": request.calibration,
+        "template": request.template
+        or (request.dataset if request.dataset in BUILTIN_TEMPLATES else "generic"),
+        "labels": list(words),
+        "iclinf": summary.iclinf,
+        "iclinf_std": summary.iclinf_std,
+        "per_position": list(summary.per_position),
+        "per_query": list(summary.per_query),
+        "accuracy": correct / m,
+        "llm_forward_passes": forward_passes,
+        "forward_passes_per_query": forward_passes / m,
+    }
+
+
+if __name__ == "__main__":
+    from app.audit.local import main
+
+    raise SystemExit(main())

@@ -1,0 +1,188 @@
+"""`kind: "synthetic_generation"` — audit DP synthetic text generation (Amin et al. 2024; 001 §5, App. C).
+
+A batch D of s one-shot prompts (001 Table 3, one private example each, all with the same label) drives
+Alg. 1: per step the clipped next-token logits are averaged and the token is sampled from softmax(z̄/τ);
+N_gen sequences of up to T_max tokens. Theory: (c, s, τ, N_gen, T_max, δ) → (ε_theory, α*) by Eq. 8 /
+EM bound, N_gen·T_max-fold composition and Alg. 2; with `target_epsilon` the missing one of τ, c, s is
+solved (Alg. 3). Audit: the per-step data-dependent RDP at α* (Eq. 7, same clipped logits, no extra
+forward passes), summed over all generated tokens, Thm C.8, ×2 (Thm C.9) → ε_empirical.
+
+    python -m app.audit.kinds.synthetic_generation examples/synthgen-eps1.json
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from app.audit.accounting import rdp
+from app.audit.kinds.base import AuditRequestBase
+from app.audit.runtime import AuditError, RunContext
+from app.audit.synthetic import generate_private_sequence
+from app.audit.templates import generation_prompt
+
+SOLVABLE = ("temperature", "clip", "batch_size")
+
+
+class Request(AuditRequestBase):
+    kind: Literal["synthetic_generation"] = "synthetic_generation"
+    dataset: str = Field(
+        default="ag_news", description="Labelled dataset whose training texts are the private examples."
+    )
+    model: str = Field(description="Registered model name (GET /v1/models).")
+    label: str = Field(
+        default="Sports", description="The fixed label: private examples and generated texts have it."
+    )
+    batch_size: int | None = Field(default=50, ge=2, le=1000, description="s: one-shot prompts per batch.")
+    clip: float | None = Field(default=10.0, gt=0, description="c: logit clipping level.")
+    temperature: float | None = Field(default=None, gt=0, description="τ: sampling temperature.")
+    target_epsilon: float | None = Field(
+        default=None,
+        gt=0,
+        description="Solve the one of temperature/clip/batch_size left null so ε_theory = this.",
+    )
+    sequences: int = Field(default=50, ge=1, le=1000, description="N_gen: synthetic texts generated.")
+    max_new_tokens: int = Field(default=40, ge=1, le=512, description="T_max: new tokens per text.")
+    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ of the (ε, δ)-DP conversion.")
+
+    @model_validator(mode="after")
+    def _check_parameters(self) -> Request:
+        missing = [name for name in SOLVABLE if getattr(self, name) is None]
+        if self.target_epsilon is None and missing:
+            raise ValueError(
+                f"{missing[0]} is required unless target_epsilon is given (then leave exactly one null)"
+            )
+        if self.target_epsilon is not None and len(missing) != 1:
+            raise ValueError(
+                "with target_epsilon leave exactly one of temperature, clip, batch_size null (the one to solve); "
+                f"null now: {missing or 'none'}"
+            )
+        return self
+
+
+EXAMPLE: dict = {
+    "kind": "synthetic_generation",
+    "dataset": "ag_news",
+    "model": "smollm2-135m-instruct",
+    "label": "Sports",
+    "batch_size": 10,
+    "clip": 10.0,
+    "temperature": None,
+    "target_epsilon": 1.0,
+    "sequences": 2,
+    "max_new_tokens": 8,
+    "delta": 1e-5,
+    "seed": 0,
+}
+
+
+def theory(request: Request) -> dict[str, float]:
+    """(τ, c, s, α*, ε_theory): solve the missing parameter from target_epsilon (Alg. 3) or account (Alg. 2)."""
+    common = {
+        "delta": request.delta,
+        "sequences": request.sequences,
+        "max_new_tokens": request.max_new_tokens,
+    }
+    tau, clip, s = request.temperature, request.clip, request.batch_size
+    if request.target_epsilon is not None:
+        if tau is None:
+            tau, alpha, eps = rdp.solve_temperature(
+                target_epsilon=request.target_epsilon, clip=clip, batch_size=s, **common
+            )
+        elif clip is None:
+            clip, alpha, eps = rdp.solve_clip(
+                target_epsilon=request.target_epsilon, temperature=tau, batch_size=s, **common
+            )
+        else:
+            s, alpha, eps = rdp.solve_batch_size(
+                target_epsilon=request.target_epsilon, clip=clip, temperature=tau, **common
+            )
+    else:
+        eps, alpha = rdp.synthetic_generation_epsilon(clip=clip, batch_size=s, temperature=tau, **common)
+    return {
+        "temperature": float(tau),
+        "clip": float(clip),
+        "batch_size": int(s),
+        "alpha": float(alpha),
+        "epsilon": float(eps),
+    }
+
+
+def run(request: Request, ctx: RunContext) -> dict:
+    if ctx.engines is None or ctx.datasets is None:
+        raise AuditError("synthetic_generation needs an engine and a dataset provider")
+    params = theory(request)
+    s, alpha = params["batch_size"], params["alpha"]
+    dataset = ctx.datasets.load(request.dataset)
+    private = [e for e in dataset.train if e.label == request.label]
+    if len(private) < s:
+        raise AuditError(
+            f"dataset {request.dataset!r} has {len(private)} training examples labelled {request.label!r}; "
+            f"batch_size={s} needs at least that many"
+        )
+    engine = ctx.engines.llm(request.model)
+    passes_before = engine.counters.forward_passes
+    rng = np.random.default_rng(request.seed)
+    batch = [private[i] for i in rng.choice(len(private), size=s, replace=False)]
+    prompts = [generation_prompt(e.text, request.label) for e in batch]
+    stop = frozenset(getattr(engine, "stop_token_ids", ()) or ())
+
+    n, t_max = request.sequences, request.max_new_tokens
+    texts: list[str] = []
+    step_losses: list[list[float]] = []
+    for i in range(n):
+
+        def on_token(t: int, i: int = i) -> None:
+            ctx.progress(
+                "generate", (i * t_max + t + 1) / (n * t_max), f"sequence {i + 1}/{n}, token {t + 1}"
+            )
+
+        seq = generate_private_sequence(
+            engine,
+            prompts,
+            clip=params["clip"],
+            temperature=params["temperature"],
+            max_new_tokens=t_max,
+            alpha=alpha,
+            rng=rng,
+            stop_token_ids=stop,
+            on_token=on_token,
+        )
+        texts.append(seq.text)
+        step_losses.append(list(seq.step_losses))
+
+    total_rdp = float(sum(sum(series) for series in step_losses))
+    epsilon_empirical = float(rdp.data_dependent_epsilon(total_rdp, alpha, request.delta))
+    forward_passes = engine.counters.forward_passes - passes_before
+    if ctx.on_counters is not None:
+        ctx.on_counters({"forward_passes": forward_passes})
+    return {
+        "kind": "synthetic_generation",
+        "dataset": request.dataset,
+        "model": request.model,
+        "label": request.label,
+        "batch_size": s,
+        "clip": params["clip"],
+        "temperature": params["temperature"],
+        "sequences": n,
+        "max_new_tokens": t_max,
+        "delta": request.delta,
+        "target_epsilon": request.target_epsilon,
+        "epsilon_theory": params["epsilon"],
+        "alpha": alpha,
+        "total_rdp": total_rdp,
+        "epsilon_empirical": epsilon_empirical,
+        "ratio": epsilon_empirical / params["epsilon"],
+        "generated_tokens": sum(len(series) for series in step_losses),
+        "step_losses": step_losses,
+        "texts": texts,
+        "llm_forward_passes": forward_passes,
+    }
+
+
+if __name__ == "__main__":
+    from app.audit.local import main
+
+    raise SystemExit(main())
