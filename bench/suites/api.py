@@ -1,0 +1,86 @@
+"""Service spine speed on the embedded default (SQLite file, inline executor, auth on), in process
+through the ASGI app: request latencies, a `bound` audit end to end, and authentication with the
+process's verified-key memo against scrypt on every request (the baseline, same run)."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from app.audit.kinds.registry import kind_module
+from app.config import Settings
+from app.db import repository
+from app.db.engine import make_engine, make_session_factory
+from app.db.migrate import upgrade
+from app.main import create_app
+
+REPEATS = 200
+
+
+def _median_ms(call: Callable[[], object], repeats: int = REPEATS) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times)
+
+
+def _wait(client: TestClient, audit_id: str) -> None:
+    while client.get(f"/v1/audits/{audit_id}").json()["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+        time.sleep(0.001)
+
+
+def run() -> Iterator[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(state_dir=Path(tmp), auth_enabled=True, preload_models=False)
+        upgrade(settings.sqlalchemy_url)
+        engine = make_engine(settings.sqlalchemy_url)
+        with make_session_factory(engine).begin() as session:
+            key = repository.create_api_key(session, "bench")[1]
+        engine.dispose()
+        body = kind_module("bound").EXAMPLE
+        with TestClient(create_app(settings)) as client:
+            client.headers["Authorization"] = f"Bearer {key}"
+            audit_id = client.post("/v1/audits", json=body).json()["id"]
+            _wait(client, audit_id)
+
+            yield {
+                "name": "get_audit_p50",
+                "value": _median_ms(lambda: client.get(f"/v1/audits/{audit_id}")),
+                "unit": "ms",
+            }
+            yield {
+                "name": "list_audits_p50",
+                "value": _median_ms(lambda: client.get("/v1/audits?page_size=50")),
+                "unit": "ms",
+            }
+
+            start = time.perf_counter()
+            for _ in range(50):
+                _wait(client, client.post("/v1/audits", json=body).json()["id"])
+            yield {
+                "name": "bound_audit_end_to_end",
+                "value": 1000 * (time.perf_counter() - start) / 50,
+                "unit": "ms",
+            }
+
+            memo = _median_ms(lambda: client.get("/v1/audits?page_size=1"), 50)
+
+            def cold() -> None:
+                repository._verified.clear()
+                client.get("/v1/audits?page_size=1")
+
+            scrypt_each_time = _median_ms(cold, 50)
+            yield {
+                "name": "authenticated_request_p50",
+                "value": memo,
+                "unit": "ms",
+                "baseline": scrypt_each_time,
+                "ratio": scrypt_each_time / memo,
+            }
