@@ -1,4 +1,4 @@
-"""/v1/datasets: upload a JSONL/CSV file (multipart, field `file`, optional `name`) or JSON rows; list,
+"""/v1/datasets: upload a JSONL, CSV or JSON file (multipart, field `file`, optional `name`) or JSON rows; list,
 read, delete. Parsed by app.datasets.validate; nothing is stored when a line is bad (422 names it)."""
 
 from __future__ import annotations
@@ -27,9 +27,13 @@ _UPLOAD_DOC: dict[str, Any] = {
                     "type": "object",
                     "required": ["file"],
                     "properties": {
-                        "file": {"type": "string", "format": "binary", "description": ".jsonl or .csv"},
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": ".jsonl, .csv or .json",
+                        },
                         "name": {"type": "string"},
-                        "format": {"type": "string", "enum": ["jsonl", "csv"]},
+                        "format": {"type": "string", "enum": ["jsonl", "csv", "json"]},
                     },
                 }
             },
@@ -50,11 +54,11 @@ _UPLOAD_DOC: dict[str, Any] = {
 
 def _format_of(filename: str, given: str | None) -> str:
     fmt = (given or filename.rsplit(".", 1)[-1]).lower()
-    if fmt not in ("jsonl", "csv"):
+    if fmt not in ("jsonl", "csv", "json"):
         raise ApiError(
             422,
-            f"Cannot tell the format of {filename!r}: name it .jsonl or .csv, or send `format`.",
-            [FieldViolation(path="format", message="use jsonl or csv")],
+            f"Cannot tell the format of {filename!r}: name it .jsonl, .csv or .json, or send `format`.",
+            [FieldViolation(path="format", message="use jsonl, csv or json")],
         )
     return fmt
 
@@ -111,15 +115,17 @@ async def upload_dataset(
     from app.datasets.validate import DatasetValidationError, parse_dataset
 
     content, fmt, name = await _read_upload(request, settings.upload_max_bytes)
+    from_rows = request.headers.get("content-type", "").startswith("application/json")
     try:
         dataset = parse_dataset(content, fmt=fmt, name=name, max_rows=settings.upload_max_rows)
     except DatasetValidationError as exc:
-        where = f"line {exc.line}" if exc.line else "the file"
-        path = (
-            f"line {exc.line}" + (f".{exc.field}" if exc.field else "") if exc.line else (exc.field or "file")
-        )
-        message = f"{where}: {exc.message}"
-        raise ApiError(422, message, [FieldViolation(path=path, message=message)]) from exc
+        if from_rows and exc.line:  # JSON rows: line N is rows[N-1]
+            path = f"$.rows[{exc.line - 1}]" + (f".{exc.field}" if exc.field else "")
+        else:
+            path = "file" + (f":{exc.line}" if exc.line else "")
+        raise ApiError(
+            422, f"The dataset was not stored: {exc}.", [FieldViolation(path=path, message=str(exc))]
+        ) from exc
     row = repository.add_dataset(
         session,
         tenant_id=tenant.id,

@@ -31,11 +31,11 @@ class Conflict(Exception):
 
 
 def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
+    if repository.get_dataset(session, tenant_id=tenant_id, dataset_id=name) is not None:
+        return True
     from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME
 
-    if name in BUILTIN_NAMES or name == SYNTHETIC_NAME:
-        return True
-    return repository.get_dataset(session, tenant_id=tenant_id, dataset_id=name) is not None
+    return name in BUILTIN_NAMES or name == SYNTHETIC_NAME
 
 
 def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings) -> None:

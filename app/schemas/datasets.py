@@ -24,7 +24,7 @@ class DatasetResource(BaseModel):
 
     id: str = Field(description="Use it as `dataset` in an audit request.")
     name: str
-    format: Literal["jsonl", "csv"]
+    format: Literal["jsonl", "csv", "json"]
     task: str
     labels: list[str]
     n_train: int
