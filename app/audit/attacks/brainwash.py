@@ -9,7 +9,7 @@ from app.audit.attacks.base import AttackOptions, AuditQuery
 from app.audit.attacks.gap import label_query
 from app.datasets.types import Dataset, Example
 
-MECHANISMS = frozenset({"private_voting", "none", "prompt_defense", "http_endpoint"})
+MECHANISMS = frozenset({"private_voting", "none", "prompt_defense"})
 INJECTIONS = 6
 
 

@@ -12,7 +12,7 @@ from app.audit.prompts import MISLABEL
 from app.audit.runtime import AuditError
 from app.datasets.types import Dataset, Example
 
-MECHANISMS = frozenset({"private_voting", "none", "prompt_defense", "http_endpoint"})
+MECHANISMS = frozenset({"private_voting", "none", "prompt_defense"})
 
 
 def label_query(canary: Example, dataset: Dataset, injected: tuple[Example, ...] = ()) -> AuditQuery:

@@ -11,7 +11,7 @@ from app.audit.attacks.base import AttackOptions, AuditQuery
 from app.audit.prompts import INQUIRY, INQUIRY_ANSWERS
 from app.datasets.types import Dataset, Example
 
-MECHANISMS = frozenset({"private_voting", "none", "prompt_defense", "http_endpoint"})
+MECHANISMS = frozenset({"private_voting", "none", "prompt_defense"})
 
 
 def build_query(

@@ -14,7 +14,7 @@ from app.audit.attacks.base import AttackOptions, AuditQuery
 from app.audit.prompts import DEFAULT_SIGNAL_TEXTS, SIGNAL_BLACK_BOX, SIGNAL_WHITE_BOX
 from app.datasets.types import Dataset, Example
 
-MECHANISMS = frozenset({"esa", "private_voting", "none", "prompt_defense", "http_endpoint"})
+MECHANISMS = frozenset({"esa", "private_voting", "none", "prompt_defense"})
 
 
 def build_query(

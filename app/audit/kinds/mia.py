@@ -11,7 +11,7 @@ Run it from a file: `python -m app.audit.kinds.mia examples/mia-oracle-eps1.json
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -21,12 +21,29 @@ from app.audit.contexts import build_contexts
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.mechanisms.base import CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
+from app.audit.mechanisms.http_endpoint import HttpEndpoint
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
 from app.audit.prompts import CONTEXTLEAK_CANARY
 from app.audit.runtime import AuditError, RunContext
 
 THREAT_MODELS = ("black_box", "white_box")
 _MEMORY_FLOATS = 4_000_000  # clean-statistic floats per chunk (~32 MB per array)
+
+
+class EndpointSpec(BaseModel):
+    """`http_endpoint`: where the deployed DP-ICL system listens and how to talk to it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://", description="The system's URL; each call is one POST.")
+    body: dict[str, Any] = Field(
+        default_factory=lambda: {"context": "{context}", "query": "{query}"},
+        description='JSON body template: "{context}" alone = list of exemplars; {context}/{query} in text.',
+    )
+    answer_path: str = Field(default="answer", min_length=1, description="JSON path to the answer text.")
+    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. auth).")
+    timeout_s: float = Field(default=10.0, gt=0, le=300)
+    retries: int = Field(default=2, ge=0, le=10, description="Retries on connection errors, 429, 5xx.")
 
 
 class MechanismSpec(BaseModel):
@@ -47,6 +64,14 @@ class MechanismSpec(BaseModel):
     )
     bug: str | None = Field(default=None, description=f"A planted bug: {', '.join(BUGS)}.")
     defense_level: int = Field(default=1, ge=1, le=3, description="prompt_defense: 002 B.1 level.")
+    max_words: int = Field(
+        default=4,
+        ge=1,
+        le=64,
+        description="KSA: distinct keywords kept per partition output (Δ₂ = √(2·max_words)).",
+    )
+    keywords: int = Field(default=1, ge=1, le=256, description="KSA: keywords released (top noisy counts).")
+    endpoint: EndpointSpec | None = Field(default=None, description="http_endpoint: the deployed system.")
 
     @field_validator("name")
     @classmethod
@@ -111,6 +136,23 @@ class Request(AuditRequestBase):
                 f"attack.name: {self.attack.name} cannot audit mechanism {self.mechanism.name!r} "
                 f"(it audits {', '.join(sorted(module.MECHANISMS))})"
             )
+        if self.mechanism.name == "http_endpoint":
+            if self.mechanism.endpoint is None:
+                raise ValueError(
+                    "mechanism.endpoint: http_endpoint needs an endpoint (url, body, answer_path)"
+                )
+            if self.attack.threat_model != "black_box":
+                raise ValueError(
+                    "attack.threat_model: a deployed endpoint is audited black-box only (it releases answers, "
+                    "not noisy votes); set threat_model to black_box"
+                )
+            if self.estimator != "direct":
+                raise ValueError(
+                    "estimator: an endpoint has no clean statistic to resample; every trial is a real call, "
+                    "so use direct (trials = calls per context)"
+                )
+        elif self.mechanism.endpoint is not None:
+            raise ValueError("mechanism.endpoint: only the http_endpoint mechanism takes an endpoint")
         if self.estimator == "exact" and self.mechanism.name != "private_voting":
             raise ValueError("estimator: exact exists for private_voting only")
         if self.estimator == "exact" and self.mechanism.bug:
@@ -171,7 +213,7 @@ def _direct_trials(mechanism, prompts_in, prompts_out, answers, source, release,
     scores = {"in": np.empty(n_trials), "out": np.empty(n_trials)}
     done = 0
     while done < n_trials:
-        size = min(max(1000, _MEMORY_FLOATS // width), n_trials - done)
+        size = min(mechanism.call_batch or max(1000, _MEMORY_FLOATS // width), n_trials - done)
         for side, prompts, rng in (("in", prompts_in, rngs[0]), ("out", prompts_out, rngs[1])):
             clean = mechanism.collect(prompts, answers, source, size, rng)
             width = max(1, int(np.prod(clean.shape[1:])))
@@ -203,12 +245,12 @@ def run(request: Request, ctx: RunContext) -> dict:
         canary=contexts.canary, dataset=dataset, spec=request.attack, rng=rng_attack
     )
     parts_in, parts_out = mechanism.partition(contexts, rng_part)
-    prompts_in = [mechanism.wrap(query.prompt(p)) for p in parts_in]
-    prompts_out = [mechanism.wrap(query.prompt(p)) for p in parts_out]
+    prompts_in = mechanism.audit_inputs(query, parts_in)
+    prompts_out = mechanism.audit_inputs(query, parts_out)
 
-    llm = ctx.engines.llm(request.model or "oracle")
+    llm = ctx.engines.llm(request.model or "oracle") if mechanism.needs_llm else None
     embedder = ctx.engines.embedder() if mechanism.needs_embedder else None
-    passes_before = llm.counters.forward_passes
+    passes_before = llm.counters.forward_passes if llm is not None else 0
     source = CleanSource(llm, embedder, seed=request.seed)
     mechanism.prepare(query, source)
     target = mechanism.binary_target(query, source)
@@ -244,18 +286,18 @@ def run(request: Request, ctx: RunContext) -> dict:
             else:
                 bounds[tm]["threshold"] = exact.best_threshold
     else:
-        n_clean = request.llm_calls
-        ctx.progress("collect C1", 0.0, f"{n_clean} clean statistics with the canary")
-        clean_in = mechanism.collect(prompts_in, query.answers, source, n_clean, rng_in)
-        ctx.progress("collect C0", 0.1, f"{n_clean} clean statistics without the canary")
-        clean_out = mechanism.collect(prompts_out, query.answers, source, n_clean, rng_out)
-        ctx.progress("simulate", 0.2, f"{request.trials} trials per context")
 
         def report(fraction: float) -> None:
             ctx.progress("simulate", 0.2 + 0.75 * fraction, f"{fraction:.0%} of the trials")
 
-        width = max(1, int(np.prod(clean_in.shape[1:])))
         if request.estimator == "bootstrap":
+            n_clean = request.llm_calls
+            ctx.progress("collect C1", 0.0, f"{n_clean} clean statistics with the canary")
+            clean_in = mechanism.collect(prompts_in, query.answers, source, n_clean, rng_in)
+            ctx.progress("collect C0", 0.1, f"{n_clean} clean statistics without the canary")
+            clean_out = mechanism.collect(prompts_out, query.answers, source, n_clean, rng_out)
+            ctx.progress("simulate", 0.2, f"{request.trials} trials per context")
+            width = max(1, int(np.prod(clean_in.shape[1:])))
             trials = bootstrap_trials(
                 clean_in,
                 clean_out,
@@ -265,7 +307,8 @@ def run(request: Request, ctx: RunContext) -> dict:
                 chunk_size=int(np.clip(_MEMORY_FLOATS // width, 1000, 50_000)),
                 progress=report,
             )
-        else:
+        else:  # direct: each trial collects its own clean statistic (C1 and C0 alike)
+            ctx.progress("simulate", 0.0, f"{request.trials} mechanism calls per context")
             trials = _direct_trials(
                 mechanism,
                 prompts_in,
@@ -296,7 +339,9 @@ def run(request: Request, ctx: RunContext) -> dict:
     else:
         result.update(epsilon_theory=None, mu_theory=None, epsilon_ceiling=None)
     result["violation"] = any(b["violation"] for b in bounds.values())
-    result["llm_forward_passes"] = llm.counters.forward_passes - passes_before
+    result["llm_forward_passes"] = llm.counters.forward_passes - passes_before if llm is not None else None
+    if isinstance(mechanism, HttpEndpoint):
+        result["endpoint_calls"] = mechanism.calls
     result["distinct_prompts"] = source.distinct_prompts
     result["llm_calls"] = request.llm_calls
     result["trials"] = request.trials if request.estimator != "exact" else None
@@ -307,7 +352,7 @@ def run(request: Request, ctx: RunContext) -> dict:
         from app.audit.utility import utility
 
         result["utility"] = utility(mechanism, dataset, parts_out, source, request.utility_queries, rng_util)
-    if ctx.on_counters is not None:
+    if ctx.on_counters is not None and llm is not None:
         ctx.on_counters(llm.counters.as_dict())
     ctx.progress("bound", 1.0, "done")
     return result

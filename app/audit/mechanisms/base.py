@@ -59,8 +59,8 @@ class Theory:
 
     epsilon: float
     delta: float
-    sigma: float
-    sensitivity: float
+    sigma: float | None  # None: unknown (a deployed endpoint's claim)
+    sensitivity: float | None
     mu: float
     epsilon_ceiling: float
     calibration: str
@@ -92,6 +92,14 @@ def calibrate(epsilon: float, delta: float, sensitivity: float, calibration: str
     return Theory(
         epsilon, delta, float(sigma), sensitivity, float(mu), float(epsilon_for_mu(mu, delta)), calibration
     )
+
+
+def claimed_theory(epsilon: float, delta: float) -> Theory:
+    """A black-box system's bare claim: its noise is unknown, so μ_theory = μ(ε, δ), the GDP μ whose
+    curve passes through the claimed (ε, δ), and the ceiling is the claim itself."""
+    from app.audit.accounting.gdp import mu_for_epsilon
+
+    return Theory(epsilon, delta, None, None, mu_for_epsilon(epsilon, delta), epsilon, "claimed")
 
 
 def label_distribution(logprobs: np.ndarray, temperature: float) -> np.ndarray:
@@ -183,8 +191,10 @@ class Mechanism(ABC):
     """A DP-ICL aggregation mechanism under audit (003 App. 5, 002 Alg. 2)."""
 
     name: ClassVar[str]
+    needs_llm: ClassVar[bool] = True
     needs_embedder: ClassVar[bool] = False
     white_box_available: ClassVar[bool] = True
+    call_batch: ClassVar[int | None] = None  # `direct` trials per chunk when calls are slow (http)
 
     def __init__(
         self, *, partitions: int, partitioning: str = "disjoint", theory: Theory | None = None
@@ -209,6 +219,10 @@ class Mechanism(ABC):
     def binary_target(self, query: AuditQuery, source: CleanSource) -> BinaryTarget:
         """What "canary present" means for this mechanism's outputs (default: the query's answer index)."""
         return BinaryTarget(positive=query.positive, negative=query.negative)
+
+    def audit_inputs(self, query: AuditQuery, parts: Sequence[tuple[Example, ...]]) -> list:
+        """What `collect` is given per partition: the attack's prompt for it, wrapped (default)."""
+        return [self.wrap(query.prompt(p)) for p in parts]
 
     def wrap(self, prompt: Prompt) -> Prompt:
         """The prompt the mechanism really sends for one partition's audit query (defenses add here)."""

@@ -7,7 +7,7 @@ from typing import Any
 from app.audit.mechanisms.base import Mechanism, calibrate
 from app.audit.runtime import AuditError
 
-MECHANISMS: tuple[str, ...] = ("private_voting", "esa", "none", "prompt_defense")
+MECHANISMS: tuple[str, ...] = ("private_voting", "esa", "ksa", "none", "prompt_defense", "http_endpoint")
 """Names a request may use; `theory` is None for `none` and `prompt_defense` (no ε, leakage only)."""
 
 
@@ -39,6 +39,36 @@ def build_mechanism(spec: Any, *, epsilon: float, delta: float) -> Mechanism:
             candidates=spec.candidates,
             max_new_tokens=spec.max_new_tokens,
             partitioning=spec.partitioning,
+        )
+    if spec.name == "ksa":
+        from app.audit.mechanisms.ksa import KSA, ksa_sensitivity
+
+        sensitivity = spec.sensitivity or ksa_sensitivity(spec.max_words)
+        return KSA(
+            partitions=spec.partitions,
+            theory=calibrate(epsilon, delta, sensitivity, spec.calibration),
+            temperature=spec.temperature,
+            candidates=spec.candidates,
+            max_new_tokens=spec.max_new_tokens,
+            max_words=spec.max_words,
+            keywords=spec.keywords,
+            partitioning=spec.partitioning,
+        )
+    if spec.name == "http_endpoint":
+        from app.audit.mechanisms.base import claimed_theory
+        from app.audit.mechanisms.http_endpoint import HttpEndpoint
+
+        if spec.endpoint is None:
+            raise AuditError("mechanism.endpoint: http_endpoint needs an endpoint (url, body, answer_path)")
+        e = spec.endpoint
+        return HttpEndpoint(
+            url=e.url,
+            body=e.body,
+            answer_path=e.answer_path,
+            headers=e.headers,
+            timeout_s=e.timeout_s,
+            retries=e.retries,
+            theory=claimed_theory(epsilon, delta),
         )
     if spec.name == "none":
         from app.audit.mechanisms.plain import PlainICL

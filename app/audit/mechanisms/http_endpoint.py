@@ -1,0 +1,176 @@
+"""`http_endpoint`: the user's own deployed DP-ICL system, audited black-box over HTTP.
+
+The deployed system holds the private context in its own prompt and answers one user query per call
+(002 §3: SP = (E_1, …, E_N) + Q). Per call the audit fills the request template — any JSON value —
+with the neighbouring context C1 or C0 and the attack's user query: a string that is exactly
+`"{context}"` becomes the JSON list of formatted exemplars (the system partitions them itself),
+`{context}` inside a longer string the exemplars joined by blank lines, `{query}` the query text.
+The answer is read at `answer_path` (`choices.0.text`, `$.choices[0].text`) and matched to the
+attack's answers (case and spacing ignored; anything else = no valid answer, index −1).
+
+There is no clean statistic to resample: every membership trial is one real call (estimator
+`direct`), and only the released answer is observable (black box). Timeouts and retries (connection
+errors, HTTP 429 and 5xx, with exponential back-off) come from the request; a call that still
+fails ends the audit with an `AuditError` naming the URL and the status.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.audit.contexts import format_exemplar
+from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory
+from app.audit.runtime import AuditError
+from app.datasets.types import Example
+
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+_PATH_TOKEN = re.compile(r"[^.\[\]]+|\[\d+\]")
+
+
+@dataclass(frozen=True)
+class EndpointCall:
+    """One call body's ingredients: the formatted exemplars of the context and the user query."""
+
+    exemplars: tuple[str, ...]
+    query: str
+
+
+def fill_body(template: Any, call: EndpointCall) -> Any:
+    """The request body: `template` with `{context}` / `{query}` substituted in every string."""
+    if isinstance(template, dict):
+        return {key: fill_body(value, call) for key, value in template.items()}
+    if isinstance(template, list):
+        return [fill_body(value, call) for value in template]
+    if isinstance(template, str):
+        if template == "{context}":
+            return list(call.exemplars)
+        text = template.replace("{context}", "\n\n".join(call.exemplars))
+        return text.replace("{query}", call.query)
+    return template
+
+
+def read_path(body: Any, path: str) -> Any:
+    """The value at a dotted JSON path (`choices.0.text`, `$.choices[0].text`); KeyError if absent."""
+    value = body
+    for token in _PATH_TOKEN.findall(path.removeprefix("$").lstrip(".")):
+        key = token.strip("[]")
+        if isinstance(value, list):
+            if not key.isdigit() or int(key) >= len(value):
+                raise KeyError(path)
+            value = value[int(key)]
+        elif isinstance(value, dict) and key in value:
+            value = value[key]
+        else:
+            raise KeyError(path)
+    return value
+
+
+def _normal(text: str) -> str:
+    return " ".join(str(text).split()).casefold()
+
+
+class HttpEndpoint(Mechanism):
+    name = "http_endpoint"
+    needs_llm = False
+    white_box_available = False
+    call_batch = 100  # calls between progress reports (and cancellation checks)
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        body: Any,
+        answer_path: str,
+        theory: Theory,
+        headers: dict[str, str] | None = None,
+        timeout_s: float = 10.0,
+        retries: int = 2,
+    ) -> None:
+        super().__init__(partitions=1, theory=theory)
+        self.url = url
+        self.body = body
+        self.answer_path = answer_path
+        self.headers = dict(headers or {})
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.calls = 0
+
+    def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
+        """The whole context goes to the endpoint; the deployed system partitions it itself."""
+        return [np.arange(n)]
+
+    def audit_inputs(self, query, parts: Sequence[tuple[Example, ...]]) -> list[EndpointCall]:
+        if not query.context_in_system:
+            raise AuditError(
+                "mechanism http_endpoint: the attack's query must be a user query apart from the context "
+                "(attack canary_prompt)"
+            )
+        user = query.prompt(()).text
+        return [EndpointCall(tuple(format_exemplar(e) for e in part), user) for part in parts]
+
+    def collect(
+        self,
+        prompts: Sequence[EndpointCall],
+        answers: Sequence[str],
+        source: CleanSource,
+        n_calls: int,
+        rng: np.random.Generator,
+    ) -> np.ndarray:
+        """`n_calls` real calls with the (single) context; the released answer's index, shape (n, 1)."""
+        import httpx
+
+        (call,) = prompts
+        body = fill_body(self.body, call)
+        index = {_normal(a): i for i, a in enumerate(answers)}
+        out = np.empty((n_calls, 1))
+        transport = httpx.HTTPTransport(retries=self.retries)
+        with httpx.Client(transport=transport, timeout=self.timeout_s, headers=self.headers) as client:
+            for i in range(n_calls):
+                reply = self._post(client, body)
+                try:
+                    answer = read_path(reply, self.answer_path)
+                except KeyError as exc:
+                    raise AuditError(
+                        f"endpoint {self.url}: no answer at {self.answer_path!r} in {json.dumps(reply)[:200]}"
+                    ) from exc
+                out[i, 0] = index.get(_normal(answer), -1)
+        self.calls += n_calls
+        return out
+
+    def _post(self, client, body: Any) -> Any:
+        import httpx
+
+        for attempt in range(self.retries + 1):
+            try:
+                response = client.post(self.url, json=body)
+            except httpx.HTTPError as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400:
+                    try:
+                        return response.json()
+                    except json.JSONDecodeError as exc:
+                        raise AuditError(f"endpoint {self.url} did not answer JSON: {exc}") from exc
+                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                if response.status_code not in _RETRY_STATUS:
+                    break
+            if attempt < self.retries:
+                time.sleep(min(2.0, 0.1 * 2**attempt))
+        raise AuditError(f"endpoint {self.url} failed ({problem})")
+
+    def release(self, clean: np.ndarray, rng: np.random.Generator) -> Release:
+        """The endpoint already released: its answers pass through unchanged."""
+        answer = np.asarray(clean, dtype=np.int64)[:, 0]
+        return Release(answer=answer, white_box=np.zeros((len(answer), 0)))
+
+    def binary_view(self, release: Release, target: BinaryTarget) -> tuple[np.ndarray, np.ndarray]:
+        """Black box only: released answer = the attack's "present" answer (002 A.3: "1")."""
+        decision = release.answer == target.positive
+        return decision, decision.astype(np.float64)

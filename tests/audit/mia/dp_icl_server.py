@@ -1,0 +1,86 @@
+"""A real deployed DP-ICL system for the `http_endpoint` audits: FastAPI + uvicorn on 127.0.0.1.
+
+POST / {"context": [exemplar, …], "query": "…"} → {"choices": [{"text": answer}]}. Each call
+partitions the exemplars afresh (003 Alg. 2 l.1), puts each partition in the system prompt (002 §3),
+lets the oracle engine vote over `labels`, and releases through the project's own `PrivateVoting`
+(planted bug included), so the audit sees exactly what a deployment of that code would release.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import uvicorn
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from app.audit.contexts import partition_disjoint
+from app.audit.mechanisms.base import CleanSource, calibrate, draw_votes
+from app.audit.mechanisms.private_voting import DEFAULT_SENSITIVITY, PrivateVoting
+from app.audit.prompts import CANARY_BINARY_ANSWERS, SYSTEM_CONTEXT, fill
+from app.engines.oracle import OracleEngine
+from app.engines.protocol import Prompt
+
+
+class Ask(BaseModel):
+    context: list[str]
+    query: str
+
+
+def deployed_private_voting(
+    *, epsilon: float, delta: float = 1e-5, partitions: int = 4, bug: str | None = None, seed: int = 0
+) -> FastAPI:
+    """The deployment: private voting over the oracle, claiming (ε, δ) with classic σ."""
+    theory = calibrate(epsilon, delta, DEFAULT_SENSITIVITY, "classic")
+    mechanism = PrivateVoting(partitions=partitions, theory=theory, bug=bug)
+    source = CleanSource(OracleEngine())
+    rng = np.random.default_rng(seed)
+    labels = CANARY_BINARY_ANSWERS
+    app = FastAPI()
+
+    @app.post("/")
+    def answer(ask: Ask) -> dict:
+        blocks = partition_disjoint(len(ask.context), partitions, rng)
+        prompts = [
+            Prompt(ask.query, system=fill(SYSTEM_CONTEXT, context="\n\n".join(ask.context[i] for i in b)))
+            for b in blocks
+        ]
+        votes = draw_votes(mechanism.label_probs(prompts, labels, source), 1, rng)
+        released = int(mechanism.release(votes, rng).answer[0])
+        return {"choices": [{"text": labels[released] if released >= 0 else ""}]}
+
+    @app.post("/flaky")
+    def flaky(ask: Ask) -> dict:
+        """Fails every other call with 503, to exercise the client's retries."""
+        flaky.calls = getattr(flaky, "calls", 0) + 1
+        if flaky.calls % 2:
+            from fastapi import HTTPException
+
+            raise HTTPException(503, "busy")
+        return answer(ask)
+
+    return app
+
+
+@contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """Run `app` with uvicorn in a thread on a free 127.0.0.1 port; yields its base URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test DP-ICL server did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
