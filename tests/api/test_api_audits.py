@@ -123,10 +123,13 @@ BAD_BODIES = [
     ),
     pytest.param(long_mia_request() | {"colour": "red"}, "$.colour", "not a field", id="extra-field"),
     pytest.param(
-        {k: v for k, v in long_mia_request().items() if k != "epsilon"},
-        "$.epsilon",
-        "required",
-        id="missing-epsilon",
+        long_mia_request() | {"mechanism": {"name": "private_voting", "partitions": 0}},
+        "$.mechanism.partitions",
+        "greater than or equal to 1",
+        id="nested-field",
+    ),
+    pytest.param(
+        bound_request() | {"counts": {"tp": 1}}, "$.counts.fn", "required", id="missing-nested-field"
     ),
 ]
 
