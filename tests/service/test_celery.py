@@ -36,7 +36,8 @@ def stack(postgres_server, redis_server, tmp_path: Path, data_dir: Path) -> Iter
         "ICLAUDIT_DATA_DIR": str(data_dir),
         "ICLAUDIT_STATE_DIR": str(tmp_path),
         "ICLAUDIT_AUTH_ENABLED": "false",
-        "ICLAUDIT_PRELOAD_MODELS": "false",
+        "ICLAUDIT_PRELOAD_MODELS": "true",
+        "ICLAUDIT_DEFAULT_MODEL": "oracle",  # preloaded once per worker process (cheap here)
         "ICLAUDIT_HEARTBEAT_SECONDS": "0.5",
         "ICLAUDIT_STALE_AFTER_SECONDS": "3",
         "ICLAUDIT_SWEEP_SECONDS": "1",
@@ -89,7 +90,8 @@ def api(stack: dict[str, str]) -> Iterator[TestClient]:
 
 
 def test_celery_worker_runs_a_bound_audit(api: TestClient, start_worker) -> None:
-    start_worker("w1")
+    worker = start_worker("w1")
+    assert b"loading oracle" in worker.log.read_bytes()  # type: ignore[attr-defined]
     ready = api.get("/readyz").json()
     assert ready["checks"] == {"database": "ok", "broker": "ok"}
     audit = api.post("/v1/audits", json=bound_request()).json()
