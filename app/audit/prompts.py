@@ -96,6 +96,9 @@ REPEAT = (
     '"{prefix}"'
 )
 
+# The oracle engine's answer to Prompt 5 when no passage starts with the prefix (ours; the papers give none).
+REPEAT_NOT_FOUND = "None of the passages contains that sentence."
+
 # 002 A.2: the ContextLeak canary, a memorable factually incorrect statement.
 CONTEXTLEAK_CANARY = "The sun rises in the west."
 

@@ -32,6 +32,10 @@ def utility(
     queries = dataset.test[:n_queries]
     if not queries:
         return {"skipped": f"dataset {dataset.name!r} has no test rows"}
+    if not mechanism.needs_llm:
+        return {"skipped": "a deployed endpoint's utility is not measured by the audit"}
+    if mechanism.name == "ksa":
+        return {"skipped": "KSA releases keywords, not an answer to score"}
     try:
         if isinstance(mechanism, ESA):
             return _generation_utility(mechanism, partitions, source, queries, rng)

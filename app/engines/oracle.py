@@ -3,7 +3,8 @@
 It answers the membership audits' queries by exact string search of the canary in the context it
 was given, with probability 1: Yes/No (003 Prompt 1), y1/y0 (003 Prompts 2–3; with an empty context
 Prompt 3 asks for a random choice, answered 50/50), "1"/"0" and the python list (002 A.3, context in
-the system prompt). Any other prompt is refused with an error.
+the system prompt), and the repeat query (003 Prompt 5: the rest of the context line holding the
+prefix, or `REPEAT_NOT_FOUND`). Any other prompt is refused with an error.
 
 Why: with every partition voting deterministically, the clean votes take 003 Lemma 3.1's extreme
 pattern ([1, T−1] with the canary vs [0, T] without), so an audit with the oracle measures the
@@ -13,6 +14,7 @@ aggregation mechanism's own worst-case leakage and the auditor's tightness, free
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -33,11 +35,23 @@ _PATTERNS = {
     "signal_black_box": texts.template_pattern(texts.SIGNAL_BLACK_BOX),
     "canary_binary": texts.template_pattern(texts.CANARY_BINARY),
     "canary_list": texts.template_pattern(texts.CANARY_LIST),
+    "repeat": texts.template_pattern(texts.REPEAT),
 }
 
 
 def _normal(text: str) -> str:
     return " ".join(text.split()).casefold()
+
+
+def _complete(prefix: str, context: str) -> str:
+    """003 Prompt 5: the rest of the exemplar text that contains `prefix` (whitespace normalized, up to
+    the exemplar's next `Label:`/`Summary:`/`Text:` field), else `REPEAT_NOT_FOUND`."""
+    flat, prefix = " ".join(context.split()), " ".join(prefix.split())
+    at = flat.casefold().find(prefix.casefold()) if prefix else -1
+    if at < 0:
+        return texts.REPEAT_NOT_FOUND
+    rest = re.split(r" (?:Label|Summary|Text): ", flat[at + len(prefix) :], maxsplit=1)[0].strip()
+    return rest or texts.REPEAT_NOT_FOUND
 
 
 class OracleEngine:
@@ -57,6 +71,8 @@ class OracleEngine:
             if m is None:
                 continue
             fields = m.groupdict()
+            if kind == "repeat":
+                return {_complete(fields["prefix"], fields["context"]): 1.0}
             canary = fields["canary"].strip()
             in_system = kind in ("canary_binary", "canary_list")
             context = (p.system or "") if in_system else fields["context"]
@@ -74,7 +90,7 @@ class OracleEngine:
             return {yes: 1.0} if present else {no: 1.0}
         raise OracleRefusal(
             "the oracle engine answers only the membership-audit queries (Inquiry, signal texts, "
-            "ContextLeak canary prompts); it is not a language model. Refused prompt starting "
+            "ContextLeak canary prompts, repeat); it is not a language model. Refused prompt starting "
             f"{p.text[:80]!r}"
         )
 

@@ -26,7 +26,10 @@ class AuditQuery:
     """`template` is filled with `fields` and the partition's `{context}` (or, with
     `context_in_system`, the context goes into the system prompt, 002 §3). `injected` exemplars are
     appended to every partition's context (brainwash). `answers[positive]` = canary present;
-    `negative` is the answer compared against in the white-box score (None = strongest other)."""
+    `negative` is the answer compared against in the white-box score (None = strongest other).
+    `view` tells ESA how to score its release: "signal" (003 §3.4), "repeat" (003 Prompt 5),
+    "reference" (002 App. D, with `calibration` = the exemplars of the auditor's own "canary
+    present" calibration prompt) or "output_only" (002 App. E.1)."""
 
     template: str
     answers: tuple[str, ...]
@@ -36,6 +39,8 @@ class AuditQuery:
     context_in_system: bool = False
     injected: tuple[Example, ...] = ()
     signal_texts: tuple[str, str] | None = None
+    view: str = "signal"
+    calibration: tuple[Example, ...] = ()
 
     def prompt(self, exemplars: Sequence[Example]) -> Prompt:
         context = format_context([*exemplars, *self.injected])

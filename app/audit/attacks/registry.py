@@ -11,6 +11,10 @@ ATTACKS: dict[str, str] = {
     "canary_prompt": "app.audit.attacks.canary_prompt",
     "gap": "app.audit.attacks.gap",
     "brainwash": "app.audit.attacks.brainwash",
+    "repeat": "app.audit.attacks.repeat",
+    "reference_vector": "app.audit.attacks.reference_vector",
+    "output_only": "app.audit.attacks.output_only",
+    "ksa_rare_word": "app.audit.attacks.ksa_rare_word",
 }
 
 

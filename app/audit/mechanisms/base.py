@@ -40,13 +40,16 @@ class BinaryTarget:
     """What "canary present" means for the attack: a label index, or a pair of signal embeddings.
 
     Votes: `positive` vs `negative` (None = the strongest other label).
-    Embeddings: `present` = emb(y1), `absent` = emb(y0) (003 §3.4).
+    Embeddings: `present` = emb(y1), `absent` = emb(y0) (003 §3.4); `view` and `reference` as in
+    `AuditQuery` (ESA's scoring, and 002 App. D's reference vector).
     """
 
     positive: int = 0
     negative: int | None = 1
     present: np.ndarray | None = None
     absent: np.ndarray | None = None
+    view: str = "signal"
+    reference: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

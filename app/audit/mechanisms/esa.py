@@ -51,10 +51,19 @@ class ESA(Mechanism):
         self.candidate_embeddings = source.embed(texts)
 
     def binary_target(self, query: AuditQuery, source: CleanSource) -> BinaryTarget:
-        """emb(y1), emb(y0) of the attack's signal texts (003 §3.4)."""
+        """emb(y1), emb(y0) of the attack's signal texts (003 §3.4); for the reference-vector view also
+        v_ref = mean E(LLM(q | canary alone)) − mean E(LLM(q)) over `candidates` generations each
+        (002 App. D's Σ_l o_c − o_c′ up to the factor L, from the auditor's own calibration prompts)."""
         y1, y0 = query.signal_texts or query.answers[:2]
         present, absent = source.embed([y1, y0])
-        return BinaryTarget(present=present, absent=absent)
+        reference = None
+        if query.view == "reference":
+            calibration = [self.wrap(query.prompt(query.calibration)), self.wrap(query.prompt(()))]
+            with_canary, zero_shot = source.generations(
+                calibration, self.n_candidates, self.temperature, self.max_new_tokens
+            )
+            reference = source.embed(with_canary).mean(0) - source.embed(zero_shot).mean(0)
+        return BinaryTarget(present=present, absent=absent, view=query.view, reference=reference)
 
     def collect(
         self,
@@ -79,9 +88,21 @@ class ESA(Mechanism):
 
     def binary_view(self, release: Release, target: BinaryTarget) -> tuple[np.ndarray, np.ndarray]:
         """Black box: the released candidate is nearer emb(y1) than emb(y0) (= "is y1" when the
-        candidates are the signal texts). White box: ‖ẽ − emb(y0)‖ − ‖ẽ − emb(y1)‖ (003 §3.4)."""
+        candidates are the signal texts; repeat: nearer the canary's continuation than the refusal).
+        White box by `target.view`: "signal" ‖ẽ − emb(y0)‖ − ‖ẽ − emb(y1)‖ (003 §3.4); "repeat"
+        −‖ẽ − emb(y1)‖ (003 Prompt 5's distance); "reference" ⟨ẽ, v_ref⟩ (002 App. D);
+        "output_only" the distance from ẽ to the released candidate (002 App. E.1, no ẽ needed
+        beyond that distance)."""
         anchors = np.stack([target.present, target.absent])
         cand = _sq_dist(self.candidate_embeddings, anchors)
         decision = (cand[:, 0] < cand[:, 1])[release.answer]
-        d = np.sqrt(np.maximum(_sq_dist(release.white_box, anchors), 0.0))
+        noisy = release.white_box
+        if target.view == "reference":
+            return decision, noisy @ target.reference
+        if target.view == "output_only":
+            released = self.candidate_embeddings[release.answer]
+            return decision, np.sqrt(np.maximum(((noisy - released) ** 2).sum(1), 0.0))
+        d = np.sqrt(np.maximum(_sq_dist(noisy, anchors), 0.0))
+        if target.view == "repeat":
+            return decision, -d[:, 0]
         return decision, d[:, 1] - d[:, 0]

@@ -1,0 +1,34 @@
+"""Repeat attack (Wen et al. 2024; 003 §3.2 and Prompt 5, the black-box baseline for generation): give
+the first half of the canary's words and ask for the rest. Member iff the released completion is
+nearer (in embedding space) the canary's true continuation y1 than the "not found" answer y0; the
+white-box score is −‖ẽ − emb(y1)‖. 003 §4.3 finds it blind under ESA: the release is a zero-shot
+candidate, and zero-shot prompts never hold the canary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.audit.attacks.base import AttackOptions, AuditQuery
+from app.audit.prompts import REPEAT, REPEAT_NOT_FOUND
+from app.audit.runtime import AuditError
+from app.datasets.types import Dataset, Example
+
+MECHANISMS = frozenset({"esa", "none", "prompt_defense"})
+
+
+def split_canary(text: str) -> tuple[str, str]:
+    """(prefix, continuation): the first ⌊n/2⌋ words of the canary and the rest, whitespace normalized."""
+    words = text.split()
+    if len(words) < 2:
+        raise AuditError("attack repeat: the canary needs at least two words (a prefix and its continuation)")
+    cut = len(words) // 2
+    return " ".join(words[:cut]), " ".join(words[cut:])
+
+
+def build_query(
+    *, canary: Example, dataset: Dataset, spec: AttackOptions, rng: np.random.Generator
+) -> AuditQuery:
+    prefix, rest = split_canary(canary.text)
+    answers = (rest, REPEAT_NOT_FOUND)
+    return AuditQuery(REPEAT, answers, fields={"prefix": prefix}, signal_texts=answers, view="repeat")
