@@ -239,7 +239,7 @@ def _build_llm(info: ModelInfo) -> LLMEngine:
     if info.engine == "oracle":
         from app.engines.oracle import OracleEngine
 
-        return OracleEngine()
+        return OracleEngine(info)
     raise ValueError(f"unknown engine {info.engine!r}")
 
 

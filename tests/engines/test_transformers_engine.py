@@ -1,0 +1,166 @@
+"""The transformers engine on the real SmolLM2-135M-Instruct (packaged GGUF, cached safetensors)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.special import logsumexp
+
+from app.engines.protocol import LLMEngine, Prompt
+from app.engines.transformers_engine import PromptTooLong, TransformersEngine, common_prefix_len
+
+pytestmark = pytest.mark.slow
+
+CONTEXT = "Classify the sentiment of each review as positive or negative.\n" + "\n".join(
+    f"Review: the {k}th film was {'wonderful' if k % 2 else 'dreadful'}.\nSentiment: "
+    f"{'positive' if k % 2 else 'negative'}"
+    for k in range(1, 7)
+)
+QUERIES = [
+    "\nReview: an honest, moving story.\nSentiment:",
+    "\nReview: two hours I will never get back.\nSentiment:",
+    "\nReview: fine.\nSentiment:",
+]
+PROMPTS = [CONTEXT + q for q in QUERIES] + ["What is the capital of France?", "Say yes."]
+LABELS = [" positive", "negative", " Paris", "yes", " not at all sure"]
+
+
+@pytest.fixture
+def engine(smollm2: TransformersEngine) -> TransformersEngine:
+    """The session engine with an empty result cache and prefix cache, shared-prefix path on."""
+    smollm2.cache.clear()
+    smollm2._prefix_kv.clear()
+    smollm2.min_shared_prefix = 16
+    return smollm2
+
+
+def test_implements_the_protocol(engine: TransformersEngine) -> None:
+    assert isinstance(engine, LLMEngine)
+    assert engine.vocab_size == 49152
+    assert engine.eos_token_ids
+
+
+def test_chat_template_wraps_user_text_and_system_message(engine: TransformersEngine) -> None:
+    text = engine.tokenizer.decode(engine.format_ids(Prompt("Hello there", system="Be terse.")))
+    assert "<|im_start|>system\nBe terse.<|im_end|>" in text
+    assert "<|im_start|>user\nHello there<|im_end|>" in text
+    assert text.endswith("<|im_start|>assistant\n")
+    ids = engine.format_ids(Prompt("Hello", continuation=(42, 43)))
+    assert ids[-2:] == (42, 43)
+    assert ids[:-2] == engine.format_ids("Hello")
+
+
+def test_batched_equals_single_and_prefix_path_equals_plain(engine: TransformersEngine) -> None:
+    batched = engine.label_logprobs(PROMPTS, LABELS)
+    assert batched.shape == (len(PROMPTS), len(LABELS))
+    assert np.all(np.isfinite(batched)) and np.all(batched < 0)
+    engine.cache.clear()
+    single = np.vstack([engine.label_logprobs([p], LABELS) for p in PROMPTS])
+    np.testing.assert_allclose(batched, single, atol=1e-4, rtol=0)
+    engine.cache.clear()
+    engine._prefix_kv.clear()
+    engine.min_shared_prefix = 10**9  # force the plain left-padded path
+    plain = engine.label_logprobs(PROMPTS, LABELS)
+    np.testing.assert_allclose(batched, plain, atol=1e-4, rtol=0)
+    # the model is not guessing at random: the demonstrations steer the first query to " positive"
+    assert batched[0, 0] > batched[1, 0]
+
+
+def test_shared_prefix_is_computed_once(engine: TransformersEngine) -> None:
+    ids = [engine.format_ids(p) for p in PROMPTS[:3]]
+    shared = common_prefix_len(ids)
+    assert shared > 100  # chat header + instruction + six demonstrations
+    before = engine.counters.as_dict()
+    engine.next_token_logprobs(PROMPTS[:3])
+    after = engine.counters.as_dict()
+    assert after["forward_passes"] - before["forward_passes"] == 2  # the prefix, then the 3 suffixes
+    fed = after["prompt_tokens"] - before["prompt_tokens"]
+    assert fed == sum(len(i) for i in ids) - 2 * shared
+
+
+def test_multi_token_label_is_the_sum_of_its_token_logprobs(engine: TransformersEngine) -> None:
+    label = " not at all sure"
+    tokens = engine.encode(label)
+    assert len(tokens) > 1
+    whole = engine.label_logprobs([PROMPTS[0]], [label])[0, 0]
+    steps = [
+        engine.next_token_logprobs([Prompt(PROMPTS[0], continuation=tokens[:j])])[0].logprobs[tokens[j]]
+        for j in range(len(tokens))
+    ]
+    assert whole == pytest.approx(sum(steps), abs=1e-4)
+
+
+def test_next_token_distribution_full_and_top_k(engine: TransformersEngine) -> None:
+    full = engine.next_token_logprobs([PROMPTS[3]], top_k="all")[0]
+    assert full.token_ids is None and full.logprobs.shape == (engine.vocab_size,)
+    assert logsumexp(full.logprobs) == pytest.approx(0.0, abs=1e-9)
+    top = engine.next_token_logprobs([PROMPTS[3]], top_k=5)[0]
+    order = np.argsort(-full.logprobs)[:5]
+    np.testing.assert_array_equal(top.token_ids, order)
+    np.testing.assert_allclose(top.logprobs, full.logprobs[order])
+    assert top.floor == pytest.approx(full.logprobs[order[-1]])
+    assert top.tokens is not None and len(top.tokens) == 5
+    assert engine.decode([int(order[0])]) == top.tokens[0]
+    with pytest.raises(ValueError, match="top_k"):
+        engine.next_token_logprobs([PROMPTS[3]], top_k=0)
+
+
+def test_repeated_prompts_cost_no_forward_pass(engine: TransformersEngine) -> None:
+    engine.label_logprobs(PROMPTS[:2], LABELS)
+    before = engine.counters.as_dict()
+    again = engine.label_logprobs([PROMPTS[1], PROMPTS[0], PROMPTS[1]], LABELS)
+    after = engine.counters.as_dict()
+    assert after["forward_passes"] == before["forward_passes"]
+    assert after["prompt_tokens"] == before["prompt_tokens"]
+    assert after["cache_hits"] > before["cache_hits"]
+    np.testing.assert_array_equal(again[0], again[2])
+    # identical prompts within one call are computed once too
+    engine.cache.clear()
+    before = engine.counters.forward_passes
+    engine.next_token_logprobs([PROMPTS[4]] * 5)
+    assert engine.counters.forward_passes - before == 1
+
+
+def test_generate_is_seeded_and_reports_raw_logprobs(engine: TransformersEngine) -> None:
+    prompts = [PROMPTS[3], PROMPTS[4]]
+    first = engine.generate(prompts, max_new_tokens=6, temperature=0.8, seed=7, n=2)
+    assert [len(r) for r in first] == [2, 2]
+    engine.cache.clear()
+    alone = engine.generate([PROMPTS[4]], max_new_tokens=6, temperature=0.8, seed=7, n=2)
+    assert [g.token_ids for g in alone[0]] == [g.token_ids for g in first[1]]
+    gen = first[0][0]
+    assert 1 <= len(gen.token_ids) <= 6 and len(gen.token_logprobs) == len(gen.token_ids)
+    assert gen.text == engine.decode(gen.token_ids)
+    # each reported logprob is the model's own next-token logprob at that point
+    for j in range(len(gen.token_ids)):
+        dist = engine.next_token_logprobs([Prompt(PROMPTS[3], continuation=gen.token_ids[:j])])[0]
+        assert gen.token_logprobs[j] == pytest.approx(dist.logprobs[gen.token_ids[j]], abs=1e-4)
+    greedy = engine.generate([PROMPTS[3]], max_new_tokens=1, temperature=0.0)[0][0]
+    argmax = int(np.argmax(engine.next_token_logprobs([PROMPTS[3]])[0].logprobs))
+    assert greedy.token_ids == (argmax,)
+    engine.cache.clear()
+    other_seed = engine.generate(prompts, max_new_tokens=6, temperature=0.8, seed=8, n=2)
+    assert [g.token_ids for r in other_seed for g in r] != [g.token_ids for r in first for g in r]
+
+
+def test_prompt_longer_than_the_context_is_refused(engine: TransformersEngine) -> None:
+    too_long = Prompt("hi", continuation=tuple([100] * (engine.context_length or 0)))
+    with pytest.raises(PromptTooLong, match="context length"):
+        engine.next_token_logprobs([too_long])
+
+
+def test_cached_safetensors_give_identical_logits(engine: TransformersEngine) -> None:
+    from app.config import get_settings
+    from app.engines.gguf import is_converted
+
+    gguf = engine.info.source
+    assert gguf is not None and gguf.endswith(".gguf")
+    assert is_converted(Path(gguf), get_settings().model_cache_dir)
+    assert (engine.model_dir / "model.safetensors").is_file()
+    second = TransformersEngine(engine.info, cache_dir=get_settings().model_cache_dir)
+    assert second.model_dir == engine.model_dir
+    a = engine.next_token_logprobs([PROMPTS[3]])[0].logprobs
+    b = second.next_token_logprobs([PROMPTS[3]])[0].logprobs
+    np.testing.assert_allclose(a, b, atol=1e-6)
