@@ -21,7 +21,7 @@ from app.audit.iclinf import calibrate, leave_one_out_losses, renormalize, summa
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import AuditError, RunContext
 from app.audit.templates import BUILTIN_TEMPLATES, ClassificationTemplate, custom_template, resolve_template
-from app.datasets.types import Example
+from app.datasets.types import Dataset, Example
 from app.engines.protocol import LLMEngine
 
 CONTENT_FREE_QUERY = ""
@@ -77,6 +77,22 @@ EXAMPLE: dict = {
 }
 
 
+def draw_queries(
+    dataset: Dataset, shots: int, queries: int, seed: int
+) -> list[tuple[Example, list[Example]]]:
+    """m test queries without replacement, each with k training exemplars drawn without replacement,
+    fresh per query (001 §4.1), from one numpy Generator seeded by `seed`."""
+    rng = np.random.default_rng(seed)
+    query_ids = rng.choice(len(dataset.test), size=queries, replace=False)
+    return [
+        (
+            dataset.test[int(q)],
+            [dataset.train[int(i)] for i in rng.choice(len(dataset.train), size=shots, replace=False)],
+        )
+        for q in query_ids
+    ]
+
+
 def leave_one_out_prompts(
     template: ClassificationTemplate, exemplars: Sequence[Example], query: str
 ) -> list[str]:
@@ -123,14 +139,10 @@ def run(request: Request, ctx: RunContext) -> dict:
     engine = ctx.engines.llm(request.model)
     passes_before = engine.counters.forward_passes
 
-    rng = np.random.default_rng(request.seed)
-    query_ids = rng.choice(len(dataset.test), size=request.queries, replace=False)
     k, m = request.shots, request.queries
     losses = np.empty((m, k))
     correct = 0
-    for j, q in enumerate(query_ids):
-        exemplars = [dataset.train[i] for i in rng.choice(len(dataset.train), size=k, replace=False)]
-        query = dataset.test[int(q)]
+    for j, (query, exemplars) in enumerate(draw_queries(dataset, k, m, request.seed)):
         prompts = leave_one_out_prompts(template, exemplars, query.text)
         logp = score(engine, prompts, request.output_space, words)
         if request.calibration:

@@ -1,0 +1,80 @@
+"""The iclinf kind on the real SmolLM2 against an independent per-prompt computation (slow)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from app.audit.iclinf import calibrate, leave_one_out_losses, renormalize, summarize
+from app.audit.kinds import iclinf
+from app.audit.templates import resolve_template
+
+pytestmark = pytest.mark.slow
+
+
+def _reference(smollm2, direct_logprobs, ctx, request):
+    """Eq. 4 with every prompt scored by its own plain forward pass; labels as token sequences."""
+    dataset = ctx.datasets.load(request.dataset)
+    template = resolve_template(request.template, request.dataset, dataset.labels)
+    words = template.words(dataset.labels)
+    label_ids = [smollm2.encode(w) for w in words]
+
+    def scores(prompt: str) -> tuple[np.ndarray, np.ndarray]:
+        ids = smollm2.format_ids(prompt)
+        rows = {lid[:-1]: direct_logprobs(ids + lid[:-1]) for lid in label_ids}
+        labels = [
+            sum(rows[lid[:-1]][len(ids) - 1 + t, tok] for t, tok in enumerate(lid)) for lid in label_ids
+        ]
+        return renormalize(np.array(labels)), rows[()][len(ids) - 1]
+
+    losses, vocab_losses, correct = [], [], 0
+    for query, exemplars in iclinf.draw_queries(dataset, request.shots, request.queries, request.seed):
+        prompts = iclinf.leave_one_out_prompts(template, exemplars, query.text)
+        content_free = iclinf.leave_one_out_prompts(template, exemplars, "")
+        lab, voc = zip(*(scores(p) for p in prompts), strict=True)
+        cf = np.stack([scores(p)[0] for p in content_free])
+        cal = calibrate(np.stack(lab), cf)
+        losses.append(leave_one_out_losses(cal[0], cal[1:]))
+        vocab_losses.append(leave_one_out_losses(voc[0], np.stack(voc[1:])))
+        correct += dataset.labels[int(np.argmax(cal[0]))] == query.label
+    return summarize(np.array(losses)), summarize(np.array(vocab_losses)), correct / request.queries
+
+
+def test_iclinf_matches_independent_scoring(smollm2, direct_logprobs, real_ctx):
+    # trec: short prompts, and "Abbreviation" is a 3-token label (scored as a sequence)
+    body = {"dataset": "trec", "model": "smollm2-135m-instruct", "shots": 2, "queries": 1, "seed": 7}
+    calibrated = iclinf.Request(**body, calibration=True)
+    expected, expected_vocab, expected_acc = _reference(smollm2, direct_logprobs, real_ctx, calibrated)
+
+    before = smollm2.counters.forward_passes
+    result = iclinf.run(calibrated, real_ctx)
+    assert result["iclinf"] == pytest.approx(expected.iclinf, abs=1e-3)
+    assert result["per_position"] == pytest.approx(expected.per_position, abs=1e-3)
+    assert result["accuracy"] == expected_acc
+    assert result["llm_forward_passes"] == smollm2.counters.forward_passes - before
+    assert result["iclinf"] > 0 and len(result["per_position"]) == 2
+
+    vocab = iclinf.run(iclinf.Request(**body, output_space="vocabulary"), real_ctx)
+    assert vocab["iclinf"] == pytest.approx(expected_vocab.iclinf, abs=1e-3)
+    # per query: at most one batched pass for the k + 1 prompts (+ label scoring for the accuracy)
+    assert vocab["forward_passes_per_query"] <= body["shots"] + 1
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"shots": 0}, "shots"),
+        ({"queries": 0}, "queries"),
+        ({"output_space": "tokens"}, "output_space"),
+        ({"template": "{examples} without query"}, "template"),
+        ({"example_format": "{text}"}, "example_format"),
+    ],
+)
+def test_validation_names_the_field(body, field):
+    with pytest.raises(ValidationError, match=field):
+        iclinf.Request(dataset="ag_news", model="smollm2-135m-instruct", **body)
+
+
+def test_example_is_valid():
+    assert iclinf.Request.model_validate(iclinf.EXAMPLE).kind == "iclinf"

@@ -1,0 +1,89 @@
+"""DP synthetic generation on the real SmolLM2: remove-one neighbours vs the batch really without the
+prompt (001 App. C.3.3), and the synthetic_generation kind end to end (slow)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from app.audit.accounting import rdp
+from app.audit.kinds import synthetic_generation
+from app.audit.synthetic import aggregate, clip_logits, log_softmax, step_distributions
+from app.audit.templates import generation_prompt
+from app.engines.protocol import Prompt
+
+pytestmark = pytest.mark.slow
+
+TEXTS = (
+    "Galaxy, Crew Play to 0-0 Tie (AP) AP - Kevin Hartman made seven saves.",
+    "Sox win in extra innings as Ortiz homers.",
+    "Federer beats Roddick to reach the final.",
+)
+
+
+def test_neighbours_equal_the_batch_with_the_prompt_removed(smollm2, direct_logprobs):
+    prompts = [generation_prompt(t) for t in TEXTS]
+    continuation = tuple(smollm2.encode(" The"))  # a step after one generated token
+    dists = smollm2.next_token_logprobs([Prompt(p, continuation=continuation) for p in prompts])
+    clip, tau = 10.0, 2.0
+    step = step_distributions(clip_logits(np.stack([d.logprobs for d in dists]), clip), tau)
+    for p in range(len(prompts)):
+        # recompute Alg. 1 on D ∖ {p}: fresh plain forward passes of the remaining prompts only
+        rest = [q for i, q in enumerate(prompts) if i != p]
+        logits = np.stack(
+            [direct_logprobs(smollm2.format_ids(Prompt(q, continuation=continuation)))[-1] for q in rest]
+        )
+        removed = log_softmax(aggregate(clip_logits(logits, clip)) / tau)
+        assert step.log_neighbours[p] == pytest.approx(removed, abs=1e-4)
+
+
+def test_kind_end_to_end(real_ctx):
+    body = {
+        "model": "smollm2-135m-instruct",
+        "batch_size": 3,
+        "clip": 10.0,
+        "target_epsilon": 5.0,
+        "sequences": 2,
+        "max_new_tokens": 3,
+        "seed": 1,
+    }
+    progress: list[float] = []
+    real_ctx.progress = lambda stage, fraction, message="": progress.append(fraction)
+    result = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx)
+    tau, alpha, eps = rdp.solve_temperature(
+        target_epsilon=5.0, delta=1e-5, clip=10.0, batch_size=3, sequences=2, max_new_tokens=3
+    )
+    assert result["temperature"] == pytest.approx(tau) and result["alpha"] == alpha
+    assert result["epsilon_theory"] == pytest.approx(eps)
+    assert len(result["texts"]) == 2 and len(result["step_losses"]) == 2
+    total = sum(sum(s) for s in result["step_losses"])
+    assert result["epsilon_empirical"] == pytest.approx(rdp.data_dependent_epsilon(total, alpha, 1e-5))
+    assert result["ratio"] == pytest.approx(result["epsilon_empirical"] / result["epsilon_theory"])
+    assert all(0 <= v < math.inf for s in result["step_losses"] for v in s)
+    assert progress == sorted(progress) and progress[-1] <= 1.0
+    assert result["llm_forward_passes"] <= 2 * 3  # one batched pass per generated token
+    # the same seed gives the same texts
+    again = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx)
+    assert again["texts"] == result["texts"] and again["step_losses"] == result["step_losses"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"temperature": None}, "temperature"),
+        ({"target_epsilon": 1.0, "temperature": 2.0}, "exactly one"),
+        ({"batch_size": 1, "temperature": 2.0}, "batch_size"),
+        ({"delta": 1.0, "temperature": 2.0}, "delta"),
+    ],
+)
+def test_validation_names_the_field(body, field):
+    with pytest.raises(ValidationError, match=field):
+        synthetic_generation.Request(model="smollm2-135m-instruct", **body)
+
+
+def test_example_is_valid():
+    request = synthetic_generation.Request.model_validate(synthetic_generation.EXAMPLE)
+    assert synthetic_generation.theory(request)["epsilon"] <= 1.0
