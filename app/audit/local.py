@@ -15,7 +15,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,17 +49,17 @@ class LocalEngines:
 
 @dataclass
 class LocalDatasets:
-    """DatasetProvider over the built-in datasets in `data_dir`, each loaded once."""
+    """DatasetProvider over the built-in datasets in `data_dir` (the loader caches them per process)."""
 
     data_dir: Path
-    _loaded: dict[str, Dataset] = field(default_factory=dict)
 
     def load(self, name: str) -> Dataset:
-        from app.datasets.builtin import load_builtin
+        from app.datasets.builtin import UnknownDataset, load_builtin
 
-        if name not in self._loaded:
-            self._loaded[name] = load_builtin(name, self.data_dir)
-        return self._loaded[name]
+        try:
+            return load_builtin(name, self.data_dir)
+        except UnknownDataset as exc:
+            raise AuditError(str(exc)) from exc
 
 
 def stderr_progress(stage: str, fraction: float, message: str = "") -> None:

@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from app.audit.runtime import RunContext
-from app.datasets.types import Dataset, Example
+from app.datasets.builtin import load_builtin
+from app.datasets.types import Dataset
 
 
-class JsonlDatasets:
-    """DatasetProvider reading `<name>/{train,test}.jsonl` ({text, label}) from the shared datasets."""
+class BuiltinDatasets:
+    """DatasetProvider over the built-in loader and the shared offline datasets."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
 
     def load(self, name: str) -> Dataset:
-        def rows(split: str) -> tuple[Example, ...]:
-            lines = (self.data_dir / name / f"{split}.jsonl").read_text().splitlines()
-            return tuple(Example(r["text"], r["label"]) for r in map(json.loads, lines))
-
-        train, test = rows("train"), rows("test")
-        return Dataset(name, "classification", train, test, tuple(sorted({e.label for e in train})))
+        return load_builtin(name, self.data_dir)
 
 
 class OneEngine:
@@ -36,13 +31,13 @@ class OneEngine:
 
 
 @pytest.fixture
-def jsonl_datasets(data_dir) -> JsonlDatasets:
-    return JsonlDatasets(data_dir)
+def builtin_datasets(data_dir) -> BuiltinDatasets:
+    return BuiltinDatasets(data_dir)
 
 
 @pytest.fixture
-def real_ctx(smollm2, jsonl_datasets) -> RunContext:
-    return RunContext(engines=OneEngine(smollm2), datasets=jsonl_datasets)
+def real_ctx(smollm2, builtin_datasets) -> RunContext:
+    return RunContext(engines=OneEngine(smollm2), datasets=builtin_datasets)
 
 
 @pytest.fixture

@@ -5,8 +5,8 @@ from __future__ import annotations
 from app.audit.kinds import iclinf
 
 
-def test_draws_are_seeded_and_without_replacement(jsonl_datasets):
-    dataset = jsonl_datasets.load("trec")
+def test_draws_are_seeded_and_without_replacement(builtin_datasets):
+    dataset = builtin_datasets.load("trec")
     draws = iclinf.draw_queries(dataset, shots=4, queries=50, seed=11)
     assert draws == iclinf.draw_queries(dataset, shots=4, queries=50, seed=11)
     assert draws != iclinf.draw_queries(dataset, shots=4, queries=50, seed=12)
@@ -17,10 +17,10 @@ def test_draws_are_seeded_and_without_replacement(jsonl_datasets):
     assert len({tuple(id(e) for e in ex) for _, ex in draws}) == 50  # fresh per query
 
 
-def test_leave_one_out_prompts_remove_each_position(jsonl_datasets):
+def test_leave_one_out_prompts_remove_each_position(builtin_datasets):
     from app.audit.templates import resolve_template
 
-    dataset = jsonl_datasets.load("ag_news")
+    dataset = builtin_datasets.load("ag_news")
     template = resolve_template(None, "ag_news", dataset.labels)
     query, exemplars = iclinf.draw_queries(dataset, shots=3, queries=1, seed=0)[0]
     prompts = iclinf.leave_one_out_prompts(template, exemplars, query.text)

@@ -1,0 +1,74 @@
+"""ICLInf cost: forward passes per query (target ≤ k + 1) and the time ratio of the shared-prefix path
+against recomputing every leave-one-out prompt from scratch (target ≥ 2×), measured side by side.
+
+Both sides score the same k + 1 prompts per query (ag_news, 001 Table 2 template, labels output space)
+on their own SmolLM2 transformers engine with the result cache off: `shared` is the kind's `score`
+(one engine call per query: one batched pass, the chat header + instruction prefix run once and kept);
+`scratch` sends each prompt alone with prefix reuse disabled. Their label log-probabilities must agree.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+QUERIES = 2
+SHOTS = (4, 8)
+MODEL = "smollm2-135m-instruct"
+
+
+def _engine(**options):
+    from app.config import get_settings
+    from app.engines.registry import get_model_info
+    from app.engines.transformers_engine import TransformersEngine
+
+    info = get_model_info(MODEL)
+    return TransformersEngine(info, cache_dir=get_settings().model_cache_dir, result_cache_bytes=0, **options)
+
+
+def run() -> Iterator[dict]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from app.audit.kinds.iclinf import draw_queries, leave_one_out_prompts, score
+    from app.audit.templates import resolve_template
+    from app.datasets.builtin import load_builtin
+
+    dataset = load_builtin("ag_news")
+    template = resolve_template(None, "ag_news", dataset.labels)
+    words = template.words(dataset.labels)
+    shared, scratch = _engine(), _engine(min_shared_prefix=10**9, prefix_cache_size=0)
+    for k in SHOTS:
+        draws = [
+            leave_one_out_prompts(template, ex, q.text) for q, ex in draw_queries(dataset, k, QUERIES, 0)
+        ]
+        score(shared, draws[0][:1], "labels", words)  # warm-up (and the instruction prefix, as in a long run)
+        before = (
+            shared.counters.forward_passes,
+            shared.counters.prompt_tokens,
+            scratch.counters.prompt_tokens,
+        )
+        t0 = time.perf_counter()
+        fast = [score(shared, prompts, "labels", words) for prompts in draws]
+        t1 = time.perf_counter()
+        slow = [np.vstack([score(scratch, [p], "labels", words) for p in prompts]) for prompts in draws]
+        t2 = time.perf_counter()
+        if not np.allclose(np.vstack(fast), np.vstack(slow), atol=1e-4):
+            raise AssertionError("shared-prefix and from-scratch label log-probabilities differ")
+        passes = (shared.counters.forward_passes - before[0]) / QUERIES
+        yield {"name": f"forward_passes_per_query_k{k}", "value": passes, "unit": "passes", "baseline": k + 1}
+        yield {
+            "name": f"prompt_tokens_per_query_k{k}",
+            "value": (shared.counters.prompt_tokens - before[1]) / QUERIES,
+            "unit": "tokens",
+            "baseline": (scratch.counters.prompt_tokens - before[2]) / QUERIES,
+        }
+        fast_s, slow_s = (t1 - t0) / QUERIES, (t2 - t1) / QUERIES
+        yield {
+            "name": f"seconds_per_query_k{k}",
+            "value": round(fast_s, 3),
+            "unit": "s",
+            "baseline": round(slow_s, 3),
+            "ratio": round(slow_s / fast_s, 2),
+        }
