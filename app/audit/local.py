@@ -67,15 +67,19 @@ def stderr_progress(stage: str, fraction: float, message: str = "") -> None:
     print(f"[{fraction:6.1%}] {stage}: {message}", file=sys.stderr, flush=True)
 
 
+def default_data_dir() -> Path:
+    """ICLAUDIT_DATA_DIR, else the shared offline copies next to the checkout (../shared/datasets)."""
+    from app.config import get_settings
+
+    return get_settings().data_dir or Path(__file__).resolve().parents[3] / "shared" / "datasets"
+
+
 def local_context(progress: ProgressFn = stderr_progress, data_dir: Path | None = None) -> RunContext:
     """A RunContext over the real engine registry and the built-in datasets (HF hub kept offline)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    if data_dir is None:
-        from app.config import get_settings
-
-        data_dir = get_settings().data_dir or Path(__file__).resolve().parents[3] / "shared" / "datasets"
-    return RunContext(progress=progress, engines=LocalEngines(), datasets=LocalDatasets(Path(data_dir)))
+    datasets = LocalDatasets(Path(data_dir) if data_dir is not None else default_data_dir())
+    return RunContext(progress=progress, engines=LocalEngines(), datasets=datasets)
 
 
 def run_request(body: dict[str, Any], ctx: RunContext | None = None) -> dict[str, Any]:

@@ -32,10 +32,11 @@ def _engine(**options):
 def run() -> Iterator[dict]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from app.audit.kinds.iclinf import draw_queries, leave_one_out_prompts, score
+    from app.audit.local import default_data_dir
     from app.audit.templates import resolve_template
     from app.datasets.builtin import load_builtin
 
-    dataset = load_builtin("ag_news")
+    dataset = load_builtin("ag_news", default_data_dir())
     template = resolve_template(None, "ag_news", dataset.labels)
     words = template.words(dataset.labels)
     shared, scratch = _engine(), _engine(min_shared_prefix=10**9, prefix_cache_size=0)

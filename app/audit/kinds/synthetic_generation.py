@@ -127,7 +127,7 @@ def run(request: Request, ctx: RunContext) -> dict:
     rng = np.random.default_rng(request.seed)
     batch = [private[i] for i in rng.choice(len(private), size=s, replace=False)]
     prompts = [generation_prompt(e.text, request.label) for e in batch]
-    stop = frozenset(getattr(engine, "stop_token_ids", ()) or ())
+    stop = frozenset(getattr(engine, "eos_token_ids", ()) or ())
 
     n, t_max = request.sequences, request.max_new_tokens
     texts: list[str] = []
