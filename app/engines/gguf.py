@@ -7,26 +7,39 @@ de-quantized float32 model and its tokenizer as an ordinary HF model directory (
 with identical logits. The same directory is what vLLM loads (`LLM(model=dir)`).
 
 `save_pretrained` refuses a model that still carries its GGUF quantizer, hence `model.hf_quantizer = None`
-before saving. The directory is written to a temporary sibling and renamed, so a crash or a concurrent
+before saving; the GGUF `quantization_config` is then removed from the saved config.json (the weights are
+plain float32, and vLLM refuses a directory that claims `quant_method: gguf`). The directory is written to a temporary sibling and renamed, so a crash or a concurrent
 conversion never leaves a half-written cache entry behind.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
 _DONE = ".iclaudit-converted"
+_LAYOUT = 2  # bump when the converted directory's layout changes: old entries are then ignored
+
+
+def _drop_quantization_config(config_path: Path) -> None:
+    """The saved weights are plain float32: remove the GGUF `quantization_config` that transformers keeps
+    in config.json (vLLM rejects a model directory that claims `quant_method: gguf`)."""
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config.pop("quantization_config", None)
+    config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
 
 def gguf_cache_dir(gguf_path: Path, cache_dir: Path) -> Path:
     """Where the converted model of `gguf_path` lives: keyed by the file's resolved path, size and mtime."""
     resolved = gguf_path.resolve()
     stat = resolved.stat()
-    digest = hashlib.sha256(f"{resolved}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    digest = hashlib.sha256(f"{_LAYOUT}|{resolved}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[
+        :12
+    ]
     return cache_dir / "gguf" / f"{resolved.stem}-{digest}"
 
 
@@ -53,6 +66,7 @@ def ensure_safetensors(gguf_path: Path, cache_dir: Path) -> Path:
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        _drop_quantization_config(tmp / "config.json")
         (tmp / _DONE).write_text(str(gguf_path.resolve()))
         try:
             os.replace(tmp, target)

@@ -85,6 +85,22 @@ def _ids_seed(seed: int, sample: int, ids: Ids) -> int:
     return int(state[0]) << 32 | int(state[1])
 
 
+def format_prompt_ids(tokenizer: Any, chat: bool, prompt: PromptLike) -> Ids:
+    """Token ids of a prompt: chat template (+ system, + generation prompt) for chat models, raw text
+    (system message prepended with a blank line) for base models; then `continuation` appended.
+    Shared by the transformers and vLLM engines so both feed the model identical tokens."""
+    p = as_prompt(prompt)
+    if chat:
+        messages = [{"role": "system", "content": p.system}] if p.system else []
+        messages.append({"role": "user", "content": p.text})
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False).input_ids
+    else:
+        text = p.text if p.system is None else f"{p.system}\n\n{p.text}"
+        ids = tokenizer(text).input_ids
+    return tuple(int(i) for i in ids) + tuple(int(i) for i in p.continuation)
+
+
 class TransformersEngine:
     """A Hugging Face causal LM behind the `LLMEngine` protocol (see the module docstring)."""
 
@@ -155,16 +171,7 @@ class TransformersEngine:
     # ------------------------------------------------------------------ formatting
     def format_ids(self, prompt: PromptLike) -> Ids:
         """The exact token ids the model reads for `prompt` (template, system, continuation)."""
-        p = as_prompt(prompt)
-        if self.info.chat:
-            messages = [{"role": "system", "content": p.system}] if p.system else []
-            messages.append({"role": "user", "content": p.text})
-            text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            ids = self.tokenizer(text, add_special_tokens=False).input_ids
-        else:
-            text = p.text if p.system is None else f"{p.system}\n\n{p.text}"
-            ids = self.tokenizer(text).input_ids
-        return tuple(int(i) for i in ids) + tuple(int(i) for i in p.continuation)
+        return format_prompt_ids(self.tokenizer, self.info.chat, prompt)
 
     def encode(self, text: str) -> Ids:
         """Token ids of `text` alone, without special tokens (how labels are tokenized)."""

