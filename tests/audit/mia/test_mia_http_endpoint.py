@@ -10,7 +10,7 @@ from app.audit.kinds import mia
 from app.audit.mechanisms.http_endpoint import EndpointCall, fill_body, read_path
 from app.audit.runtime import AuditError
 
-CALLS = 1500  # real calls per context
+CALLS = 1000  # real calls per context
 
 
 def endpoint_audit(ctx, url: str, *, trials: int = CALLS, **endpoint) -> dict:
