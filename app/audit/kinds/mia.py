@@ -100,7 +100,10 @@ class AttackSpec(BaseModel):
         min_length=1,
         description="A canary text; default a training exemplar (canary_prompt: 'The sun rises in the west.').",
     )
-    signal_texts: tuple[str, str] | None = Field(default=None, description="signal_text: (y1, y0).")
+    signal_texts: tuple[str, str] | None = Field(
+        default=None,
+        description="signal_text, reference_vector, output_only: (y1, y0); ksa_rare_word: (rare, common).",
+    )
     variant: Literal["binary", "list"] = Field(
         default="binary", description='canary_prompt: "1"/"0" or list.'
     )
