@@ -31,7 +31,11 @@ class SentenceTransformerEmbedder:
         self.name = name
         self.batch_size = batch_size
         self.model = SentenceTransformer(source, device=device)
-        self.dimension = int(self.model.get_sentence_embedding_dimension() or 0)
+        dimension = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
+        self.dimension = int(dimension() or 0)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
