@@ -27,23 +27,36 @@ class Settings(BaseSettings):
     data_dir: Path | None = Field(
         default=None, description="Built-in datasets as <name>/{train,test}.jsonl (offline copies)."
     )
-    cache_dir: Path | None = Field(default=None, description="Converted model weights. Default: state_dir/cache.")
+    cache_dir: Path | None = Field(
+        default=None, description="Converted model weights. Default: state_dir/cache."
+    )
     models_file: Path | None = Field(default=None, description="YAML/JSON list of extra model entries.")
-    default_model: str = Field(default="smollm2-135m-instruct", description="Model used when a request names none.")
+    default_model: str = Field(
+        default="smollm2-135m-instruct", description="Model used when a request names none."
+    )
     auth_enabled: bool = Field(default=True, description="Require `Authorization: Bearer <key>`.")
     max_trials: int = Field(default=2_000_000, ge=1, description="Largest `trials` a request may ask for.")
     max_llm_calls: int = Field(default=5_000, ge=1, description="Largest `llm_calls` a request may ask for.")
     max_audit_seconds: int = Field(default=6 * 3600, ge=60, description="Longest an audit may run.")
     upload_max_bytes: int = Field(default=50 * 2**20, ge=1, description="Largest dataset upload.")
     upload_max_rows: int = Field(default=200_000, ge=1, description="Most rows in an uploaded dataset.")
-    heartbeat_seconds: float = Field(default=10.0, gt=0, description="How often a running audit proves it is alive.")
+    heartbeat_seconds: float = Field(
+        default=10.0, gt=0, description="How often a running audit proves it is alive."
+    )
     stale_after_seconds: float = Field(
-        default=60.0, gt=0, description="A RUNNING audit with no heartbeat for this long is re-run by the sweep."
+        default=60.0,
+        gt=0,
+        description="A RUNNING audit with no heartbeat for this long is re-run by the sweep.",
     )
     sweep_seconds: float = Field(
         default=30.0, gt=0, description="How often the API re-enqueues PENDING and stale RUNNING audits."
     )
     preload_models: bool = Field(default=True, description="Workers load default_model once at start-up.")
+    endpoint_allowlist: list[str] = Field(
+        default_factory=list,
+        description="URL prefixes an `http_endpoint` audit may call (JSON list). Empty: such audits are refused, "
+        "so a tenant cannot make the workers POST to internal addresses.",
+    )
     log_level: str = Field(default="INFO")
 
     @property

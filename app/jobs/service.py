@@ -58,6 +58,13 @@ def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase
             f"Unknown dataset {request.dataset!r}: give a built-in name or the id of a dataset you uploaded "
             "(GET /v1/datasets).",
         )
+    endpoint = getattr(getattr(request, "mechanism", None), "endpoint", None)
+    if endpoint is not None and not any(endpoint.url.startswith(p) for p in settings.endpoint_allowlist):
+        raise Rejected(
+            "$.mechanism.endpoint.url",
+            f"{endpoint.url} is not in this service's endpoint allow-list; an operator adds its prefix to "
+            "ICLAUDIT_ENDPOINT_ALLOWLIST (a JSON list) before tenants may audit it.",
+        )
     if request.model is not None:
         from app.engines.registry import UnknownModel, get_model_info
 

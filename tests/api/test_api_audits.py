@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from service.client import bound_request, long_mia_request, wait_for
 
 from app.audit.kinds.registry import KINDS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_submit_bound_runs_to_succeeded(client) -> None:
@@ -167,3 +172,22 @@ def test_health_and_readiness(client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
     ready = client.get("/readyz")
     assert ready.status_code == 200 and ready.json()["checks"] == {"database": "ok"}
+
+
+def test_http_endpoint_outside_the_allow_list_is_refused(app_client, make_key) -> None:
+    """A tenant cannot make the workers POST to an address the operator has not allowed (SSRF)."""
+    body = json.loads((EXAMPLES / "mia-http-endpoint.json").read_text())
+    body["mechanism"]["endpoint"]["url"] = "http://127.0.0.1:9/"
+    with app_client() as client:
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        response = client.post("/v1/audits", json=body)
+        assert response.status_code == 422
+        detail = response.json()["error"]["details"][0]
+        assert detail["path"] == "$.mechanism.endpoint.url"
+        assert "ICLAUDIT_ENDPOINT_ALLOWLIST" in detail["message"]
+        assert client.get("/v1/audits").json()["audits"] == []
+    with app_client(endpoint_allowlist=["http://127.0.0.1:9/"]) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        response = client.post("/v1/audits", json=body)
+        assert response.status_code == 202
+        client.post(f"/v1/audits/{response.json()['id']}/cancel")
