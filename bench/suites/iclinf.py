@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 
 QUERIES = 2
-SHOTS = (4, 8)
+SHOTS = (4,)
 MODEL = "smollm2-135m-instruct"
 
 
