@@ -125,13 +125,13 @@ def test_repeated_prompts_cost_no_forward_pass(engine: TransformersEngine) -> No
 
 def test_generate_is_seeded_and_reports_raw_logprobs(engine: TransformersEngine) -> None:
     prompts = [PROMPTS[3], PROMPTS[4]]
-    first = engine.generate(prompts, max_new_tokens=6, temperature=0.8, seed=7, n=2)
+    first = engine.generate(prompts, max_new_tokens=4, temperature=0.8, seed=7, n=2)
     assert [len(r) for r in first] == [2, 2]
     engine.cache.clear()
-    alone = engine.generate([PROMPTS[4]], max_new_tokens=6, temperature=0.8, seed=7, n=2)
+    alone = engine.generate([PROMPTS[4]], max_new_tokens=4, temperature=0.8, seed=7, n=2)
     assert [g.token_ids for g in alone[0]] == [g.token_ids for g in first[1]]
     gen = first[0][0]
-    assert 1 <= len(gen.token_ids) <= 6 and len(gen.token_logprobs) == len(gen.token_ids)
+    assert 1 <= len(gen.token_ids) <= 4 and len(gen.token_logprobs) == len(gen.token_ids)
     assert gen.text == engine.decode(gen.token_ids)
     # each reported logprob is the model's own next-token logprob at that point
     for j in range(len(gen.token_ids)):
@@ -141,7 +141,7 @@ def test_generate_is_seeded_and_reports_raw_logprobs(engine: TransformersEngine)
     argmax = int(np.argmax(engine.next_token_logprobs([PROMPTS[3]])[0].logprobs))
     assert greedy.token_ids == (argmax,)
     engine.cache.clear()
-    other_seed = engine.generate(prompts, max_new_tokens=6, temperature=0.8, seed=8, n=2)
+    other_seed = engine.generate(prompts, max_new_tokens=4, temperature=0.8, seed=8, n=2)
     assert [g.token_ids for r in other_seed for g in r] != [g.token_ids for r in first for g in r]
 
 
