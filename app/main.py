@@ -3,14 +3,14 @@ and the sweep, and (auth off) makes the single default tenant."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
-from app.api import audits, datasets, health
+from app.api import accounting, audits, datasets, health, metrics, models
+from app.api.deps import get_tenant
 from app.api.errors import install_error_handlers
 from app.config import Settings, get_settings
 from app.db import repository
@@ -21,19 +21,6 @@ from app.jobs.executors import Sweeper, make_executor
 log = logging.getLogger("iclaudit")
 
 DEFAULT_TENANT = "default"
-# Routers written beside this one; included when their module exists.
-OPTIONAL_ROUTERS = ("app.api.models", "app.api.accounting")
-
-
-def _optional_routers() -> list[object]:
-    routers = []
-    for name in OPTIONAL_ROUTERS:
-        try:
-            routers.append(importlib.import_module(name).router)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-    return routers
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -76,6 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(audits.router)
     app.include_router(datasets.router)
-    for router in _optional_routers():
-        app.include_router(router)  # type: ignore[arg-type]
+    # Every /v1 resource needs a caller; the calculators too, so a public deployment is not a free CPU.
+    app.include_router(models.router, dependencies=[Depends(get_tenant)])
+    app.include_router(accounting.router, dependencies=[Depends(get_tenant)])
+    app.include_router(metrics.router)
     return app

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, and_, delete, or_, select, update
+from sqlalchemy import Select, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import (
@@ -381,3 +381,17 @@ def mark_enqueued(session: Session, audit_ids: Sequence[str]) -> None:
 
 def stale_cutoff(stale_after_seconds: float) -> datetime:
     return utcnow() - timedelta(seconds=stale_after_seconds)
+
+
+# -- operator views (all tenants; never exposed per tenant) -----------------------------------------
+
+
+def audit_counts(session: Session) -> list[tuple[str, str, int]]:
+    """(kind, state, count) over every tenant, for the operator's /metrics."""
+    rows = session.execute(select(Audit.kind, Audit.state, func.count()).group_by(Audit.kind, Audit.state))
+    return [(kind, state, int(count)) for kind, state, count in rows]
+
+
+def oldest_pending_created_at(session: Session) -> datetime | None:
+    """When the longest-waiting PENDING audit was submitted (queue lag), or None."""
+    return session.scalar(select(func.min(Audit.created_at)).where(Audit.state == AuditState.PENDING))
