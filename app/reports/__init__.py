@@ -1,0 +1,1 @@
+"""Presentation of audit results (plots). May import matplotlib and app.audit; never web or database code."""

@@ -1,0 +1,341 @@
+"""PNG plots of audit results, one small function per kind, dispatched by `PLOTS`.
+
+`render(kind, request, result) -> bytes` draws on a fresh `matplotlib.figure.Figure` with the Agg canvas
+(no pyplot, no global figure state); a module lock serialises drawing because matplotlib's shared caches
+(fonts, text layout) are not guaranteed thread-safe. Curves drawn on the ROC panels are Gaussian-DP
+trade-off curves TPR = Φ(Φ⁻¹(FPR) + μ) (003 §2): a μ-GDP mechanism admits no test above its curve.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from scipy import special
+
+from app.audit.accounting.rdp import synthetic_generation_step_rdp
+from app.audit.bounds import clopper_pearson_lower, clopper_pearson_upper
+
+DPI = 110
+_LOCK = threading.Lock()
+_BOX = {"boxstyle": "round", "facecolor": "white", "edgecolor": "0.7", "alpha": 0.9}
+_THREAT_LABELS = {"black_box": "black-box", "white_box": "white-box"}
+
+
+class PlotError(ValueError):
+    """The kind has no plot, or its result lacks a field the plot needs."""
+
+
+def render(kind: str, request: dict[str, Any], result: dict[str, Any]) -> bytes:
+    """The PNG of one audit's result; PlotError for a kind without a plot or a malformed result."""
+    draw = PLOTS.get(kind)
+    if draw is None:
+        raise PlotError(f"no plot for audit kind {kind!r} (plots exist for: {', '.join(PLOTS)})")
+    with _LOCK:
+        fig = Figure(figsize=(10, 4.4), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(fig)
+        try:
+            draw(fig, request or {}, result)
+        except (KeyError, TypeError, IndexError) as exc:
+            raise PlotError(
+                f"this {kind} result cannot be plotted: missing or malformed field {exc}"
+            ) from exc
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def gdp_curve(fpr: np.ndarray, mu: float) -> np.ndarray:
+    """TPR = Φ(Φ⁻¹(FPR) + μ): the best test against a μ-GDP mechanism (003 §2)."""
+    return special.ndtr(special.ndtri(fpr) + mu)
+
+
+def one_sided_bounds(counts: dict[str, int], confidence: float) -> tuple[float, float]:
+    """(TPR lower, FPR upper), each one-sided Clopper-Pearson at α = (1 − γ)/2, as in the GDP bound.
+
+    TPR_lower = 1 − β̄ (β̄ the FNR upper bound of `gdp_mu_lower`), so μ_lower = Φ⁻¹(TPR_lower) − Φ⁻¹(FPR_upper).
+    """
+    alpha = (1 - confidence) / 2
+    n_in, n_out = counts["tp"] + counts["fn"], counts["fp"] + counts["tn"]
+    return clopper_pearson_lower(counts["tp"], n_in, alpha), clopper_pearson_upper(counts["fp"], n_out, alpha)
+
+
+def _roc_axes(ax: Axes) -> np.ndarray:
+    """Unit square with the chance diagonal; returns the FPR grid for trade-off curves."""
+    grid = np.concatenate([np.geomspace(1e-6, 1e-2, 60), np.linspace(1e-2, 1 - 1e-6, 200)])
+    ax.plot([0, 1], [0, 1], color="0.6", linestyle=":", linewidth=1, label="chance (μ = 0)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+    ax.set_aspect("equal")
+    ax.set_xlabel("false-positive rate (C0 trials called 'in')")
+    ax.set_ylabel("true-positive rate (C1 trials called 'in')")
+    ax.grid(alpha=0.3)
+    return grid
+
+
+def _fmt(value: float | None, unbounded: bool = False) -> str:
+    if value is None:
+        return "∞" if unbounded else "—"
+    return f"{value:.3g}"
+
+
+def plot_bound(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> None:
+    """TPR and FPR with the one-sided Clopper-Pearson bounds used in μ_lower; the ROC corner they make."""
+    counts = result["counts"]
+    confidence = float(result.get("confidence", request.get("confidence", 0.95)))
+    delta = float(result.get("delta", request.get("delta", 1e-5)))
+    tpr, fpr = float(result["tpr"]), float(result["fpr"])
+    tpr_lo, fpr_hi = one_sided_bounds(counts, confidence)
+    level = 1 - (1 - confidence) / 2
+
+    ax, roc = fig.subplots(1, 2, width_ratios=[1.1, 1])
+    ax.bar(
+        [0, 1], [tpr, fpr], color=["tab:blue", "tab:orange"], alpha=0.55, width=0.55, label="point estimate"
+    )
+    ax.errorbar([0], [tpr], yerr=[[tpr - tpr_lo], [0]], fmt="none", ecolor="k", capsize=10, linewidth=2)
+    ax.errorbar([1], [fpr], yerr=[[0], [fpr_hi - fpr]], fmt="none", ecolor="k", capsize=10, linewidth=2)
+    ax.annotate(f"lower {tpr_lo:.4f}", (0, tpr_lo), xytext=(14, -12), textcoords="offset points")
+    ax.annotate(f"upper {fpr_hi:.4f}", (1, fpr_hi), xytext=(14, 4), textcoords="offset points")
+    ax.set_xticks(
+        [0, 1],
+        [
+            f"TPR = {tpr:.4f}\n(n = {counts['tp'] + counts['fn']} C1)",
+            f"FPR = {fpr:.4f}\n(n = {counts['fp'] + counts['tn']} C0)",
+        ],
+    )
+    ax.set_xlim(-0.6, 1.9)
+    ax.set_ylim(0, min(1.0, max(tpr, fpr_hi) * 1.25 + 0.02))
+    ax.set_ylabel("rate")
+    ax.set_title(f"one-sided Clopper-Pearson bounds, each at {level:.3g}")
+    ax.grid(axis="y", alpha=0.3)
+    text = (
+        f"μ_lower = {result['mu_lower']:.4f}  (joint confidence {confidence:g})\n"
+        f"ε_empirical = {_fmt(result['epsilon_empirical'], result.get('epsilon_empirical_unbounded', False))}"
+        f" at δ = {delta:g}\n"
+        f"ε_point = log(TPR/FPR) = {_fmt(result.get('epsilon_point'), result.get('epsilon_point_unbounded', False))}"
+    )
+    if result.get("biased"):
+        text += "\nthreshold chosen in-sample: optimistic"
+    ax.text(0.98, 0.98, text, transform=ax.transAxes, ha="right", va="top", fontsize=9, bbox=_BOX)
+
+    grid = _roc_axes(roc)
+    roc.plot(
+        grid,
+        gdp_curve(grid, float(result["mu_lower"])),
+        color="tab:red",
+        label=f"μ_lower = {result['mu_lower']:.3f} GDP curve",
+    )
+    roc.plot([fpr], [tpr], "o", color="tab:blue", label="(FPR, TPR) observed")
+    roc.plot([fpr_hi], [tpr_lo], "s", color="tab:red", label="(FPR upper, TPR lower)")
+    roc.plot([fpr, fpr_hi], [tpr, tpr_lo], color="0.4", linewidth=1)
+    roc.legend(loc="lower right", fontsize=8)
+    roc.set_title("ROC space")
+    fig.suptitle(
+        f"bound: GDP privacy lower bound from the test's outcomes ({result.get('threshold_strategy', '')})"
+    )
+
+
+def plot_mia(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> None:
+    """Per threat model: ε_empirical beside ε_theory and ε_ceiling (✗ = violation); TPR vs FPR points."""
+    threat_models = [tm for tm in _THREAT_LABELS if isinstance(result.get(tm), dict)]
+    if not threat_models:
+        raise KeyError("black_box or white_box")
+    theory, ceiling = result.get("epsilon_theory"), result.get("epsilon_ceiling")
+    ax, roc = fig.subplots(1, 2, width_ratios=[1.2, 1])
+    width = 0.26
+    finite = [
+        result[tm]["epsilon_empirical"] for tm in threat_models if result[tm]["epsilon_empirical"] is not None
+    ]
+    top = max([v for v in (*finite, theory, ceiling) if v is not None] + [0.1]) * 1.6
+    for i, tm in enumerate(threat_models):
+        bound = result[tm]
+        emp = bound["epsilon_empirical"]
+        height = top / 1.6 * 1.15 if emp is None else emp
+        bar = ax.bar(
+            i - width, height, width, color="tab:blue", label="ε_empirical (lower bound)" if i == 0 else None
+        )
+        ax.bar_label(bar, labels=[_fmt(emp, True)], fontsize=8)
+        if theory is not None:
+            ax.bar_label(
+                ax.bar(i, theory, width, color="tab:green", label="ε_theory (claimed)" if i == 0 else None),
+                labels=[_fmt(theory)],
+                fontsize=8,
+            )
+        if ceiling is not None:
+            ax.bar_label(
+                ax.bar(
+                    i + width,
+                    ceiling,
+                    width,
+                    color="tab:gray",
+                    label="ε_ceiling = ε(μ_theory): a perfect attack's limit" if i == 0 else None,
+                ),
+                labels=[_fmt(ceiling)],
+                fontsize=8,
+            )
+        if bound.get("violation"):
+            ax.annotate(
+                "✗ violation",
+                (i - width, height),
+                xytext=(0, 14),
+                textcoords="offset points",
+                ha="center",
+                color="tab:red",
+                fontweight="bold",
+            )
+    ax.set_xticks(range(len(threat_models)), [_THREAT_LABELS[tm] for tm in threat_models])
+    ax.set_ylim(0, top)
+    ax.set_ylabel("ε (at the audit's δ)")
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    if theory is None:
+        ax.text(
+            0.98,
+            0.98,
+            "no DP claim (mechanism without noise)",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=8,
+            bbox=_BOX,
+        )
+    ax.set_title("empirical ε vs the claim")
+
+    grid = _roc_axes(roc)
+    if result.get("mu_theory") is not None:
+        roc.plot(
+            grid,
+            gdp_curve(grid, float(result["mu_theory"])),
+            color="tab:green",
+            label=f"μ_theory = {result['mu_theory']:.3f}: the claim's limit",
+        )
+    for tm, marker in zip(threat_models, ("o", "s"), strict=False):
+        bound = result[tm]
+        if bound.get("tpr") is None or bound.get("fpr") is None:
+            continue
+        color = "tab:red" if bound.get("violation") else "tab:blue"
+        roc.plot(
+            [bound["fpr"]],
+            [bound["tpr"]],
+            marker,
+            color=color,
+            markersize=8,
+            label=f"{_THREAT_LABELS[tm]} test (μ_lower = {bound['mu_lower']:.3f})",
+        )
+    roc.legend(loc="lower right", fontsize=8)
+    roc.set_title("membership tests in ROC space")
+    mech = result.get("mechanism") or {}
+    bug = f", bug: {mech['bug']}" if mech.get("bug") else ""
+    fig.suptitle(
+        f"mia: {mech.get('name', '?')} (T = {mech.get('partitions', '?')}{bug}), claimed ε = "
+        f"{_fmt(theory)}, {result.get('estimator', '')} estimator"
+        + (f", {result['trials']:,} trials per context" if result.get("trials") else "")
+    )
+
+
+def plot_iclinf(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> None:
+    """Mean leave-one-out loss by removed position (001 Fig. 1) with the ICLInf line (001 Eq. 4)."""
+    per_position = [float(v) for v in result["per_position"]]
+    iclinf, std = float(result["iclinf"]), float(result.get("iclinf_std") or 0.0)
+    ax = fig.subplots()
+    positions = np.arange(1, len(per_position) + 1)
+    bars = ax.bar(positions, per_position, color="tab:blue", alpha=0.8, label="mean L_i over queries")
+    ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    ax.axhline(iclinf, color="tab:red", linewidth=2, label=f"ICLInf = mean of max_i L_i = {iclinf:.3g}")
+    ax.axhspan(
+        iclinf - std, iclinf + std, color="tab:red", alpha=0.12, label=f"± std over queries ({std:.3g})"
+    )
+    ax.set_xticks(positions)
+    ax.set_xlabel("position i of the removed exemplar (1 = first in the prompt)")
+    ax.set_ylabel("privacy loss  max_y |log A(S) − log A(S∖e_i)|  (nats)")
+    ax.set_ylim(0, max([*per_position, iclinf + std]) * 1.25 or 1.0)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(loc="upper right", fontsize=8)
+    calibrated = ", calibrated" if result.get("calibration") else ""
+    fig.suptitle(
+        f"iclinf: {result.get('model', '?')} on {result.get('dataset', '?')}, k = {len(per_position)} shots, "
+        f"m = {result.get('queries', '?')} queries, {result.get('output_space', 'labels')}{calibrated}"
+        + (f", accuracy {result['accuracy']:.0%}" if result.get("accuracy") is not None else "")
+    )
+
+
+def plot_synthetic_generation(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> None:
+    """Data-dependent RDP at α* per token and cumulated (001 Eq. 7) against the theory's per-token bound
+    (Eq. 8 / EM bound) over the whole N_gen·T_max budget."""
+    series = [np.asarray(s, dtype=float) for s in result["step_losses"]]
+    alpha, clip = float(result["alpha"]), float(result["clip"])
+    s, tau = int(result["batch_size"]), float(result["temperature"])
+    budget = int(result["sequences"]) * int(result["max_new_tokens"])
+    step_theory = synthetic_generation_step_rdp(alpha, clip, s, tau)
+    losses = np.concatenate(series) if series else np.zeros(0)
+    steps = np.arange(1, len(losses) + 1)
+    ax, cum = fig.subplots(1, 2)
+
+    start = 1
+    for i, seq in enumerate(series):
+        idx = np.arange(start, start + len(seq))
+        ax.plot(
+            idx,
+            seq,
+            ".-",
+            linewidth=0.8,
+            markersize=4,
+            color=f"C{i % 10}",
+            alpha=0.85,
+            label="per-token data-dependent RDP" if i == 0 else None,
+        )
+        start += len(seq)
+    ax.axhline(step_theory, color="tab:red", linestyle="--", label=f"theory per token = {step_theory:.3g}")
+    ax.set_xlabel("generated token (sequences one after another)")
+    ax.set_ylabel(f"RDP at α* = {alpha:g}")
+    ax.set_title("per-token privacy loss")
+
+    if losses.size and losses.min() > 0:
+        ax.set_yscale("log")
+        ax.set_ylim(top=max(step_theory, float(losses.max())) * 20)
+    full = np.arange(0, budget + 1)
+    cum.plot(
+        full[1:],
+        full[1:] * step_theory,
+        color="tab:red",
+        linestyle="--",
+        label=f"theory: {budget} tokens → {budget * step_theory:.3g}",
+    )
+    cum.plot(
+        steps,
+        np.cumsum(losses),
+        color="tab:blue",
+        linewidth=2,
+        label=f"data-dependent: {len(losses)} tokens → {float(result['total_rdp']):.3g}",
+    )
+    cum.set_yscale("log" if losses.size and losses.min() > 0 else "linear")
+    cum.set_xlabel("generated tokens")
+    cum.set_ylabel(f"cumulative RDP at α* = {alpha:g}")
+    cum.set_title("cumulative privacy loss")
+    text = (
+        f"ε_empirical = {float(result['epsilon_empirical']):.3g}\n"
+        f"ε_theory = {float(result['epsilon_theory']):.3g}  (δ = {float(result['delta']):g})\n"
+        f"ratio = {float(result['ratio']):.3g}"
+    )
+    cum.text(0.98, 0.04, text, transform=cum.transAxes, ha="right", va="bottom", fontsize=9, bbox=_BOX)
+    for a in (ax, cum):
+        a.grid(alpha=0.3, which="both")
+        a.legend(loc="upper left", fontsize=8)
+    fig.suptitle(
+        f"synthetic_generation: {result.get('model', '?')}, s = {s}, c = {clip:g}, τ = {tau:.3g}, "
+        f"N_gen = {result['sequences']}, T_max = {result['max_new_tokens']}"
+    )
+
+
+PLOTS: dict[str, Callable[[Figure, dict[str, Any], dict[str, Any]], None]] = {
+    "bound": plot_bound,
+    "mia": plot_mia,
+    "iclinf": plot_iclinf,
+    "synthetic_generation": plot_synthetic_generation,
+}
