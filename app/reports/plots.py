@@ -149,6 +149,8 @@ def plot_mia(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> No
     theory, ceiling = result.get("epsilon_theory"), result.get("epsilon_ceiling")
     ax, roc = fig.subplots(1, 2, width_ratios=[1.2, 1])
     width = 0.26
+    exact = result.get("estimator") == "exact"
+    emp_label = "ε_empirical (exact, infinitely many trials)" if exact else "ε_empirical (lower bound)"
     finite = [
         result[tm]["epsilon_empirical"] for tm in threat_models if result[tm]["epsilon_empirical"] is not None
     ]
@@ -157,9 +159,7 @@ def plot_mia(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> No
         bound = result[tm]
         emp = bound["epsilon_empirical"]
         height = top / 1.6 * 1.15 if emp is None else emp
-        bar = ax.bar(
-            i - width, height, width, color="tab:blue", label="ε_empirical (lower bound)" if i == 0 else None
-        )
+        bar = ax.bar(i - width, height, width, color="tab:blue", label=emp_label if i == 0 else None)
         ax.bar_label(bar, labels=[_fmt(emp, True)], fontsize=8)
         if theory is not None:
             ax.bar_label(
