@@ -1,5 +1,5 @@
-"""/v1/audits: submit (202 + Location), read, list (keyset pages), cancel, result. Thin doorways into
-app.jobs.service and app.db.repository."""
+"""/v1/audits: submit (202 + Location), read, list (keyset pages), cancel, result (JSON and PNG). Thin
+doorways into app.jobs.service, app.db.repository and app.reports.plots."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from fastapi import APIRouter, Body, Query, Response
 from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
 from app.db import repository
-from app.db.models import AuditState
+from app.db.models import Audit, AuditState
 from app.jobs import service
+from app.reports import plots
 from app.schemas.audits import AuditList, AuditResource, request_examples, request_union
 from app.schemas.errors import ErrorResponse
 
@@ -81,13 +82,33 @@ def cancel_audit(audit_id: str, session: SessionDep, tenant: TenantDep) -> Audit
     return AuditResource.of(audit)
 
 
-@router.get("/{audit_id}/result", responses=_ERRORS)
-def get_result(audit_id: str, session: SessionDep, tenant: TenantDep) -> dict[str, Any]:
-    """The result alone; 404 until the audit has SUCCEEDED."""
+def _succeeded(session: SessionDep, tenant: TenantDep, audit_id: str) -> Audit:
+    """The caller's audit with its result; 404 (with the reason) until it has SUCCEEDED."""
     audit = repository.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
     if audit is None:
         raise _not_found(audit_id)
     if audit.state != AuditState.SUCCEEDED or audit.result is None:
         why = f": {audit.error['message']}" if audit.error else ""
         raise ApiError(404, f"Audit {audit_id} is {audit.state}{why}; a result exists once it has SUCCEEDED.")
-    return audit.result
+    return audit
+
+
+@router.get("/{audit_id}/result", responses=_ERRORS)
+def get_result(audit_id: str, session: SessionDep, tenant: TenantDep) -> dict[str, Any]:
+    """The result alone; 404 until the audit has SUCCEEDED."""
+    return _succeeded(session, tenant, audit_id).result
+
+
+@router.get(
+    "/{audit_id}/result.png",
+    response_class=Response,
+    responses={**_ERRORS, 200: {"content": {"image/png": {}}, "description": "The result's plot."}},
+)
+def get_result_png(audit_id: str, session: SessionDep, tenant: TenantDep) -> Response:
+    """The result drawn as a PNG (app/reports/plots.py); 404 until the audit has SUCCEEDED."""
+    audit = _succeeded(session, tenant, audit_id)
+    try:
+        png = plots.render(audit.kind, audit.request, audit.result)
+    except plots.PlotError as exc:
+        raise ApiError(404, str(exc)) from exc
+    return Response(content=png, media_type="image/png")

@@ -1,4 +1,5 @@
-"""Service commands: serve, worker, migrate, keys create|revoke, submit [--watch], status, result."""
+"""Service commands: serve, worker, migrate, keys create|revoke, submit [--watch], status, result
+(JSON, CSV or a PNG plot)."""
 
 from __future__ import annotations
 
@@ -235,24 +236,45 @@ def status(audit_id: str, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> 
 
 def result(
     audit_id: str,
-    format_: Annotated[str, typer.Option("--format", help="json or csv (flattened: field,value).")] = "json",
+    format_: Annotated[
+        str,
+        typer.Option("--format", help="json, csv (flattened: field,value) or png (a plot; needs --output)."),
+    ] = "json",
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", dir_okay=False, help="Write to this file, not stdout.")
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
 ) -> None:
-    """Print a SUCCEEDED audit's result."""
-    if format_ not in ("json", "csv"):
-        err_console.print("--format must be json or csv")
+    """Print a SUCCEEDED audit's result (or write it, or its plot, to --output)."""
+    if format_ not in ("json", "csv", "png"):
+        err_console.print("--format must be json, csv or png")
         raise typer.Exit(2)
+    if format_ == "png":
+        if output is None:
+            err_console.print("--format png needs --output FILE (a PNG is not for the terminal)")
+            raise typer.Exit(2)
+        with _client(url, api_key) as client:
+            response = client.get(f"/v1/audits/{audit_id}/result.png")
+        if response.status_code >= 400:
+            _check(response)
+        output.write_bytes(response.content)
+        err_console.print(f"wrote {output} ({len(response.content):,} bytes)")
+        return
     with _client(url, api_key) as client:
         body = _check(client.get(f"/v1/audits/{audit_id}/result"))
     if format_ == "json":
-        print(json.dumps(body, indent=2))
-        return
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(["field", "value"])
-    writer.writerows(flatten(body))
-    sys.stdout.write(out.getvalue())
+        text = json.dumps(body, indent=2) + "\n"
+    else:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["field", "value"])
+        writer.writerows(flatten(body))
+        text = out.getvalue()
+    if output is not None:
+        output.write_text(text)
+    else:
+        sys.stdout.write(text)
 
 
 def register(app: typer.Typer) -> None:
