@@ -103,22 +103,21 @@ def bound_from_scores(
         return gdp_bound_from_counts(
             counts, confidence=confidence, delta=delta, threshold=1.0, threshold_strategy="decision", auc=area
         )
-    area = auc(s_in, s_out)
+    sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)
+    area = _sorted_auc(sorted_in, sorted_out)
     alpha = (1 - confidence) / 2
     if isinstance(strategy, InSample):
-        sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)
         t = _best_threshold(sorted_in, sorted_out, alpha)
         counts = _counts_at(sorted_in, sorted_out, t)
     elif isinstance(strategy, Split):
         if min(s_in.size, s_out.size) < 2:
             raise ValueError("the split strategy needs at least two scores on each side")
         rng = np.random.default_rng(strategy.seed)
-        pick_in, rest_in = _split(rng.permutation(s_in), strategy.fraction)
-        pick_out, rest_out = _split(rng.permutation(s_out), strategy.fraction)
-        t = _best_threshold(np.sort(pick_in), np.sort(pick_out), alpha / _SELECTION_PENALTY)
-        counts = _counts_at(np.sort(rest_in), np.sort(rest_out), t)
+        pick_in, rest_in = _split_sorted(sorted_in, strategy.fraction, rng)
+        pick_out, rest_out = _split_sorted(sorted_out, strategy.fraction, rng)
+        t = _best_threshold(pick_in, pick_out, alpha / _SELECTION_PENALTY)
+        counts = _counts_at(rest_in, rest_out, t)
     elif isinstance(strategy, Bonferroni):
-        sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)
         candidates = _bonferroni_candidates(sorted_out, strategy.max_thresholds)
         tp, fp = _counts_at_many(sorted_in, sorted_out, candidates)
         mu = gdp_mu_lower(tp, s_in.size, fp, s_out.size, alpha / candidates.size)
@@ -139,10 +138,14 @@ def bound_from_scores(
 def auc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
     """Area under the ROC curve = P(S_in > S_out) + ½ P(S_in = S_out) (Mann-Whitney), by sorted search."""
     s_in, s_out = _as_scores(scores_in, "scores_in"), _as_scores(scores_out, "scores_out")
-    sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)  # sorted queries keep searchsorted cache-friendly
+    return _sorted_auc(np.sort(s_in), np.sort(s_out))
+
+
+def _sorted_auc(sorted_in: np.ndarray, sorted_out: np.ndarray) -> float:
+    # Sorted queries keep searchsorted cache-friendly (several times faster than unsorted ones).
     below = np.searchsorted(sorted_out, sorted_in, side="left").sum(dtype=np.float64)
     at_or_below = np.searchsorted(sorted_out, sorted_in, side="right").sum(dtype=np.float64)
-    return float((below + at_or_below) / 2 / (s_in.size * s_out.size))
+    return float((below + at_or_below) / 2 / (sorted_in.size * sorted_out.size))
 
 
 def tpr_at_fpr(scores_in: np.ndarray, scores_out: np.ndarray, fpr: float) -> float:
@@ -210,9 +213,19 @@ def _counts_at(sorted_in: np.ndarray, sorted_out: np.ndarray, threshold: float) 
     )
 
 
-def _split(shuffled: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    k = min(max(round(fraction * shuffled.size), 1), shuffled.size - 1)
-    return shuffled[:k], shuffled[k:]
+def _split_sorted(
+    sorted_scores: np.ndarray, fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """A seeded random split into (selection, rest) of sizes round(fraction·n) and the remainder.
+
+    The membership mask is drawn independently of the values, so this is the same random split as
+    shuffling first; applied to sorted scores, both parts come out sorted with no further sort.
+    """
+    n = sorted_scores.size
+    k = min(max(round(fraction * n), 1), n - 1)
+    pick = np.zeros(n, dtype=bool)
+    pick[rng.permutation(n)[:k]] = True
+    return sorted_scores[pick], sorted_scores[~pick]
 
 
 def _is_binary(scores: np.ndarray) -> bool:
