@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -76,3 +77,16 @@ def test_every_registered_kind_has_a_plot() -> None:
     from app.audit.kinds.registry import KINDS
 
     assert set(KINDS) <= set(PLOTS)
+
+
+def test_reports_import_no_web_database_or_queue_code() -> None:
+    from service.test_layering import FORBIDDEN, imported_modules
+
+    package = Path(__file__).resolve().parents[2] / "app" / "reports"
+    found = [
+        (path.name, line, module)
+        for path in sorted(package.rglob("*.py"))
+        for line, module in imported_modules(path)
+        if any(module == f or module.startswith(f + ".") for f in FORBIDDEN)
+    ]
+    assert found == []
