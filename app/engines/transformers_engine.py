@@ -41,10 +41,8 @@ of sequence token stops a row and is not included in its text or token ids.
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -52,9 +50,12 @@ from typing import Any, Literal
 import numpy as np
 
 from app.engines.cache import ResultCache
+from app.engines.prefix_kv import KVStore, next_wave
 from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
 
 Ids = tuple[int, ...]
+PAD_SLACK_TOKENS = 64
+PAD_SLACK_FRACTION = 0.25
 
 
 class PromptTooLong(ValueError):
@@ -65,17 +66,25 @@ def as_prompt(prompt: PromptLike) -> Prompt:
     return Prompt(prompt) if isinstance(prompt, str) else prompt
 
 
-def common_prefix_len(rows: Sequence[Ids]) -> int:
-    """Length of the longest common prefix of token sequences."""
-    if not rows:
-        return 0
-    shortest = min(len(r) for r in rows)
-    first = rows[0]
-    for i in range(shortest):
-        tok = first[i]
-        if any(r[i] != tok for r in rows):
-            return i
-    return shortest
+def _batches(
+    rows: Sequence[tuple[Ids, int, int, Ids | None, bool]], batch_size: int
+) -> list[list[tuple[Ids, int, int, Ids | None, bool]]]:
+    """Rows (seq, keep, reused, source, store) cut into batches of at most `batch_size` rows of similar
+    suffix length: a batch is padded to its longest suffix, and padding is real compute, so a row
+    joins only while the padding stays within PAD_SLACK_TOKENS or PAD_SLACK_FRACTION of the real tokens."""
+    batches: list[list[tuple[Ids, int, int, Ids | None, bool]]] = []
+    real = 0
+    for row in sorted(rows, key=lambda row: len(row[0]) - row[2]):
+        length = len(row[0]) - row[2]
+        if batches and len(batches[-1]) < batch_size:
+            padded = (len(batches[-1]) + 1) * length  # sorted: this row is the batch's longest
+            if padded - (real + length) <= max(PAD_SLACK_TOKENS, PAD_SLACK_FRACTION * (real + length)):
+                batches[-1].append(row)
+                real += length
+                continue
+        batches.append([row])
+        real = length
+    return batches
 
 
 def _ids_seed(seed: int, sample: int, ids: Ids) -> int:
@@ -115,7 +124,7 @@ class TransformersEngine:
         dtype: Any = None,
         batch_size: int = 16,
         min_shared_prefix: int = 16,
-        prefix_cache_size: int = 4,
+        kv_cache_bytes: int = 512 * 2**20,
         result_cache_bytes: int = 256 * 2**20,
     ) -> None:
         import torch
@@ -130,10 +139,9 @@ class TransformersEngine:
         self.dtype = dtype if dtype is not None else torch.float32
         self.batch_size = batch_size
         self.min_shared_prefix = min_shared_prefix
-        self.prefix_cache_size = prefix_cache_size
         self.cache = ResultCache(result_cache_bytes)
         self._lock = threading.RLock()
-        self._prefix_kv: OrderedDict[Ids, Any] = OrderedDict()
+        self.kv_store = KVStore(kv_cache_bytes)
 
         if info.source is None:
             raise ValueError(f"model {info.name!r} has no source (hub id, local path or GGUF file)")
@@ -189,102 +197,138 @@ class TransformersEngine:
             )
 
     # ------------------------------------------------------------------ forward passes
-    def _prefix_cache(self, prefix: Ids) -> Any:
-        """The KV cache after `prefix` (batch 1), computed once and kept for recent prefixes."""
+    def _run(self, requests: dict[Ids, tuple[int, bool]]) -> dict[Ids, np.ndarray]:
+        """Log-softmax (float64) at the last `keep` positions of each sequence: {seq: (keep, V)}.
+
+        `requests` maps distinct token sequences to (keep, store): row t of the result for `seq` is
+        log p(· | seq[: len(seq) − keep + t + 1]); `store` keeps its KV cache for later sequences.
+        Sequences run in waves (`next_wave`); each reuses the longest prefix the KV store offers,
+        and a wave is cut into batches of similar suffix length (left padding is real compute).
+        """
+        seqs = list(requests)
+        keeps = [requests[s][0] for s in seqs]
+        storable = [requests[s][1] and self.kv_store.max_bytes > 0 for s in seqs]
+        out: dict[Ids, np.ndarray] = {}
+        todo = list(range(len(seqs)))
+        while todo:
+            caps = [len(seqs[i]) - keeps[i] for i in todo]
+            found = [self.kv_store.longest_prefix(seqs[i], cap) for i, cap in zip(todo, caps, strict=True)]
+            found = [(r, key) if r >= self.min_shared_prefix else (0, None) for r, key in found]
+            wave = next_wave(
+                [seqs[i] for i in todo],
+                caps,
+                [storable[i] for i in todo],
+                [r for r, _ in found],
+                self.min_shared_prefix,
+            )
+            rows = [(seqs[todo[w]], keeps[todo[w]], *found[w], storable[todo[w]]) for w in wave]
+            for batch in _batches(rows, self.batch_size):
+                out.update(self._forward(batch))
+            done = {todo[w] for w in wave}
+            todo = [i for i in todo if i not in done]
+        return out
+
+    def _forward(self, rows: Sequence[tuple[Ids, int, int, Ids | None, bool]]) -> dict[Ids, np.ndarray]:
+        """One batched pass over rows (seq, keep, reused, source, store): row b feeds seq[reused:] on top
+        of the first `reused` tokens of the stored KV cache of `source`.
+
+        Layout per row: [left-padded past | left-padded suffix], padding masked out, explicit position
+        ids, so each row equals the sequence run alone (to ~1e-6)."""
         import torch
         from transformers import DynamicCache
 
-        kv = self._prefix_kv.get(prefix)
-        if kv is not None:
-            self._prefix_kv.move_to_end(prefix)
-            return kv
-        kv = DynamicCache()
-        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
+        n = len(rows)
+        reused = [r for _, _, r, _, _ in rows]
+        suffixes = [seq[r:] for seq, _, r, _, _ in rows]
+        past_len, width = max(reused), max(len(s) for s in suffixes)
+        keep = max(k for _, k, _, _, _ in rows)
+        ids = torch.full((n, width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((n, past_len + width), dtype=torch.long)
+        for b, (s, r) in enumerate(zip(suffixes, reused, strict=True)):
+            ids[b, width - len(s) :] = torch.tensor(s, dtype=torch.long)
+            mask[b, past_len - r : past_len] = 1
+            mask[b, past_len + width - len(s) :] = 1
+        start = torch.tensor(reused, dtype=torch.long)[:, None]
+        positions = (start + mask[:, past_len:].cumsum(1) - 1).clamp(min=0)
+        past = DynamicCache(config=self.model.config)
+        if past_len:
+            layers = []
+            sources = [None if key is None else self.kv_store.get(key) for _, _, _, key, _ in rows]
+            for layer in range(len(next(s for s in sources if s is not None))):
+                k0, v0 = next(s for s in sources if s is not None)[layer]
+                keys = k0.new_zeros((n, k0.shape[1], past_len, k0.shape[3]))
+                values = v0.new_zeros((n, v0.shape[1], past_len, v0.shape[3]))
+                for b, (src, r) in enumerate(zip(sources, reused, strict=True)):
+                    if r:
+                        keys[b, :, past_len - r :] = src[layer][0][0, :, :r]
+                        values[b, :, past_len - r :] = src[layer][1][0, :, :r]
+                layers.append((keys, values))
+            past = DynamicCache(ddp_cache_data=layers, config=self.model.config)
         with torch.inference_mode():
-            self.model(input_ids=ids, past_key_values=kv, use_cache=True, logits_to_keep=1)
+            logits = self.model(
+                input_ids=ids.to(self.device),
+                attention_mask=mask.to(self.device),
+                position_ids=positions.to(self.device),
+                past_key_values=past,
+                use_cache=True,
+                logits_to_keep=keep,
+            ).logits
         self.counters.forward_passes += 1
-        self.counters.prompt_tokens += len(prefix)
-        self._prefix_kv[prefix] = kv
-        while len(self._prefix_kv) > self.prefix_cache_size:
-            self._prefix_kv.popitem(last=False)
-        return kv
+        self.counters.prompt_tokens += sum(len(s) for s in suffixes)
+        logprobs = torch.log_softmax(logits.to(torch.float64), dim=-1).cpu().numpy()
+        result: dict[Ids, np.ndarray] = {}
+        for b, (seq, k, r, _, store) in enumerate(rows):
+            result[seq] = logprobs[b, keep - k :].copy()
+            if store:
+                tail = past_len + width - len(suffixes[b])
+                self.kv_store.put(
+                    seq,
+                    [
+                        tuple(
+                            torch.cat(
+                                [t[b : b + 1, :, past_len - r : past_len], t[b : b + 1, :, tail:]], dim=2
+                            )
+                            for t in (layer.keys, layer.values)
+                        )
+                        for layer in past.layers
+                    ],
+                )
+        return result
 
-    def _tail_logprobs(self, seqs: Sequence[Ids], keep: int) -> list[np.ndarray]:
-        """Log-softmax (float64) at the last `keep` positions of each sequence: arrays (keep, V).
-
-        Row t of the result for sequence s is log p(· | s[: len(s) - keep + t + 1]).
-        """
-        import torch
-
-        out: list[np.ndarray | None] = [None] * len(seqs)
-        order = sorted(range(len(seqs)), key=lambda i: seqs[i])
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            rows = [seqs[i] for i in chunk]
-            shared = min(common_prefix_len(rows), min(len(r) for r in rows) - keep)
-            use_prefix = shared >= self.min_shared_prefix and (
-                len(rows) > 1 or rows[0][:shared] in self._prefix_kv
-            )
-            offset = shared if use_prefix else 0
-            suffixes = [r[offset:] for r in rows]
-            width = max(len(s) for s in suffixes)
-            ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(rows), width), dtype=torch.long)
-            for b, s in enumerate(suffixes):
-                ids[b, width - len(s) :] = torch.tensor(s, dtype=torch.long)
-                mask[b, width - len(s) :] = 1
-            positions = (offset + mask.cumsum(1) - 1).clamp(min=0)
-            kwargs: dict[str, Any] = {}
-            if use_prefix:
-                past = copy.deepcopy(self._prefix_cache(rows[0][:offset]))
-                if len(rows) > 1:
-                    past.batch_repeat_interleave(len(rows))
-                mask = torch.cat([torch.ones((len(rows), offset), dtype=torch.long), mask], dim=1)
-                kwargs = {"past_key_values": past, "use_cache": True}
-            else:
-                kwargs = {"use_cache": False}
-            with torch.inference_mode():
-                logits = self.model(
-                    input_ids=ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    position_ids=positions.to(self.device),
-                    logits_to_keep=keep,
-                    **kwargs,
-                ).logits
-            self.counters.forward_passes += 1
-            self.counters.prompt_tokens += sum(len(s) for s in suffixes)
-            logprobs = torch.log_softmax(logits[:, -keep:, :].to(torch.float64), dim=-1).cpu().numpy()
-            for b, i in enumerate(chunk):
-                out[i] = logprobs[b]
-        return out  # type: ignore[return-value]
-
-    def _next_distributions(self, all_ids: Sequence[Ids]) -> list[np.ndarray]:
-        """Full next-token log-distributions (float64, V) for token sequences, through the result cache."""
-        result: list[np.ndarray | None] = [None] * len(all_ids)
-        missing: dict[Ids, list[int]] = {}
-        for i, ids in enumerate(all_ids):
+    def _next_and_run(
+        self, prompt_ids: Sequence[Ids], extra: dict[Ids, tuple[int, bool]]
+    ) -> tuple[dict[Ids, np.ndarray], dict[Ids, np.ndarray]]:
+        """The next-token log-distribution (float64, V) after each prompt, from the result cache or
+        computed, and the `extra` sequences' rows (see `_run`), all in one `_run`."""
+        next_dist: dict[Ids, np.ndarray] = {}
+        requests: dict[Ids, tuple[int, bool]] = {}
+        for ids in dict.fromkeys(prompt_ids):
             hit = self.cache.get((self.name, "next", ids))
             if hit is not None:
-                result[i] = hit
-                self.counters.cache_hits += 1
+                next_dist[ids] = hit
             else:
-                missing.setdefault(ids, []).append(i)
-        if missing:
-            keys = list(missing)
-            for ids in keys:
                 self._check_length(ids)
-            for ids, lp in zip(keys, self._tail_logprobs(keys, keep=1), strict=True):
-                lp = lp[0]
-                lp.setflags(write=False)
-                self.cache.put((self.name, "next", ids), lp)
-                for i in missing[ids]:
-                    result[i] = lp
-            self.counters.cache_hits += sum(len(v) - 1 for v in missing.values())
-        return result  # type: ignore[return-value]
+                requests[ids] = (1, True)
+        computing = list(requests)
+        self.counters.cache_hits += len(prompt_ids) - len(computing)
+        for seq, (keep, store) in extra.items():
+            old_keep, old_store = requests.get(seq, (0, False))
+            requests[seq] = (max(old_keep, keep), old_store or store)
+        computed = self._run(requests)
+        for ids in computing:
+            lp = computed[ids][-1]
+            lp.setflags(write=False)
+            self.cache.put((self.name, "next", ids), lp)
+            next_dist[ids] = lp
+        return next_dist, computed
 
     # ------------------------------------------------------------------ protocol
     def label_logprobs(self, prompts: Sequence[PromptLike], labels: Sequence[str]) -> np.ndarray:
-        """log p(label | prompt) for every prompt × label, shape (len(prompts), len(labels)); see module doc."""
+        """log p(label | prompt) for every prompt × label, shape (len(prompts), len(labels)); see module doc.
+
+        One `_run` for everything: the next-token distribution after each prompt (single-token labels
+        and the first token of multi-token labels) and, per multi-token label, prompt + label[:-1],
+        which reuses the whole prompt's KV cache and so costs len(label) − 1 tokens."""
         label_ids = [self.encode(label) for label in labels]
         for label, lid in zip(labels, label_ids, strict=True):
             if not lid:
@@ -293,35 +337,34 @@ class TransformersEngine:
             prompt_ids = [self.format_ids(p) for p in prompts]
             scores = np.empty((len(prompt_ids), len(label_ids)), dtype=np.float64)
             single = [j for j, lid in enumerate(label_ids) if len(lid) == 1]
-            if single:
-                dists = self._next_distributions(prompt_ids)
-                first = np.array([label_ids[j][0] for j in single])
-                for i, dist in enumerate(dists):
-                    scores[i, single] = dist[first]
-            multi = [j for j, lid in enumerate(label_ids) if len(lid) > 1]
             todo: dict[tuple[Ids, Ids], list[tuple[int, int]]] = {}
             for i, ids in enumerate(prompt_ids):
-                for j in multi:
-                    key = (ids, label_ids[j])
-                    hit = self.cache.get((self.name, "label", *key))
+                for j, lid in enumerate(label_ids):
+                    if len(lid) == 1:
+                        continue
+                    hit = self.cache.get((self.name, "label", ids, lid))
                     if hit is not None:
                         scores[i, j] = hit
                         self.counters.cache_hits += 1
                     else:
-                        todo.setdefault(key, []).append((i, j))
-            if todo:
-                keep = max(len(lid) for _, lid in todo)
-                seqs = [ids + lid[:-1] for ids, lid in todo]
-                for seq in seqs:
-                    self._check_length(seq, 1)
-                tails = self._tail_logprobs(seqs, keep=keep)
-                for (ids, lid), tail in zip(todo, tails, strict=True):
-                    rows = tail[keep - len(lid) :]
-                    value = float(rows[np.arange(len(lid)), np.array(lid)].sum())
-                    self.cache.put((self.name, "label", ids, lid), value)
-                    for i, j in todo[(ids, lid)]:
-                        scores[i, j] = value
-                self.counters.cache_hits += sum(len(v) - 1 for v in todo.values())
+                        todo.setdefault((ids, lid), []).append((i, j))
+            extra: dict[Ids, tuple[int, bool]] = {}
+            for ids, lid in todo:
+                self._check_length(ids + lid[:-1], 1)
+                extra[ids + lid[:-1]] = (len(lid) - 1, False)
+            needed = prompt_ids if single else list(dict.fromkeys(ids for ids, _ in todo))
+            next_dist, computed = self._next_and_run(needed, extra)
+            if single:
+                first = np.array([label_ids[j][0] for j in single])
+                for i, ids in enumerate(prompt_ids):
+                    scores[i, single] = next_dist[ids][first]
+            for (ids, lid), places in todo.items():
+                rest = computed[ids + lid[:-1]][-(len(lid) - 1) :]
+                value = float(next_dist[ids][lid[0]] + rest[np.arange(len(lid) - 1), np.array(lid[1:])].sum())
+                self.cache.put((self.name, "label", ids, lid), value)
+                for i, j in places:
+                    scores[i, j] = value
+                self.counters.cache_hits += len(places) - 1
         return scores
 
     def next_token_logprobs(
@@ -329,7 +372,9 @@ class TransformersEngine:
     ) -> list[TokenDistribution]:
         """The next-token log-distribution after each prompt: full vocabulary or its top k."""
         with self._lock:
-            dists = self._next_distributions([self.format_ids(p) for p in prompts])
+            all_ids = [self.format_ids(p) for p in prompts]
+            next_dist, _ = self._next_and_run(all_ids, {})
+            dists = [next_dist[ids] for ids in all_ids]
         if top_k == "all":
             return [TokenDistribution(logprobs=d) for d in dists]
         k = int(top_k)

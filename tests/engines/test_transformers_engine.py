@@ -9,7 +9,8 @@ import pytest
 from scipy.special import logsumexp
 
 from app.engines.protocol import LLMEngine, Prompt
-from app.engines.transformers_engine import PromptTooLong, TransformersEngine, common_prefix_len
+from app.engines.prefix_kv import lcp
+from app.engines.transformers_engine import PromptTooLong, TransformersEngine
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +32,7 @@ LABELS = [" positive", "negative", " Paris", "yes", " not at all sure"]
 def engine(smollm2: TransformersEngine) -> TransformersEngine:
     """The session engine with an empty result cache and prefix cache, shared-prefix path on."""
     smollm2.cache.clear()
-    smollm2._prefix_kv.clear()
+    smollm2.kv_store.clear()
     smollm2.min_shared_prefix = 16
     return smollm2
 
@@ -60,7 +61,7 @@ def test_batched_equals_single_and_prefix_path_equals_plain(engine: Transformers
     single = np.vstack([engine.label_logprobs([p], LABELS) for p in PROMPTS])
     np.testing.assert_allclose(batched, single, atol=1e-4, rtol=0)
     engine.cache.clear()
-    engine._prefix_kv.clear()
+    engine.kv_store.clear()
     engine.min_shared_prefix = 10**9  # force the plain left-padded path
     plain = engine.label_logprobs(PROMPTS, LABELS)
     np.testing.assert_allclose(batched, plain, atol=1e-4, rtol=0)
@@ -70,7 +71,7 @@ def test_batched_equals_single_and_prefix_path_equals_plain(engine: Transformers
 
 def test_shared_prefix_is_computed_once(engine: TransformersEngine) -> None:
     ids = [engine.format_ids(p) for p in PROMPTS[:3]]
-    shared = common_prefix_len(ids)
+    shared = min(lcp(ids[0], other) for other in ids[1:])
     assert shared > 100  # chat header + instruction + six demonstrations
     before = engine.counters.as_dict()
     engine.next_token_logprobs(PROMPTS[:3])
