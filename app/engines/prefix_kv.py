@@ -135,8 +135,11 @@ def next_wave(
     would offer it at least `min_gain` more tokens than the store does. The wave is every sequence
     that does not wait, plus, to break ties among those that wait on each other (S and S ∖ e_{k−1}
     share almost everything), the first waiting storable sequence in the caller's order — and any
-    later one whose wait that one does not end. The caller's order thus decides who goes first (the
-    iclinf kind passes the full context first). Every wave is non-empty, so the loop ends.
+    later one that gains nothing from those already chosen (another cluster). The caller's order
+    thus decides who goes first (the iclinf kind passes the full context first). No two sequences
+    of a wave could have shared min_gain tokens more by waiting, so with min_gain = 1 and
+    everything kept, the tokens fed are the size of the token trie of the set (each distinct
+    prefix computed once). Every wave is non-empty, so the loop ends.
     """
     n = len(seqs)
     partners = sorted(seqs[i] for i in range(n) if storable[i])
@@ -148,8 +151,9 @@ def next_wave(
     for i in range(n):
         if i in ready or not storable[i]:
             continue
-        if any(want[i] - lcp(seqs[i], seqs[b], caps[i]) < min_gain for b in breakers):
-            continue
+        shared = [lcp(seqs[i], seqs[b], caps[i]) for b in breakers]
+        if any(want[i] - r < min_gain or r - available[i] >= min_gain for r in shared):
+            continue  # once that breaker has run, i stops waiting, or at least has more to reuse
         breakers.append(i)
     wave = sorted(ready.union(breakers))
     return wave or list(range(n))

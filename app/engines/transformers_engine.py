@@ -16,20 +16,22 @@ Speed, all automatic (no special call needed):
 - batches of `batch_size` sequences, left padding with explicit position ids (so a batched row
   equals the same prompt alone to ~1e-6), `logits_to_keep` = the positions needed only (1 for
   next-token questions), so the vocabulary projection runs on one position, not the whole prompt;
-- **shared-prefix KV reuse**: within a call, sequences are sorted lexicographically by token ids
-  and batched; when the sequences of a batch share a common token prefix of at least
-  `min_shared_prefix` tokens (the chat header, the instruction and the demonstrations common to
-  all partitions or leave-one-out contexts; the context common to all candidate next tokens in DP
-  synthetic generation), that prefix is run once, its KV cache is repeated across the batch, and
-  only the differing suffixes are computed. Recent prefixes' KV caches are kept (`prefix_cache_size`)
-  so repeated calls over the same context (ICLInf over many targets) skip the prefix entirely.
-  To use it, just pass all prompts that share a context in ONE call, e.g.
-  `engine.next_token_logprobs([Prompt(ctx + q) for q in queries], top_k="all")`;
+- **longest-cached-prefix KV reuse** (`app/engines/prefix_kv.py`): the KV caches of sequences
+  already run are kept (`kv_cache_bytes`, LRU); a new sequence reuses the longest token-id prefix
+  it shares with any of them (at least `min_shared_prefix` tokens), a crop of that cache, and only
+  its remaining tokens are fed. Within one call the sequences run in waves so that each waits for
+  the one that gives it the most (`next_wave`; the caller's order breaks ties): ICLInf's full
+  context runs first, then the k leave-one-out contexts each feed only what follows their removed
+  exemplar; a multi-token label feeds only its own tokens after the prompt's cache; a DP
+  synthetic-generation step feeds one token per prompt. A wave is cut into batches of similar
+  suffix length (`_batches`); each row has its own past, left-padded and masked. To use it, pass
+  all prompts that share a context in ONE call (the first one the one the others share most with),
+  e.g. `engine.label_logprobs([full, *leave_one_out], labels)`;
 - a result cache keyed by (model, operation, exact token ids, parameters): a repeated question is
   answered without any forward pass (`counters.cache_hits`).
 
 Counters: `forward_passes` counts model invocations (one batched call = one pass), `prompt_tokens`
-the non-padding tokens actually fed to the model (so prefix reuse and cache hits lower it),
+the non-padding tokens actually fed to the model (so KV reuse and cache hits lower it),
 `generated_tokens` the sampled tokens.
 
 Determinism: scoring is deterministic. `generate` draws row j of prompt p from its own torch

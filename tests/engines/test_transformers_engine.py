@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp
 
-from app.engines.protocol import LLMEngine, Prompt
 from app.engines.prefix_kv import lcp
+from app.engines.protocol import LLMEngine, Prompt
 from app.engines.transformers_engine import PromptTooLong, TransformersEngine
 
 pytestmark = pytest.mark.slow
@@ -24,6 +24,13 @@ QUERIES = [
     "\nReview: two hours I will never get back.\nSentiment:",
     "\nReview: fine.\nSentiment:",
 ]
+DEMOS = CONTEXT.split("\n")[1:]
+HEAD = CONTEXT.split("\n")[0] + "\n"
+DEMO_BLOCKS = ["\n".join(DEMOS[i : i + 2]) for i in range(0, len(DEMOS), 2)]
+# ICLInf's k + 1 prompts: all six demonstrations, then each one left out
+LEAVE_ONE_OUT = [HEAD + "\n".join(DEMO_BLOCKS) + QUERIES[0]] + [
+    HEAD + "\n".join(DEMO_BLOCKS[:i] + DEMO_BLOCKS[i + 1 :]) + QUERIES[0] for i in range(len(DEMO_BLOCKS))
+]
 PROMPTS = [CONTEXT + q for q in QUERIES] + ["What is the capital of France?", "Say yes."]
 LABELS = [" positive", "negative", " Paris", "yes", " not at all sure"]
 
@@ -33,6 +40,7 @@ def engine(smollm2: TransformersEngine) -> TransformersEngine:
     """The session engine with an empty result cache and prefix cache, shared-prefix path on."""
     smollm2.cache.clear()
     smollm2.kv_store.clear()
+    smollm2.kv_store.max_bytes = 512 * 2**20
     smollm2.min_shared_prefix = 16
     return smollm2
 
@@ -79,6 +87,53 @@ def test_shared_prefix_is_computed_once(engine: TransformersEngine) -> None:
     assert after["forward_passes"] - before["forward_passes"] == 2  # the prefix, then the 3 suffixes
     fed = after["prompt_tokens"] - before["prompt_tokens"]
     assert fed == sum(len(i) for i in ids) - 2 * shared
+
+
+def test_leave_one_out_prompts_reuse_the_longest_cached_prefix(engine: TransformersEngine) -> None:
+    labels = [" positive", " negative", " not at all sure"]
+    ids = [engine.format_ids(p) for p in LEAVE_ONE_OUT]
+    multi = engine.encode(labels[2])
+    before = engine.counters.as_dict()
+    fast = engine.label_logprobs(LEAVE_ONE_OUT, labels)
+    after = engine.counters.as_dict()
+    # the full context once; leave-one-out i only after its removed exemplar; labels only their tokens
+    reused = [lcp(i, ids[0]) for i in ids[1:]]
+    assert reused == sorted(set(reused))  # later removed → more shared
+    assert reused[0] > 30 and reused[-1] > 100  # the chat header + instruction; + five demonstrations
+    fed = len(ids[0]) + sum(len(i) - r for i, r in zip(ids[1:], reused, strict=True))
+    assert after["prompt_tokens"] - before["prompt_tokens"] == fed + len(ids) * (len(multi) - 1)
+    assert after["forward_passes"] - before["forward_passes"] <= len(ids)  # ≤ k + 1
+    engine.cache.clear()
+    engine.kv_store.clear()
+    engine.min_shared_prefix = 10**9  # every sequence from scratch
+    before = engine.counters.prompt_tokens
+    plain = engine.label_logprobs(LEAVE_ONE_OUT, labels)
+    assert engine.counters.prompt_tokens - before == sum(2 * len(i) + len(multi) - 1 for i in ids)
+    np.testing.assert_allclose(fast, plain, atol=1e-4, rtol=0)
+    # a KV store that holds about one prompt: entries are evicted mid-call, the values do not change
+    engine.cache.clear()
+    engine.min_shared_prefix = 16
+    engine.kv_store.max_bytes = _kv_bytes_per_token(engine) * (len(ids[0]) + 10)
+    small = engine.label_logprobs(LEAVE_ONE_OUT, labels)
+    assert len(engine.kv_store) == 1
+    np.testing.assert_allclose(small, plain, atol=1e-4, rtol=0)
+
+
+def _kv_bytes_per_token(engine: TransformersEngine) -> int:
+    config = engine.model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    return config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * 4
+
+
+def test_multi_token_label_feeds_only_its_own_tokens(engine: TransformersEngine) -> None:
+    label = " not at all sure"
+    tokens = engine.encode(label)
+    engine.next_token_logprobs([PROMPTS[0]])  # the prompt's distribution and KV cache are kept
+    before = engine.counters.as_dict()
+    engine.label_logprobs([PROMPTS[0]], [" positive", label])
+    after = engine.counters.as_dict()
+    assert after["forward_passes"] - before["forward_passes"] == 1
+    assert after["prompt_tokens"] - before["prompt_tokens"] == len(tokens) - 1
 
 
 def test_multi_token_label_is_the_sum_of_its_token_logprobs(engine: TransformersEngine) -> None:

@@ -1,8 +1,9 @@
 """`kind: "iclinf"` — the data-dependent privacy loss of ICL exemplars (001 §3 Eq. 4, §4, App. B, E.1).
 
 For each of m test queries (drawn without replacement) k exemplars are drawn from the training set
-without replacement, fresh per query. The k + 1 prompts (all k, and each one removed) share the
-instruction prefix and are scored in one engine call; the loss of position i is
+without replacement, fresh per query. The k + 1 prompts (all k, and each one removed) are scored in
+one engine call, the full context first (leave-one-out prompt i shares with it everything before
+exemplar i, which the transformers engine reuses from its KV cache); the loss of position i is
 max_y |log A(S, x') − log A(S ∖ e_i, x')| over the label set (renormalized) or the full vocabulary,
 optionally calibrated by the content-free distribution of the same exemplars (001 App. B).
 
@@ -105,22 +106,14 @@ def score(engine: LLMEngine, prompts: Sequence[str], output_space: str, words: S
     """log A(·) for each prompt: label-sequence logprobs renormalized over `words`, or the full
     next-token log-distribution. Shape (len(prompts), Y).
 
-    All prompts go to the engine in one call, so they share the instruction prefix (one batched pass);
-    with multi-token labels each prompt gets its own call instead, so that its label continuations
-    share the whole prompt as prefix rather than each re-reading it.
+    All prompts go to the engine in one call, the full context first: the transformers engine runs
+    it, then each leave-one-out prompt feeds only the tokens after its removed exemplar on a crop of
+    the full prompt's KV cache, and each multi-token label only its own tokens after the prompt's.
     """
     if output_space == "labels":
-        if _single_token_labels(engine, words):
-            return renormalize(engine.label_logprobs(list(prompts), list(words)))
-        return renormalize(np.vstack([engine.label_logprobs([p], list(words)) for p in prompts]))
+        return renormalize(engine.label_logprobs(list(prompts), list(words)))
     dists = engine.next_token_logprobs(list(prompts), top_k="all")
     return renormalize(np.stack([d.logprobs for d in dists]))
-
-
-def _single_token_labels(engine: LLMEngine, words: Sequence[str]) -> bool:
-    """Whether every label is one token (engines without a tokenizer count as yes)."""
-    encode = getattr(engine, "encode", None)
-    return encode is None or all(len(encode(w)) == 1 for w in words)
 
 
 def run(request: Request, ctx: RunContext) -> dict:
