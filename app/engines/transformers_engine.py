@@ -56,8 +56,10 @@ from app.engines.prefix_kv import KVStore, next_wave
 from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
 
 Ids = tuple[int, ...]
-PAD_SLACK_TOKENS = 64
-PAD_SLACK_FRACTION = 0.25
+PAD_SLACK = {"cpu": (32, 0.05), "default": (256, 0.5)}
+"""How much left padding a batch may carry, (tokens, fraction of its real tokens), by device type.
+On a CPU a padded token costs as much as a real one and a forward pass of SmolLM2 about as much as
+~40 tokens, so rows of different suffix lengths go in separate passes; accelerators batch more."""
 
 
 class PromptTooLong(ValueError):
@@ -69,18 +71,18 @@ def as_prompt(prompt: PromptLike) -> Prompt:
 
 
 def _batches(
-    rows: Sequence[tuple[Ids, int, int, Ids | None, bool]], batch_size: int
+    rows: Sequence[tuple[Ids, int, int, Ids | None, bool]], batch_size: int, slack: tuple[int, float]
 ) -> list[list[tuple[Ids, int, int, Ids | None, bool]]]:
     """Rows (seq, keep, reused, source, store) cut into batches of at most `batch_size` rows of similar
     suffix length: a batch is padded to its longest suffix, and padding is real compute, so a row
-    joins only while the padding stays within PAD_SLACK_TOKENS or PAD_SLACK_FRACTION of the real tokens."""
+    joins only while the padding stays within `slack` = (tokens, fraction of the real tokens)."""
     batches: list[list[tuple[Ids, int, int, Ids | None, bool]]] = []
     real = 0
     for row in sorted(rows, key=lambda row: len(row[0]) - row[2]):
         length = len(row[0]) - row[2]
         if batches and len(batches[-1]) < batch_size:
             padded = (len(batches[-1]) + 1) * length  # sorted: this row is the batch's longest
-            if padded - (real + length) <= max(PAD_SLACK_TOKENS, PAD_SLACK_FRACTION * (real + length)):
+            if padded - (real + length) <= max(slack[0], slack[1] * (real + length)):
                 batches[-1].append(row)
                 real += length
                 continue
@@ -140,6 +142,7 @@ class TransformersEngine:
         self.device = torch.device(device)
         self.dtype = dtype if dtype is not None else torch.float32
         self.batch_size = batch_size
+        self.pad_slack = PAD_SLACK.get(self.device.type, PAD_SLACK["default"])
         self.min_shared_prefix = min_shared_prefix
         self.cache = ResultCache(result_cache_bytes)
         self._lock = threading.RLock()
@@ -224,7 +227,7 @@ class TransformersEngine:
                 self.min_shared_prefix,
             )
             rows = [(seqs[todo[w]], keeps[todo[w]], *found[w], storable[todo[w]]) for w in wave]
-            for batch in _batches(rows, self.batch_size):
+            for batch in _batches(rows, self.batch_size, self.pad_slack):
                 out.update(self._forward(batch))
             done = {todo[w] for w in wave}
             todo = [i for i in todo if i not in done]
