@@ -56,6 +56,11 @@ from app.engines.prefix_kv import KVStore, next_wave
 from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
 
 Ids = tuple[int, ...]
+Row = tuple[Ids, int, int, Any, bool]
+"""(seq, keep, reused, source, store): feed seq[reused:] on the first `reused` positions of the
+`source` KV cache (per layer (keys, values); None when reused = 0); keep the last `keep` positions'
+log-probabilities; `store`: keep seq's own KV cache afterwards."""
+
 PAD_SLACK = {"cpu": (32, 0.05), "default": (256, 0.5)}
 """How much left padding a batch may carry, (tokens, fraction of its real tokens), by device type.
 On a CPU a padded token costs as much as a real one and a forward pass of SmolLM2 about as much as
@@ -70,13 +75,11 @@ def as_prompt(prompt: PromptLike) -> Prompt:
     return Prompt(prompt) if isinstance(prompt, str) else prompt
 
 
-def _batches(
-    rows: Sequence[tuple[Ids, int, int, Ids | None, bool]], batch_size: int, slack: tuple[int, float]
-) -> list[list[tuple[Ids, int, int, Ids | None, bool]]]:
+def _batches(rows: Sequence[Row], batch_size: int, slack: tuple[int, float]) -> list[list[Row]]:
     """Rows (seq, keep, reused, source, store) cut into batches of at most `batch_size` rows of similar
     suffix length: a batch is padded to its longest suffix, and padding is real compute, so a row
     joins only while the padding stays within `slack` = (tokens, fraction of the real tokens)."""
-    batches: list[list[tuple[Ids, int, int, Ids | None, bool]]] = []
+    batches: list[list[Row]] = []
     real = 0
     for row in sorted(rows, key=lambda row: len(row[0]) - row[2]):
         length = len(row[0]) - row[2]
@@ -218,7 +221,10 @@ class TransformersEngine:
         while todo:
             caps = [len(seqs[i]) - keeps[i] for i in todo]
             found = [self.kv_store.longest_prefix(seqs[i], cap) for i, cap in zip(todo, caps, strict=True)]
-            found = [(r, key) if r >= self.min_shared_prefix else (0, None) for r, key in found]
+            # the sources are taken (held) now: a batch's stores may evict them before a later batch
+            found = [
+                (r, self.kv_store.get(key)) if r >= self.min_shared_prefix else (0, None) for r, key in found
+            ]
             wave = next_wave(
                 [seqs[i] for i in todo],
                 caps,
@@ -233,9 +239,9 @@ class TransformersEngine:
             todo = [i for i in todo if i not in done]
         return out
 
-    def _forward(self, rows: Sequence[tuple[Ids, int, int, Ids | None, bool]]) -> dict[Ids, np.ndarray]:
-        """One batched pass over rows (seq, keep, reused, source, store): row b feeds seq[reused:] on top
-        of the first `reused` tokens of the stored KV cache of `source`.
+    def _forward(self, rows: Sequence[Row]) -> dict[Ids, np.ndarray]:
+        """One batched pass over rows (`Row`): row b feeds seq[reused:] on top of the first `reused`
+        positions of its source KV cache.
 
         Layout per row: [left-padded past | left-padded suffix], padding masked out, explicit position
         ids, so each row equals the sequence run alone (to ~1e-6)."""
@@ -258,7 +264,7 @@ class TransformersEngine:
         past = DynamicCache(config=self.model.config)
         if past_len:
             layers = []
-            sources = [None if key is None else self.kv_store.get(key) for _, _, _, key, _ in rows]
+            sources = [src for _, _, _, src, _ in rows]
             for layer in range(len(next(s for s in sources if s is not None))):
                 k0, v0 = next(s for s in sources if s is not None)[layer]
                 keys = k0.new_zeros((n, k0.shape[1], past_len, k0.shape[3]))
