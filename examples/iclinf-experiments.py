@@ -70,32 +70,35 @@ def report() -> None:
         return "—" if r is None else f"{r['iclinf']:.2f} ± {r['iclinf_std']:.2f}"
 
     print(
-        "| dataset | m | acc. (k=4) | ICLInf k=1 | k=2 | k=4 | k=8 | k=4 calibrated | k=4 vocabulary | s/query (k=4) |"
+        "| dataset | m | acc. (k=4) | acc. (k=4 cal.) | ICLInf k=1 | k=2 | k=4 | k=8 | k=4 calibrated "
+        "| k=4 vocabulary | s/query (k=4) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for d, name in DATASETS.items():
         base = get(d, "k4")
         if base is None:
             continue
         row = [cell(get(d, s)) for s in ("k1", "k2", "k4", "k8", "k4-calibrated", "k4-vocabulary")]
+        cal = get(d, "k4-calibrated")
         print(
             f"| {name} | {base['queries']} | {base['accuracy']:.2f} | "
+            + ("—" if cal is None else f"{cal['accuracy']:.2f}")
+            + " | "
             + " | ".join(row)
             + f" | {base['wall_seconds'] / base['queries']:.1f} |"
         )
 
-    print("\nPer-position loss (mean over queries, before the max; k = 4):\n")
-    print("| dataset | pos 1 | pos 2 | pos 3 | pos 4 |")
-    print("|---|---|---|---|---|")
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for d, name in DATASETS.items():
-        for suffix, ax in (("k4", axes[0]), ("k8", axes[1])):
-            r = get(d, suffix)
+    for k, ax in zip((4, 8), axes, strict=True):
+        print(f"\nPer-position loss (mean over queries, before the max; k = {k}):\n")
+        print("| dataset | " + " | ".join(f"pos {i}" for i in range(1, k + 1)) + " |")
+        print("|---" * (k + 1) + "|")
+        for d, name in DATASETS.items():
+            r = get(d, f"k{k}")
             if r is None:
                 continue
             ax.plot(range(1, r["shots"] + 1), r["per_position"], marker="o", label=name)
-            if suffix == "k4":
-                print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in r["per_position"]) + " |")
+            print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in r["per_position"]) + " |")
     for ax, k in zip(axes, (4, 8), strict=True):
         ax.set(xlabel="removed exemplar position", ylabel="mean loss", title=f"per-position loss, k = {k}")
         ax.legend()
