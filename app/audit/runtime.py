@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from app.engines.protocol import Embedder, LLMEngine
 
 
-class AuditCancelled(Exception):  # noqa: N818 - a state, not an error
+class AuditCancelled(Exception):
     """Raised by a progress callback when the audit's cancel flag is set; the runner ends it CANCELLED."""
 
 

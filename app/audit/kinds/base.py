@@ -12,4 +12,6 @@ class AuditRequestBase(BaseModel):
 
     dataset: str | None = Field(default=None, description="Built-in dataset name or an uploaded dataset id.")
     model: str | None = Field(default=None, description="Registered model name (GET /v1/models).")
-    seed: int = Field(default=0, ge=0, description="Seeds every random choice; the same seed gives the same result.")
+    seed: int = Field(
+        default=0, ge=0, description="Seeds every random choice; the same seed gives the same result."
+    )
