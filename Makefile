@@ -27,7 +27,8 @@ serve: venv
 	exec $(VENV)/bin/iclaudit serve --host $${HOST:-127.0.0.1} --port $${PORT:-8000}
 
 test: venv
-	if [ -f scripts/setup-extras.sh ]; then bash scripts/setup-extras.sh; fi
+	bash scripts/setup-extras.sh
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -p no:cacheprovider
 
 lint: venv
