@@ -6,7 +6,7 @@ inside their own modules, only when selected.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
@@ -44,6 +44,17 @@ class TokenDistribution:
     token_ids: np.ndarray | None = None
     tokens: tuple[str, ...] | None = None
     floor: float | None = None
+
+
+def top_k_distribution(logprobs: np.ndarray, k: int, decode: Callable[[list[int]], str]) -> TokenDistribution:
+    """The k most likely tokens of a full next-token log-distribution, descending (ties by token id),
+    with `floor` = the k-th logprob."""
+    idx = np.argpartition(-logprobs, k - 1)[:k]
+    idx = idx[np.lexsort((idx, -logprobs[idx]))]
+    tokens = tuple(decode([int(t)]) for t in idx)
+    return TokenDistribution(
+        logprobs=logprobs[idx], token_ids=idx, tokens=tokens, floor=float(logprobs[idx[-1]])
+    )
 
 
 @dataclass(frozen=True)

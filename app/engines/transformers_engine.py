@@ -53,7 +53,15 @@ import numpy as np
 
 from app.engines.cache import ResultCache
 from app.engines.prefix_kv import KVStore, next_wave
-from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
+from app.engines.protocol import (
+    EngineCounters,
+    Generation,
+    ModelInfo,
+    Prompt,
+    PromptLike,
+    TokenDistribution,
+    top_k_distribution,
+)
 
 Ids = tuple[int, ...]
 Row = tuple[Ids, int, int, Any, bool]
@@ -391,15 +399,7 @@ class TransformersEngine:
         k = int(top_k)
         if not 1 <= k <= self.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.vocab_size}] or 'all', got {top_k}")
-        result = []
-        for d in dists:
-            idx = np.argpartition(-d, k - 1)[:k]
-            idx = idx[np.argsort(-d[idx], kind="stable")]
-            tokens = tuple(self.tokenizer.decode([int(t)]) for t in idx)
-            result.append(
-                TokenDistribution(logprobs=d[idx], token_ids=idx, tokens=tokens, floor=float(d[idx[-1]]))
-            )
-        return result
+        return [top_k_distribution(d, k, self.tokenizer.decode) for d in dists]
 
     def generate(
         self,

@@ -34,7 +34,14 @@ from typing import Any, Literal
 import numpy as np
 
 from app.engines.cache import ResultCache
-from app.engines.protocol import EngineCounters, Generation, ModelInfo, PromptLike, TokenDistribution
+from app.engines.protocol import (
+    EngineCounters,
+    Generation,
+    ModelInfo,
+    PromptLike,
+    TokenDistribution,
+    top_k_distribution,
+)
 from app.engines.transformers_engine import Ids, format_prompt_ids
 
 _ENGINE_OPTIONS = (
@@ -184,14 +191,7 @@ class VLLMEngine:
         if top_k == "all":
             return [TokenDistribution(logprobs=d) for d in dists]
         k = int(top_k)
-        out = []
-        for d in dists:
-            idx = np.argsort(-d, kind="stable")[:k]
-            tokens = tuple(self.tokenizer.decode([int(t)]) for t in idx)
-            out.append(
-                TokenDistribution(logprobs=d[idx], token_ids=idx, tokens=tokens, floor=float(d[idx[-1]]))
-            )
-        return out
+        return [top_k_distribution(d, k, self.tokenizer.decode) for d in dists]
 
     def generate(
         self,
