@@ -6,7 +6,19 @@
 
       μ_lower = Φ⁻¹(1 − β̄) − Φ⁻¹(ᾱ)      (0 when negative — never an absolute value),
 
-  then ε_empirical = the smallest ε with δ(ε; μ_lower) ≤ δ (accounting/gdp.py).
+  then ε_empirical = the smallest ε with δ(ε; μ_lower) ≤ δ (accounting/gdp.py). Valid only when the
+  mechanism's privacy curve is Gaussian (the Gaussian-noise mechanisms and their post-processing): for
+  others it can overstate ε — randomized response at exactly (1, 0)-DP has TPR 0.731 / FPR 0.269, which
+  this route turns into ε = 5.58.
+- Assumption-free lower bound (Kairouz, Oh & Viswanath 2015, Thm 2.1: (ε, δ)-DP ⇔ TPR ≤ e^ε·FPR + δ and
+  TNR ≤ e^ε·FNR + δ for every test): with the same pair of one-sided bounds, TPR ≥ TPR_lower = 1 − β̄ and
+  FPR ≤ ᾱ, every (ε, δ)-DP with
+
+      ε < ε_af = max(0, ln((TPR_lower − δ)/ᾱ), ln((1 − ᾱ − δ)/(1 − TPR_lower)))
+
+  is refuted at joint confidence γ, whatever the mechanism (Jagielski, Ullman & Oprea 2020, §3).
+- The verdict rule (`verdict_epsilon`): GDP only under `assumption="gdp"` (a known Gaussian mechanism),
+  the assumption-free bound otherwise; `per_test_confidence` splits γ over the tests of one verdict.
 - Point estimate ε_point = log(TPR/FPR) (003 §2), unbounded when FPR = 0.
 - One-run bound (Steinke, Nasr & Jagielski 2023, Thm 5.2 with its δ term) and the auditor accuracy that
   ContextLeak reports (002 App. A.1, H.4).
@@ -16,11 +28,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
+from typing import Literal, Protocol
 
 import numpy as np
 from scipy import special, stats
 
 from app.audit.accounting.gdp import epsilon_for_mu
+
+Assumption = Literal["gdp", "none"]
+"""Which lower bound a verdict rests on: "gdp" (the mechanism is known to be Gaussian) or "none"."""
+ASSUMPTIONS: tuple[str, ...] = ("gdp", "none")
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,11 @@ class Counts:
 class PrivacyBound:
     """A lower bound on a mechanism's privacy loss with the evidence behind it.
 
+    Both lower bounds come from the same two one-sided Clopper-Pearson bounds, so they hold jointly at
+    `confidence`: `epsilon_empirical` (GDP route, valid for Gaussian mechanisms) and
+    `epsilon_empirical_assumption_free` (valid for every mechanism). `assumption` names the one that chose
+    the threshold and that the verdict uses (`epsilon_verdict`).
+
     `epsilon_point` is None when FPR = 0 (unbounded). `as_dict()` is JSON-ready: non-finite floats become
     None with a `<field>_unbounded: true` flag, and `biased` says whether the threshold was chosen on the
     same data it was evaluated on (the in_sample strategy).
@@ -60,6 +82,7 @@ class PrivacyBound:
     fpr: float
     mu_lower: float
     epsilon_empirical: float
+    epsilon_empirical_assumption_free: float
     epsilon_point: float | None
     threshold: float | None
     threshold_strategy: str
@@ -70,10 +93,16 @@ class PrivacyBound:
     n_in: int
     n_out: int
     counts: Counts
+    assumption: Assumption = "gdp"
 
     @property
     def biased(self) -> bool:
         return self.threshold_strategy == "in_sample"
+
+    @property
+    def epsilon_verdict(self) -> float:
+        """The lower bound the verdict compares with a claim: `verdict_epsilon` under `self.assumption`."""
+        return verdict_epsilon(self, self.assumption)
 
     def as_dict(self) -> dict:
         out: dict = {}
@@ -101,19 +130,81 @@ def clopper_pearson_lower(k: int, n: int, alpha: float) -> float:
     return 0.0 if k <= 0 else float(special.betaincinv(k, n - k + 1, alpha))
 
 
-def gdp_mu_lower(tp: np.ndarray, n_in: int, fp: np.ndarray, n_out: int, alpha: float) -> np.ndarray:
-    """Vectorized μ_lower = max(0, Φ⁻¹(1 − β̄) − Φ⁻¹(ᾱ)) with each one-sided Clopper-Pearson bound at level α.
-
-    β̄ bounds the FNR from fn = n_in − tp; ᾱ bounds the FPR from fp. Φ⁻¹(1 − β̄) is computed as −Φ⁻¹(β̄).
-    """
+def rate_bounds(
+    tp: np.ndarray, n_in: int, fp: np.ndarray, n_out: int, alpha: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized one-sided Clopper-Pearson uppers (β̄ on the FNR from fn = n_in − tp, ᾱ on the FPR), each at
+    level α; TPR_lower = 1 − β̄. Both lower bounds below are functions of this one pair."""
     tp = np.asarray(tp, dtype=np.float64)
     fp = np.asarray(fp, dtype=np.float64)
     fn = n_in - tp
     fnr_ub = np.where(fn >= n_in, 1.0, special.betaincinv(fn + 1, np.maximum(n_in - fn, 1e-300), 1 - alpha))
     fpr_ub = np.where(fp >= n_out, 1.0, special.betaincinv(fp + 1, np.maximum(n_out - fp, 1e-300), 1 - alpha))
+    return fnr_ub, fpr_ub
+
+
+def gdp_mu_lower(tp: np.ndarray, n_in: int, fp: np.ndarray, n_out: int, alpha: float) -> np.ndarray:
+    """Vectorized μ_lower = max(0, Φ⁻¹(1 − β̄) − Φ⁻¹(ᾱ)) with each one-sided Clopper-Pearson bound at level α.
+
+    β̄ bounds the FNR from fn = n_in − tp; ᾱ bounds the FPR from fp. Φ⁻¹(1 − β̄) is computed as −Φ⁻¹(β̄).
+    """
+    return mu_from_rates(*rate_bounds(tp, n_in, fp, n_out, alpha))
+
+
+def mu_from_rates(fnr_upper: np.ndarray, fpr_upper: np.ndarray) -> np.ndarray:
+    """μ = max(0, −Φ⁻¹(FNR) − Φ⁻¹(FPR)) (003 §2), vectorized; NaN (both rates 1) reads as 0."""
     with np.errstate(invalid="ignore"):
-        mu = -special.ndtri(fnr_ub) - special.ndtri(fpr_ub)
+        mu = -special.ndtri(fnr_upper) - special.ndtri(fpr_upper)
     return np.where(np.isnan(mu), 0.0, np.maximum(mu, 0.0))
+
+
+def assumption_free_epsilon(fnr_upper: np.ndarray, fpr_upper: np.ndarray, delta: float) -> np.ndarray:
+    """ε_af = max(0, ln((1 − FNR − δ)/FPR), ln((1 − FPR − δ)/FNR)), vectorized (Kairouz et al. 2015, Thm 2.1).
+
+    Every (ε, δ)-DP mechanism has TPR ≤ e^ε·FPR + δ and TNR ≤ e^ε·FNR + δ, so with TPR ≥ 1 − FNR_upper and
+    FPR ≤ FPR_upper (and hence TNR ≥ 1 − FPR_upper, FNR ≤ FNR_upper) every ε < ε_af is refuted. With exact
+    rates it is the exact ε of the test; a zero denominator gives ∞.
+    """
+    fnr = np.asarray(fnr_upper, dtype=np.float64)
+    fpr = np.asarray(fpr_upper, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        direct = np.log(np.maximum(1.0 - fnr - delta, 0.0)) - np.log(fpr)
+        mirror = np.log(np.maximum(1.0 - fpr - delta, 0.0)) - np.log(fnr)
+    eps = np.fmax(direct, mirror)  # fmax ignores a NaN (0/0) side
+    return np.where(np.isnan(eps), 0.0, np.maximum(eps, 0.0))
+
+
+def assumption_free_epsilon_lower(
+    tp: np.ndarray, n_in: int, fp: np.ndarray, n_out: int, alpha: float, delta: float
+) -> np.ndarray:
+    """Vectorized ε_af from counts, each one-sided Clopper-Pearson bound at level α (pair: 1 − 2α)."""
+    return assumption_free_epsilon(*rate_bounds(tp, n_in, fp, n_out, alpha), delta)
+
+
+class _BothBounds(Protocol):
+    epsilon_empirical: float
+    epsilon_empirical_assumption_free: float
+
+
+def verdict_epsilon(bound: _BothBounds, assumption: Assumption) -> float:
+    """The one verdict rule: the GDP bound only when `assumption == "gdp"` (the mechanism is known to be a
+    Gaussian mechanism or its post-processing, where the GDP conversion is exact), else the assumption-free
+    bound, which holds for any mechanism (the GDP route can overstate ε for, e.g., randomized response)."""
+    if assumption == "gdp":
+        return bound.epsilon_empirical
+    if assumption == "none":
+        return bound.epsilon_empirical_assumption_free
+    raise ValueError(f"assumption must be one of {', '.join(ASSUMPTIONS)}, got {assumption!r}")
+
+
+def per_test_confidence(confidence: float, n_tests: int) -> float:
+    """Bonferroni: each of `n_tests` bounds at 1 − (1 − γ)/n_tests, so a verdict that is the OR of their
+    violations (e.g. mia's black-box and white-box tests) errs with probability ≤ 1 − γ in all (union
+    bound); at the full γ each, the OR's false-alarm rate could reach n_tests·(1 − γ)."""
+    _check_confidence(confidence)
+    if n_tests < 1:
+        raise ValueError(f"n_tests must be ≥ 1, got {n_tests}")
+    return 1 - (1 - confidence) / n_tests
 
 
 def epsilon_point_estimate(counts: Counts) -> float | None:
@@ -136,20 +227,25 @@ def gdp_bound_from_counts(
     threshold: float | None = None,
     threshold_strategy: str = "counts",
     auc: float | None = None,
+    assumption: Assumption = "gdp",
 ) -> PrivacyBound:
-    """The GDP lower bound (003 §2) at joint confidence γ: each one-sided bound at (1 − γ)/2."""
+    """Both lower bounds (GDP, 003 §2; assumption-free) at joint confidence γ: each one-sided bound at
+    (1 − γ)/2, shared by the two. `assumption` is recorded for the verdict (`PrivacyBound.epsilon_verdict`)."""
     _check_confidence(confidence)
+    _check_assumption(assumption)
     if counts.n_in == 0 or counts.n_out == 0:
         raise ValueError("counts need at least one C1 trial (tp + fn > 0) and one C0 trial (fp + tn > 0)")
     alpha = (1 - confidence) / 2
-    mu = float(
-        gdp_mu_lower(np.array([counts.tp]), counts.n_in, np.array([counts.fp]), counts.n_out, alpha)[0]
+    fnr_ub, fpr_ub = rate_bounds(
+        np.array([counts.tp]), counts.n_in, np.array([counts.fp]), counts.n_out, alpha
     )
+    mu = float(mu_from_rates(fnr_ub, fpr_ub)[0])
     return PrivacyBound(
         tpr=counts.tp / counts.n_in,
         fpr=counts.fp / counts.n_out,
         mu_lower=mu,
         epsilon_empirical=epsilon_for_mu(mu, delta),
+        epsilon_empirical_assumption_free=float(assumption_free_epsilon(fnr_ub, fpr_ub, delta)[0]),
         epsilon_point=epsilon_point_estimate(counts),
         threshold=threshold,
         threshold_strategy=threshold_strategy,
@@ -160,6 +256,7 @@ def gdp_bound_from_counts(
         n_in=counts.n_in,
         n_out=counts.n_out,
         counts=counts,
+        assumption=assumption,
     )
 
 
@@ -237,6 +334,11 @@ def _check_kn(k: int, n: int, alpha: float) -> None:
         raise ValueError(f"need 0 ≤ k ≤ n and n ≥ 1, got k={k}, n={n}")
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+
+
+def _check_assumption(assumption: str) -> None:
+    if assumption not in ASSUMPTIONS:
+        raise ValueError(f"assumption must be one of {', '.join(ASSUMPTIONS)}, got {assumption!r}")
 
 
 def _check_confidence(confidence: float) -> None:

@@ -19,9 +19,12 @@ data the bound is computed from makes the bound optimistic, so three strategies:
 Binary decisions (every score 0 or 1, the black-box case) have one meaningful threshold, so no choice is
 made: the bound uses all the data at t = 1 and is reported with strategy "decision".
 
+Every strategy chooses t for one bound, `assumption`: "gdp" maximizes μ_lower, "none" the assumption-free
+ε_af at δ (bounds.py); both bounds are reported at the chosen t.
+
 Threshold search is vectorized: each side is sorted once and counts at all candidate thresholds come from
 `searchsorted`. The best threshold is screened with Wilson score bounds (closed form), and the exact
-Clopper-Pearson μ_lower is computed for the 64 best screened candidates.
+Clopper-Pearson objective is computed for the 64 best screened candidates.
 """
 
 from __future__ import annotations
@@ -33,7 +36,15 @@ from typing import ClassVar
 import numpy as np
 from scipy import special
 
-from app.audit.bounds import Counts, PrivacyBound, gdp_bound_from_counts, gdp_mu_lower
+from app.audit.bounds import (
+    Assumption,
+    Counts,
+    PrivacyBound,
+    assumption_free_epsilon,
+    gdp_bound_from_counts,
+    mu_from_rates,
+    rate_bounds,
+)
 
 _SCREENED = 64
 _SELECTION_PENALTY = 100.0
@@ -93,21 +104,23 @@ def bound_from_scores(
     strategy: ThresholdStrategy = Split(),
     confidence: float = 0.95,
     delta: float = 1e-5,
+    assumption: Assumption = "gdp",
 ) -> PrivacyBound:
-    """The GDP lower bound (003 §2) of the test "score ≥ t", with t chosen by `strategy`."""
+    """Both lower bounds (GDP, 003 §2; assumption-free) of the test "score ≥ t", with t chosen by `strategy`
+    to maximize the bound named by `assumption` (the one the verdict will use)."""
     s_in, s_out = _as_scores(scores_in, "scores_in"), _as_scores(scores_out, "scores_out")
+    common = {"confidence": confidence, "delta": delta, "assumption": assumption}
     if _is_binary(s_in) and _is_binary(s_out):
         tp, fp = int(s_in.sum()), int(s_out.sum())
         counts = Counts(tp=tp, fn=s_in.size - tp, fp=fp, tn=s_out.size - fp)
         area = (1 + tp / s_in.size - fp / s_out.size) / 2  # AUC of a single decision
-        return gdp_bound_from_counts(
-            counts, confidence=confidence, delta=delta, threshold=1.0, threshold_strategy="decision", auc=area
-        )
+        return gdp_bound_from_counts(counts, threshold=1.0, threshold_strategy="decision", auc=area, **common)
     sorted_in, sorted_out = np.sort(s_in), np.sort(s_out)
     area = _sorted_auc(sorted_in, sorted_out)
     alpha = (1 - confidence) / 2
+    objective = _Objective(assumption, delta)
     if isinstance(strategy, InSample):
-        t = _best_threshold(sorted_in, sorted_out, alpha)
+        t = _best_threshold(sorted_in, sorted_out, alpha, objective)
         counts = _counts_at(sorted_in, sorted_out, t)
     elif isinstance(strategy, Split):
         if min(s_in.size, s_out.size) < 2:
@@ -115,24 +128,22 @@ def bound_from_scores(
         rng = np.random.default_rng(strategy.seed)
         pick_in, rest_in = _split_sorted(sorted_in, strategy.fraction, rng)
         pick_out, rest_out = _split_sorted(sorted_out, strategy.fraction, rng)
-        t = _best_threshold(pick_in, pick_out, alpha / _SELECTION_PENALTY)
+        t = _best_threshold(pick_in, pick_out, alpha / _SELECTION_PENALTY, objective)
         counts = _counts_at(rest_in, rest_out, t)
     elif isinstance(strategy, Bonferroni):
         candidates = _bonferroni_candidates(sorted_out, strategy.max_thresholds)
         tp, fp = _counts_at_many(sorted_in, sorted_out, candidates)
-        mu = gdp_mu_lower(tp, s_in.size, fp, s_out.size, alpha / candidates.size)
-        t = float(candidates[int(np.argmax(mu))])
+        value = objective(*rate_bounds(tp, s_in.size, fp, s_out.size, alpha / candidates.size))
+        t = float(candidates[int(np.argmax(value))])
         counts = _counts_at(sorted_in, sorted_out, t)
-        corrected = 1 - (1 - confidence) / candidates.size
+        corrected = common | {"confidence": 1 - (1 - confidence) / candidates.size}
         bound = gdp_bound_from_counts(
-            counts, confidence=corrected, delta=delta, threshold=t, threshold_strategy=strategy.name, auc=area
+            counts, threshold=t, threshold_strategy=strategy.name, auc=area, **corrected
         )
         return dataclasses.replace(bound, confidence=confidence)
     else:
         raise TypeError(f"not a threshold strategy: {strategy!r}")
-    return gdp_bound_from_counts(
-        counts, confidence=confidence, delta=delta, threshold=t, threshold_strategy=strategy.name, auc=area
-    )
+    return gdp_bound_from_counts(counts, threshold=t, threshold_strategy=strategy.name, auc=area, **common)
 
 
 def auc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:
@@ -169,20 +180,37 @@ def best_balanced_accuracy(scores_in: np.ndarray, scores_out: np.ndarray) -> flo
     return float(max(0.5, balanced.max()))
 
 
-def _best_threshold(sorted_in: np.ndarray, sorted_out: np.ndarray, alpha: float) -> float:
-    """The C1 score t maximizing μ_lower(t) (the optimum always sits at a C1 score: raising t to the next
+@dataclass(frozen=True)
+class _Objective:
+    """What threshold selection maximizes, from (FNR upper, FPR upper): μ_lower ("gdp") or ε_af at δ ("none")."""
+
+    assumption: Assumption
+    delta: float
+
+    def __call__(self, fnr_upper: np.ndarray, fpr_upper: np.ndarray) -> np.ndarray:
+        if self.assumption == "gdp":
+            return mu_from_rates(fnr_upper, fpr_upper)
+        if self.assumption == "none":
+            return assumption_free_epsilon(fnr_upper, fpr_upper, self.delta)
+        raise ValueError(f"assumption must be 'gdp' or 'none', got {self.assumption!r}")
+
+
+def _best_threshold(
+    sorted_in: np.ndarray, sorted_out: np.ndarray, alpha: float, objective: _Objective
+) -> float:
+    """The C1 score t maximizing the objective (the optimum always sits at a C1 score: raising t to the next
     one keeps TP and can only lower FP). Wilson bounds screen all candidates; exact bounds pick the best."""
     candidates = np.unique(sorted_in)
     tp, fp = _counts_at_many(sorted_in, sorted_out, candidates)
     if candidates.size > _SCREENED:
         z = special.ndtri(1 - alpha)
-        approx = -special.ndtri(_wilson_upper(sorted_in.size - tp, sorted_in.size, z)) - special.ndtri(
-            _wilson_upper(fp, sorted_out.size, z)
+        approx = objective(
+            _wilson_upper(sorted_in.size - tp, sorted_in.size, z), _wilson_upper(fp, sorted_out.size, z)
         )
         keep = np.sort(np.argpartition(-approx, _SCREENED)[:_SCREENED])
         candidates, tp, fp = candidates[keep], tp[keep], fp[keep]
-    mu = gdp_mu_lower(tp, sorted_in.size, fp, sorted_out.size, alpha)
-    return float(candidates[int(np.argmax(mu))])
+    value = objective(*rate_bounds(tp, sorted_in.size, fp, sorted_out.size, alpha))
+    return float(candidates[int(np.argmax(value))])
 
 
 def _wilson_upper(k: np.ndarray, n: int, z: float) -> np.ndarray:
