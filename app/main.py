@@ -13,7 +13,7 @@ from app.api import accounting, audits, datasets, health, metrics, models
 from app.api.deps import get_tenant
 from app.api.errors import install_error_handlers
 from app.config import Settings, get_settings
-from app.db import repository
+from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import require_head
 from app.jobs.executors import Sweeper, make_executor
@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.session_factory = session_factory
         if not settings.auth_enabled:
             with session_factory.begin() as session:
-                app.state.default_tenant_id = repository.get_or_create_tenant(session, DEFAULT_TENANT).id
+                app.state.default_tenant_id = keys.get_or_create_tenant(session, DEFAULT_TENANT).id
             log.warning(
                 "AUTHENTICATION IS OFF (ICLAUDIT_AUTH_ENABLED=false): every caller is tenant %r. "
                 "Never expose this server beyond localhost.",

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.db.engine import make_engine, make_session_factory
-from app.jobs.executors import TASK_NAME
+from app.jobs.broker import TASK_NAME
 from app.jobs.runner import run_audit as run_audit_by_id
 from workers.celery_app import celery_app
 

@@ -1,5 +1,5 @@
 """/v1/audits: submit (202 + Location), read, list (keyset pages), cancel, result (JSON and PNG). Thin
-doorways into app.jobs.service, app.db.repository and app.reports.plots."""
+doorways into app.jobs.service, app.db.audits and app.reports.plots."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Query, Response
 
 from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
-from app.db import repository
+from app.db import audits as audit_rows
 from app.db.models import Audit, AuditState
 from app.jobs import service
 from app.reports import plots
@@ -57,7 +57,7 @@ def list_audits(
     page_token: str | None = None,
 ) -> AuditList:
     """Newest first; pass `next_page_token` back as `page_token` for the next page."""
-    page = repository.list_audits(
+    page = audit_rows.list_audits(
         session, tenant_id=tenant.id, state=state, kind=kind, page_size=page_size, page_token=page_token
     )
     return AuditList(audits=[AuditResource.of(a) for a in page.items], next_page_token=page.next_page_token)
@@ -65,7 +65,7 @@ def list_audits(
 
 @router.get("/{audit_id}", response_model=AuditResource, responses=_ERRORS)
 def get_audit(audit_id: str, session: SessionDep, tenant: TenantDep) -> AuditResource:
-    audit = repository.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
+    audit = audit_rows.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
     if audit is None:
         raise _not_found(audit_id)
     return AuditResource.of(audit)
@@ -84,7 +84,7 @@ def cancel_audit(audit_id: str, session: SessionDep, tenant: TenantDep) -> Audit
 
 def _succeeded(session: SessionDep, tenant: TenantDep, audit_id: str) -> Audit:
     """The caller's audit with its result; 404 (with the reason) until it has SUCCEEDED."""
-    audit = repository.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
+    audit = audit_rows.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
     if audit is None:
         raise _not_found(audit_id)
     if audit.state != AuditState.SUCCEEDED or audit.result is None:

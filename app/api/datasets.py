@@ -12,7 +12,7 @@ from starlette.datastructures import UploadFile
 
 from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError, validation_details
-from app.db import repository
+from app.db import datasets as dataset_rows
 from app.schemas.datasets import DatasetList, DatasetResource, DatasetRows
 from app.schemas.errors import ErrorResponse, FieldViolation
 
@@ -126,7 +126,7 @@ async def upload_dataset(
         raise ApiError(
             422, f"The dataset was not stored: {exc}.", [FieldViolation(path=path, message=str(exc))]
         ) from exc
-    row = repository.add_dataset(
+    row = dataset_rows.add_dataset(
         session,
         tenant_id=tenant.id,
         name=name,
@@ -150,7 +150,9 @@ def list_datasets(
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
     page_token: str | None = None,
 ) -> DatasetList:
-    page = repository.list_datasets(session, tenant_id=tenant.id, page_size=page_size, page_token=page_token)
+    page = dataset_rows.list_datasets(
+        session, tenant_id=tenant.id, page_size=page_size, page_token=page_token
+    )
     return DatasetList(
         datasets=[DatasetResource.model_validate(r) for r in page.items], next_page_token=page.next_page_token
     )
@@ -158,7 +160,7 @@ def list_datasets(
 
 @router.get("/{dataset_id}", response_model=DatasetResource, responses={404: {"model": ErrorResponse}})
 def get_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> DatasetResource:
-    row = repository.get_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id)
+    row = dataset_rows.get_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id)
     if row is None:
         raise ApiError(404, f"No dataset {dataset_id!r} (for this API key).")
     return DatasetResource.model_validate(row)
@@ -166,7 +168,7 @@ def get_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> Data
 
 @router.delete("/{dataset_id}", status_code=204, responses={404: {"model": ErrorResponse}})
 def delete_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> Response:
-    if not repository.delete_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id):
+    if not dataset_rows.delete_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id):
         raise ApiError(404, f"No dataset {dataset_id!r} (for this API key).")
     session.commit()
     return Response(status_code=204)

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.api.errors import ApiError
 from app.config import Settings
-from app.db import repository
+from app.db import keys
 from app.db.models import Tenant
 from app.jobs.executors import Executor
 
@@ -51,7 +51,7 @@ def get_tenant(
         raise ApiError(
             401, "Send `Authorization: Bearer <API key>`; `iclaudit keys create --tenant NAME` makes one."
         )
-    tenant = repository.authenticate(session, key.strip())
+    tenant = keys.authenticate(session, key.strip())
     if tenant is None:
         raise ApiError(401, "This API key is unknown or revoked.")
     return tenant

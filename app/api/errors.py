@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.audit.kinds.registry import KINDS
-from app.db.repository import InvalidPageToken
+from app.db.scoping import InvalidPageToken
 from app.jobs.service import Conflict, Rejected
 from app.schemas.errors import ErrorBody, ErrorResponse, FieldViolation
 

@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.db import repository
+from app.db import audits as audit_rows
 from app.db.models import AuditState, utcnow
 
 router = APIRouter(tags=["health"])
@@ -27,8 +27,8 @@ class AuditCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._sessions() as session:
-            counts = repository.audit_counts(session)
-            oldest = repository.oldest_pending_created_at(session)
+            counts = audit_rows.audit_counts(session)
+            oldest = audit_rows.oldest_pending_created_at(session)
         audits = GaugeMetricFamily("iclaudit_audits", "Audits by kind and state.", labels=["kind", "state"])
         seen = {(kind, state): n for kind, state, n in counts}
         for kind in sorted({kind for kind, _ in seen}):

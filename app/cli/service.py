@@ -92,10 +92,10 @@ def _session():  # type: ignore[no-untyped-def]
 @keys.command("create")
 def keys_create(tenant: Annotated[str, typer.Option(help="Tenant name (created if new).")]) -> None:
     """Make a key for TENANT and print it once; only its hash is stored."""
-    from app.db import repository
+    from app.db import keys as key_rows
 
     with _session() as session:
-        _, key = repository.create_api_key(session, tenant)
+        _, key = key_rows.create_api_key(session, tenant)
     err_console.print(f"API key for tenant [bold]{tenant}[/] (shown once; store it now):")
     print(key)
 
@@ -105,12 +105,12 @@ def keys_revoke(
     key: Annotated[str, typer.Argument(help="The key, or its id (the part after `ica_`).")],
 ) -> None:
     """Revoke a key; requests with it answer 401 from then on."""
-    from app.db import repository
+    from app.db import keys as key_rows
 
-    parsed = repository.parse_api_key(key)
+    parsed = key_rows.parse_api_key(key)
     key_id = parsed[0] if parsed else key
     with _session() as session:
-        revoked = repository.revoke_api_key(session, key_id)
+        revoked = key_rows.revoke_api_key(session, key_id)
     if not revoked:
         err_console.print(f"no live key with id {key_id!r}")
         raise typer.Exit(1)

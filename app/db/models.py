@@ -84,7 +84,7 @@ class Audit(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     kind: Mapped[str] = mapped_column(String(64))
-    state: Mapped[str] = mapped_column(String(16), default=AuditState.PENDING)
+    state: Mapped[str] = mapped_column(String(16))  # written only by app/db/audits.py
     request: Mapped[dict[str, Any]] = mapped_column(JSON)
     progress_stage: Mapped[str] = mapped_column(String(200), default="queued")
     progress_fraction: Mapped[float] = mapped_column(default=0.0)

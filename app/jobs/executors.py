@@ -16,11 +16,10 @@ from typing import Protocol
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
-from app.db import repository
+from app.db import audits
+from app.jobs.broker import TASK_NAME
 
 log = logging.getLogger(__name__)
-
-TASK_NAME = "iclaudit.run_audit"
 
 
 class Executor(Protocol):
@@ -59,7 +58,7 @@ class CeleryExecutor:
     """Sends `iclaudit.run_audit(audit_id)` to the broker; the worker re-reads the row."""
 
     def __init__(self, *, settings: Settings) -> None:
-        from workers.celery_app import create_celery
+        from app.jobs.broker import create_celery
 
         self._celery = create_celery(settings)
 
@@ -83,11 +82,13 @@ def requeue(
 ) -> list[str]:
     """One sweep: enqueue every PENDING/stale-RUNNING audit not enqueued within `stale_after_seconds`."""
     with session_factory.begin() as session:
-        ids = repository.audits_to_requeue(session, stale_before=repository.stale_cutoff(stale_after_seconds))
+        ids = audits.cancel_stale_and_list_lost(
+            session, stale_before=audits.stale_cutoff(stale_after_seconds)
+        )
     for audit_id in ids:
         executor.submit(audit_id)
         with session_factory.begin() as session:
-            repository.mark_enqueued(session, [audit_id])
+            audits.mark_enqueued(session, [audit_id])
     if ids:
         log.info("sweep re-enqueued %d audit(s): %s", len(ids), ", ".join(ids))
     return ids

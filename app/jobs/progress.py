@@ -13,7 +13,7 @@ import time
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.audit.runtime import AuditCancelled
-from app.db import repository
+from app.db import audits
 
 
 class ClaimLost(AuditCancelled):
@@ -71,7 +71,7 @@ class DbProgress:
             return
         fraction = min(max(float(fraction), 0.0), 1.0)
         with self._sessions.begin() as session:
-            held = repository.record_progress(
+            held = audits.record_progress(
                 session,
                 audit_id=self._audit_id,
                 attempt=self._attempt,
@@ -80,7 +80,7 @@ class DbProgress:
                 eta_seconds=self.eta_seconds(fraction),
                 message=message,
             )
-            cancel = repository.cancel_requested(session, audit_id=self._audit_id)
+            cancel = audits.cancel_requested(session, audit_id=self._audit_id)
         self._last_write, self._last_stage = now, stage
         if not held:
             self.claim_lost.set()
@@ -122,8 +122,8 @@ class Heartbeat:
     def _loop(self) -> None:
         while not self._done.wait(self._interval):
             with self._sessions.begin() as session:
-                if not repository.heartbeat(session, audit_id=self._audit_id, attempt=self._attempt):
+                if not audits.heartbeat(session, audit_id=self._audit_id, attempt=self._attempt):
                     self._progress.claim_lost.set()
                     return
-                if repository.cancel_requested(session, audit_id=self._audit_id):
+                if audits.cancel_requested(session, audit_id=self._audit_id):
                     self._progress.cancelled.set()

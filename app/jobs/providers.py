@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.audit.runtime import AuditError
-from app.db import repository
+from app.db import datasets
 
 if TYPE_CHECKING:
     from app.datasets.types import Dataset
@@ -69,7 +69,7 @@ class TenantDatasets:
         if name in BUILTIN_NAMES or name == SYNTHETIC_NAME:
             return load_builtin(name, self._data_dir)
         with self._sessions() as session:
-            row = repository.get_dataset(session, tenant_id=self._tenant_id, dataset_id=name)
+            row = datasets.get_dataset(session, tenant_id=self._tenant_id, dataset_id=name)
             if row is None:
                 raise AuditError(
                     f"unknown dataset {name!r}: not a built-in name nor one of your uploaded ids"

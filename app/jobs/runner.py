@@ -12,13 +12,12 @@ import logging
 import threading
 from typing import Any
 
-from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.audit.kinds.registry import kind_module
 from app.audit.runtime import AuditCancelled, AuditError, EngineProvider, RunContext
 from app.config import Settings
-from app.db import repository
+from app.db import audits
 from app.db.models import Audit, AuditState
 from app.jobs.progress import ClaimLost, DbProgress, DeadlineExceeded, Heartbeat, ServiceStopping
 from app.jobs.providers import RegistryEngines, TenantDatasets
@@ -44,8 +43,8 @@ def run_audit(
     """Run one audit to a terminal state. Returns that state, or None when it was not ours to run
     (already finished, cancelled, or held by a live attempt) or the service stopped mid-way."""
     with session_factory.begin() as session:
-        attempt = repository.claim_audit(
-            session, audit_id=audit_id, stale_before=repository.stale_cutoff(settings.stale_after_seconds)
+        attempt = audits.claim_audit(
+            session, audit_id=audit_id, stale_before=audits.stale_cutoff(settings.stale_after_seconds)
         )
         audit = session.get(Audit, audit_id) if attempt is not None else None
         if audit is None or attempt is None:
@@ -88,7 +87,8 @@ def run_audit(
         log.warning("audit %s attempt %d lost its claim; another attempt owns it", audit_id, attempt)
         return None
     except ServiceStopping:
-        _release(session_factory, audit_id, attempt)
+        with session_factory.begin() as session:
+            audits.release_audit(session, audit_id=audit_id, attempt=attempt)
         log.warning("audit %s attempt %d interrupted by shutdown; back to PENDING", audit_id, attempt)
         return None
     except DeadlineExceeded as exc:
@@ -101,7 +101,7 @@ def run_audit(
         log.exception("audit %s attempt %d failed", audit_id, attempt)
         error = {"code": "INTERNAL", "message": f"{type(exc).__name__}: {exc}"}
     with session_factory.begin() as session:
-        written = repository.finish_audit(
+        written = audits.finish_audit(
             session, audit_id=audit_id, attempt=attempt, state=state, result=result, error=error
         )
     if not written:
@@ -111,13 +111,3 @@ def run_audit(
         return None
     log.info("audit %s attempt %d → %s", audit_id, attempt, state)
     return state
-
-
-def _release(session_factory: sessionmaker[Session], audit_id: str, attempt: int) -> None:
-    """RUNNING → PENDING for a re-run by the next process (its sweep re-enqueues it)."""
-    with session_factory.begin() as session:
-        session.execute(
-            update(Audit)
-            .where(Audit.id == audit_id, Audit.attempt == attempt, Audit.state == AuditState.RUNNING)
-            .values(state=AuditState.PENDING, enqueued_at=None, progress_stage="queued")
-        )

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.audit.kinds.base import AuditRequestBase
 from app.config import Settings
-from app.db import repository
+from app.db import audits, datasets
 from app.db.models import Audit, AuditState
 from app.jobs.executors import Executor
 
@@ -31,7 +31,7 @@ class Conflict(Exception):
 
 
 def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
-    if repository.get_dataset(session, tenant_id=tenant_id, dataset_id=name) is not None:
+    if datasets.get_dataset(session, tenant_id=tenant_id, dataset_id=name) is not None:
         return True
     from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME
 
@@ -83,14 +83,14 @@ def submit_audit(
     sweep enqueues it later."""
     check_request(session, tenant_id=tenant_id, request=request, settings=settings)
     body: dict[str, Any] = request.model_dump(mode="json")
-    audit = repository.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
+    audit = audits.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
     session.commit()
     try:
         executor.submit(audit.id)
     except Exception:
         log.exception("could not enqueue audit %s; the sweep will retry", audit.id)
         return audit
-    repository.mark_enqueued(session, [audit.id])
+    audits.mark_enqueued(session, [audit.id])
     session.commit()
     session.refresh(audit)
     return audit
@@ -98,11 +98,11 @@ def submit_audit(
 
 def cancel_audit(*, session: Session, tenant_id: str, audit_id: str) -> Audit | None:
     """Cooperative cancel (None if not found). Conflict for an audit that already SUCCEEDED or FAILED."""
-    audit = repository.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
+    audit = audits.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
     if audit is None:
         return None
     if audit.state in (AuditState.SUCCEEDED, AuditState.FAILED):
         raise Conflict(f"audit {audit_id} already {audit.state}; there is nothing to cancel")
-    audit = repository.request_cancel(session, tenant_id=tenant_id, audit_id=audit_id)
+    audit = audits.request_cancel(session, tenant_id=tenant_id, audit_id=audit_id)
     session.commit()
     return audit

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from app.audit.kinds.registry import kind_module
 from app.config import Settings
-from app.db import repository
+from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import upgrade
 from app.main import create_app
@@ -42,7 +42,7 @@ def run() -> Iterator[dict]:
         upgrade(settings.sqlalchemy_url)
         engine = make_engine(settings.sqlalchemy_url)
         with make_session_factory(engine).begin() as session:
-            key = repository.create_api_key(session, "bench")[1]
+            key = keys.create_api_key(session, "bench")[1]
         engine.dispose()
         body = kind_module("bound").EXAMPLE
         with TestClient(create_app(settings)) as client:
@@ -73,7 +73,7 @@ def run() -> Iterator[dict]:
             memo = _median_ms(lambda: client.get("/v1/audits?page_size=1"), 50)
 
             def cold() -> None:
-                repository._verified.clear()
+                keys._verified.clear()
                 client.get("/v1/audits?page_size=1")
 
             scrypt_each_time = _median_ms(cold, 50)

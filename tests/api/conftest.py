@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from service.servers import database_url, postgres_server  # noqa: F401 - fixtures
 
 from app.config import Settings
-from app.db import repository
+from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.main import create_app
 
@@ -41,7 +41,7 @@ def make_key(settings: Settings) -> Callable[[str], str]:
 
     def make(tenant: str) -> str:
         with sessions.begin() as session:
-            return repository.create_api_key(session, tenant)[1]
+            return keys.create_api_key(session, tenant)[1]
 
     yield make
     engine.dispose()

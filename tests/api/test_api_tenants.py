@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from service.client import bound_request, wait_for
 
-from app.db import repository
+from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 
 
@@ -49,7 +49,7 @@ def test_missing_wrong_and_revoked_keys_are_401(app_client, make_key, settings) 
 
         engine = make_engine(settings.sqlalchemy_url)
         with make_session_factory(engine).begin() as session:
-            assert repository.revoke_api_key(session, repository.parse_api_key(key)[0])
+            assert keys.revoke_api_key(session, keys.parse_api_key(key)[0])
         engine.dispose()
         response = client.get("/v1/audits", headers={"Authorization": f"Bearer {key}"})
         assert response.status_code == 401 and response.headers["WWW-Authenticate"] == "Bearer"

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
-from app.db import repository
+from app.db import audits, keys, scoping
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import ApiKey, Audit, AuditState, utcnow
 
@@ -15,8 +15,8 @@ def _setup(url: str):
     engine = make_engine(url)
     sessions = make_session_factory(engine)
     with sessions.begin() as s:
-        tenant = repository.get_or_create_tenant(s, "t")
-        audit = repository.add_audit(s, tenant_id=tenant.id, kind="bound", request={"kind": "bound"})
+        tenant = keys.get_or_create_tenant(s, "t")
+        audit = audits.add_audit(s, tenant_id=tenant.id, kind="bound", request={"kind": "bound"})
     return engine, sessions, tenant.id, audit.id
 
 
@@ -24,25 +24,23 @@ def test_claim_is_exclusive_until_the_heartbeat_goes_stale(database_url: str) ->
     engine, sessions, _, audit_id = _setup(database_url)
     fresh = utcnow() - timedelta(seconds=60)
     with sessions.begin() as s:
-        assert repository.claim_audit(s, audit_id=audit_id, stale_before=fresh) == 1
+        assert audits.claim_audit(s, audit_id=audit_id, stale_before=fresh) == 1
     with sessions.begin() as s:  # a live attempt holds it
-        assert repository.claim_audit(s, audit_id=audit_id, stale_before=fresh) is None
+        assert audits.claim_audit(s, audit_id=audit_id, stale_before=fresh) is None
     with sessions.begin() as s:  # its worker died: the heartbeat is older than the cutoff
         s.execute(update(Audit).values(heartbeat_at=utcnow() - timedelta(hours=1)))
     with sessions.begin() as s:
-        assert repository.claim_audit(s, audit_id=audit_id, stale_before=fresh) == 2
+        assert audits.claim_audit(s, audit_id=audit_id, stale_before=fresh) == 2
     with sessions.begin() as s:  # the dead attempt can no longer write
-        assert not repository.finish_audit(
-            s, audit_id=audit_id, attempt=1, state=AuditState.SUCCEEDED, result={}
-        )
-        assert not repository.record_progress(
+        assert not audits.finish_audit(s, audit_id=audit_id, attempt=1, state=AuditState.SUCCEEDED, result={})
+        assert not audits.record_progress(
             s, audit_id=audit_id, attempt=1, stage="x", fraction=0.5, eta_seconds=None, message=""
         )
-        assert repository.finish_audit(
+        assert audits.finish_audit(
             s, audit_id=audit_id, attempt=2, state=AuditState.SUCCEEDED, result={"a": 1}
         )
     with sessions.begin() as s:  # finished audits are never claimed again
-        assert repository.claim_audit(s, audit_id=audit_id, stale_before=utcnow()) is None
+        assert audits.claim_audit(s, audit_id=audit_id, stale_before=utcnow()) is None
         assert s.get(Audit, audit_id).result == {"a": 1}
     engine.dispose()
 
@@ -51,35 +49,35 @@ def test_sweep_picks_unenqueued_pending_and_stale_running(database_url: str) -> 
     engine, sessions, tenant_id, pending_id = _setup(database_url)
     cutoff = utcnow() - timedelta(seconds=30)
     with sessions.begin() as s:
-        running = repository.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id
-        recent = repository.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id
-        repository.mark_enqueued(s, [recent])
-        repository.claim_audit(s, audit_id=running, stale_before=cutoff)
+        running = audits.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id
+        recent = audits.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id
+        audits.mark_enqueued(s, [recent])
+        audits.claim_audit(s, audit_id=running, stale_before=cutoff)
     with sessions.begin() as s:
-        assert set(repository.audits_to_requeue(s, stale_before=cutoff)) == {pending_id}
+        assert set(audits.cancel_stale_and_list_lost(s, stale_before=cutoff)) == {pending_id}
         s.execute(
             update(Audit).where(Audit.id == running).values(heartbeat_at=utcnow() - timedelta(minutes=5))
         )
     with sessions.begin() as s:
-        assert set(repository.audits_to_requeue(s, stale_before=cutoff)) == {pending_id, running}
+        assert set(audits.cancel_stale_and_list_lost(s, stale_before=cutoff)) == {pending_id, running}
     engine.dispose()
 
 
 def test_keys_store_only_a_salted_hash(database_url: str) -> None:
     engine, sessions, _, _ = _setup(database_url)
     with sessions.begin() as s:
-        _, key = repository.create_api_key(s, "t")
-        _, key2 = repository.create_api_key(s, "t")
-    key_id, secret = repository.parse_api_key(key)
+        _, key = keys.create_api_key(s, "t")
+        _, key2 = keys.create_api_key(s, "t")
+    key_id, secret = keys.parse_api_key(key)
     with sessions.begin() as s:
         stored = s.scalar(select(ApiKey).where(ApiKey.id == key_id))
         assert secret.encode() not in stored.secret_hash and len(stored.salt) == 16
-        assert repository.authenticate(s, key).name == "t"
-        assert repository.authenticate(s, key2).name == "t"
-        assert repository.authenticate(s, f"ica_{key_id}_wrong") is None
+        assert keys.authenticate(s, key).name == "t"
+        assert keys.authenticate(s, key2).name == "t"
+        assert keys.authenticate(s, f"ica_{key_id}_wrong") is None
     engine.dispose()
 
 
 def test_page_tokens_round_trip() -> None:
     now = utcnow()
-    assert repository.decode_page_token(repository.encode_page_token(now, "abc")) == (now, "abc")
+    assert scoping.decode_page_token(scoping.encode_page_token(now, "abc")) == (now, "abc")

@@ -14,7 +14,7 @@ from sqlalchemy import update
 from app.audit.kinds.registry import kind_module
 from app.audit.runtime import AuditCancelled, RunContext
 from app.config import Settings
-from app.db import repository
+from app.db import audits, keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, AuditState, utcnow
 from app.jobs.executors import InlineExecutor
@@ -38,14 +38,14 @@ def db(database_url: str, tmp_path: Path, data_dir: Path):
         preload_models=False,
     )
     with sessions.begin() as s:
-        tenant_id = repository.get_or_create_tenant(s, "default").id
+        tenant_id = keys.get_or_create_tenant(s, "default").id
     yield sessions, settings, tenant_id
     engine.dispose()
 
 
 def _add(sessions, tenant_id: str, request: dict) -> str:
     with sessions.begin() as s:
-        return repository.add_audit(s, tenant_id=tenant_id, kind=request["kind"], request=request).id
+        return audits.add_audit(s, tenant_id=tenant_id, kind=request["kind"], request=request).id
 
 
 def test_runner_stores_exactly_what_the_kind_returns_once(db) -> None:
@@ -66,7 +66,7 @@ def test_runner_stores_exactly_what_the_kind_returns_once(db) -> None:
 def _claimed(sessions, tenant_id: str) -> tuple[str, int]:
     audit_id = _add(sessions, tenant_id, bound_request())
     with sessions.begin() as s:
-        attempt = repository.claim_audit(s, audit_id=audit_id, stale_before=utcnow())
+        attempt = audits.claim_audit(s, audit_id=audit_id, stale_before=utcnow())
     return audit_id, attempt
 
 
@@ -103,7 +103,7 @@ def test_progress_stops_past_the_deadline_and_after_losing_the_claim(db) -> None
     progress = DbProgress(session_factory=sessions, audit_id=audit_id, attempt=attempt, max_seconds=60)
     with sessions.begin() as s:  # presumed dead and taken over by attempt 2
         s.execute(update(Audit).values(heartbeat_at=utcnow() - timedelta(hours=1)))
-        assert repository.claim_audit(s, audit_id=audit_id, stale_before=utcnow()) == attempt + 1
+        assert audits.claim_audit(s, audit_id=audit_id, stale_before=utcnow()) == attempt + 1
     with pytest.raises(ClaimLost):
         progress("x", 0.2)
 

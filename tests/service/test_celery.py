@@ -19,7 +19,7 @@ from service.servers import _die_with_parent, fresh_database
 
 from app.audit.kinds.registry import KINDS
 from app.config import Settings
-from app.jobs.executors import TASK_NAME
+from app.jobs.broker import TASK_NAME, create_celery
 from app.main import create_app
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
@@ -118,8 +118,6 @@ def test_sigkilled_worker_audit_finishes_once_on_a_new_worker_with_the_same_resu
     assert done["attempt"] == 2  # claimed once more, by the new worker, after the heartbeat went stale
 
     # the broker's late redelivery of the original message finds the audit finished and changes nothing
-    from workers.celery_app import create_celery
-
     create_celery(Settings(broker_url=api.app.state.settings.broker_url)).send_task(
         TASK_NAME, args=[audit["id"]]
     )

@@ -1,123 +1,29 @@
-"""Every query the service makes. Tenant-facing functions take `tenant_id` and filter through `_owned`,
-the one place where tenant scoping happens: another tenant's id is simply not found.
+"""Audits: the one home of job state. Every write of `state` happens here — created PENDING, claimed
+RUNNING, released back to PENDING, cancelled, finished — so the model, the runner and the sweep never
+set it themselves.
 
-Runner-facing functions (`claim_audit`, `record_progress`, `finish_audit`, …) address an audit by id and
-the `attempt` they claimed; a write from an attempt that lost its claim changes nothing.
+Tenant-facing functions take `tenant_id` and filter through `scoping.owned`. Runner-facing functions
+(`claim_audit`, `record_progress`, `finish_audit`, …) address an audit by id and the `attempt` they
+claimed; a write from an attempt that lost its claim changes nothing.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import json
-import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import Select, and_, delete, func, or_, select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.db.models import (
-    TERMINAL_STATES,
-    ApiKey,
-    Audit,
-    AuditState,
-    Tenant,
-    UploadedDataset,
-    utcnow,
-)
+from app.db.models import TERMINAL_STATES, Audit, AuditState, utcnow
+from app.db.scoping import Page, keyset_page, owned
 
-Owned = TypeVar("Owned", Audit, UploadedDataset)
-
-KEY_PREFIX = "ica"
-_SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
-# key id → sha256 of a key that passed scrypt in this process: spares the ~50 ms scrypt on every request.
-# The row is still read each time, so revocation takes effect at once.
-_verified: dict[str, bytes] = {}
-_VERIFIED_MAX = 4096
-
-
-class InvalidPageToken(ValueError):
-    """A page token that this service did not issue."""
-
-
-# --- tenants and keys -------------------------------------------------------------------------------
-
-
-def get_or_create_tenant(session: Session, name: str) -> Tenant:
-    tenant = session.scalar(select(Tenant).where(Tenant.name == name))
-    if tenant is None:
-        tenant = Tenant(name=name)
-        session.add(tenant)
-        session.flush()
-    return tenant
-
-
-def _hash_secret(secret: str, salt: bytes) -> bytes:
-    return hashlib.scrypt(secret.encode(), salt=salt, **_SCRYPT)
-
-
-def create_api_key(session: Session, tenant_name: str) -> tuple[ApiKey, str]:
-    """A new key for the tenant (created if new). Returns the row and the full key, which is never stored."""
-    tenant = get_or_create_tenant(session, tenant_name)
-    key_id = secrets.token_hex(6)
-    secret = secrets.token_urlsafe(32)
-    salt = secrets.token_bytes(16)
-    row = ApiKey(id=key_id, tenant_id=tenant.id, salt=salt, secret_hash=_hash_secret(secret, salt))
-    session.add(row)
-    session.flush()
-    return row, f"{KEY_PREFIX}_{key_id}_{secret}"
-
-
-def revoke_api_key(session: Session, key_id: str) -> bool:
-    """Revoke by key id (the part after `ica_`); False if no such live key."""
-    result = session.execute(
-        update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=utcnow())
-    )
-    return result.rowcount == 1  # type: ignore[attr-defined]
-
-
-def parse_api_key(key: str) -> tuple[str, str] | None:
-    prefix, _, rest = key.partition("_")
-    key_id, _, secret = rest.partition("_")
-    if prefix != KEY_PREFIX or not key_id or not secret:
-        return None
-    return key_id, secret
-
-
-def authenticate(session: Session, key: str) -> Tenant | None:
-    """The tenant owning a live key, or None. Constant-time comparison of scrypt(secret, salt) hashes."""
-    parsed = parse_api_key(key)
-    if parsed is None:
-        return None
-    key_id, secret = parsed
-    row = session.get(ApiKey, key_id)
-    if row is None or row.revoked_at is not None:
-        return None
-    digest = hashlib.sha256(key.encode()).digest()
-    if not hmac.compare_digest(_verified.get(key_id, b""), digest):
-        if not hmac.compare_digest(row.secret_hash, _hash_secret(secret, row.salt)):
-            return None
-        _verified[key_id] = digest
-        while len(_verified) > _VERIFIED_MAX:
-            _verified.pop(next(iter(_verified)))
-    return session.get(Tenant, row.tenant_id)
-
-
-# --- tenant-scoped reads ----------------------------------------------------------------------------
-
-
-def _owned(model: type[Owned], tenant_id: str) -> Select[tuple[Owned]]:
-    """THE tenant filter: every tenant-facing query starts here."""
-    return select(model).where(model.tenant_id == tenant_id)
+# --- tenant-facing ----------------------------------------------------------------------------------
 
 
 def get_audit(session: Session, *, tenant_id: str, audit_id: str) -> Audit | None:
-    return session.scalar(_owned(Audit, tenant_id).where(Audit.id == audit_id))
+    return session.scalar(owned(Audit, tenant_id).where(Audit.id == audit_id))
 
 
 def add_audit(session: Session, *, tenant_id: str, kind: str, request: dict[str, Any]) -> Audit:
@@ -125,46 +31,6 @@ def add_audit(session: Session, *, tenant_id: str, kind: str, request: dict[str,
     session.add(audit)
     session.flush()
     return audit
-
-
-@dataclass(frozen=True)
-class Page:
-    items: Sequence[Any]
-    next_page_token: str | None
-
-
-def encode_page_token(created_at: datetime, row_id: str) -> str:
-    raw = json.dumps([created_at.isoformat(), row_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_page_token(token: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        created_at, row_id = json.loads(raw)
-        return datetime.fromisoformat(created_at), str(row_id)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise InvalidPageToken("page_token is not a token returned by this service") from exc
-
-
-def _keyset_page(
-    session: Session, query: Select[Any], model: Any, page_size: int, page_token: str | None
-) -> Page:
-    """Newest first; the token is the (created_at, id) of the last row shown (keyset pagination)."""
-    if page_token:
-        created_at, row_id = decode_page_token(page_token)
-        query = query.where(
-            or_(model.created_at < created_at, and_(model.created_at == created_at, model.id < row_id))
-        )
-    rows = list(
-        session.scalars(query.order_by(model.created_at.desc(), model.id.desc()).limit(page_size + 1))
-    )
-    token = (
-        encode_page_token(rows[page_size - 1].created_at, rows[page_size - 1].id)
-        if len(rows) > page_size
-        else None
-    )
-    return Page(items=rows[:page_size], next_page_token=token)
 
 
 def list_audits(
@@ -176,12 +42,12 @@ def list_audits(
     page_size: int = 50,
     page_token: str | None = None,
 ) -> Page:
-    query = _owned(Audit, tenant_id)
+    query = owned(Audit, tenant_id)
     if state:
         query = query.where(Audit.state == state)
     if kind:
         query = query.where(Audit.kind == kind)
-    return _keyset_page(session, query, Audit, page_size, page_token)
+    return keyset_page(session, query, Audit, page_size, page_token)
 
 
 def request_cancel(session: Session, *, tenant_id: str, audit_id: str) -> Audit | None:
@@ -204,35 +70,6 @@ def request_cancel(session: Session, *, tenant_id: str, audit_id: str) -> Audit 
     )
     session.refresh(audit)
     return audit
-
-
-# --- datasets ---------------------------------------------------------------------------------------
-
-
-def add_dataset(session: Session, *, tenant_id: str, **fields: Any) -> UploadedDataset:
-    row = UploadedDataset(tenant_id=tenant_id, **fields)
-    session.add(row)
-    session.flush()
-    return row
-
-
-def get_dataset(session: Session, *, tenant_id: str, dataset_id: str) -> UploadedDataset | None:
-    return session.scalar(_owned(UploadedDataset, tenant_id).where(UploadedDataset.id == dataset_id))
-
-
-def list_datasets(
-    session: Session, *, tenant_id: str, page_size: int = 50, page_token: str | None = None
-) -> Page:
-    return _keyset_page(session, _owned(UploadedDataset, tenant_id), UploadedDataset, page_size, page_token)
-
-
-def delete_dataset(session: Session, *, tenant_id: str, dataset_id: str) -> bool:
-    result = session.execute(
-        delete(UploadedDataset).where(
-            UploadedDataset.tenant_id == tenant_id, UploadedDataset.id == dataset_id
-        )
-    )
-    return result.rowcount == 1  # type: ignore[attr-defined]
 
 
 # --- runner side (by id and attempt) ------------------------------------------------------------------
@@ -339,9 +176,25 @@ def finish_audit(
     return res.rowcount == 1  # type: ignore[attr-defined]
 
 
-def audits_to_requeue(session: Session, *, stale_before: datetime, limit: int = 100) -> list[str]:
-    """Ids the sweep re-enqueues: PENDING not enqueued since `stale_before`, RUNNING with a stale heartbeat
-    (its worker died) and not re-enqueued since. Stale RUNNING audits whose cancel was asked end CANCELLED."""
+def release_audit(session: Session, *, audit_id: str, attempt: int) -> bool:
+    """RUNNING → PENDING for a re-run by the next process (the service stopped mid-audit; the sweep
+    re-enqueues it). Only the attempt holding the claim may release it."""
+    res = session.execute(
+        update(Audit)
+        .where(_mine(audit_id, attempt))
+        .values(state=AuditState.PENDING, enqueued_at=None, progress_stage="queued")
+        .execution_options(synchronize_session=False)
+    )
+    return res.rowcount == 1  # type: ignore[attr-defined]
+
+
+# --- the sweep ------------------------------------------------------------------------------------------
+
+
+def cancel_stale_and_list_lost(session: Session, *, stale_before: datetime, limit: int = 100) -> list[str]:
+    """The sweep's one query. Stale RUNNING audits whose cancel was asked end CANCELLED; returns the ids to
+    re-enqueue: PENDING not enqueued since `stale_before`, RUNNING with a stale heartbeat (its worker died)
+    and not re-enqueued since."""
     now = utcnow()
     session.execute(
         update(Audit)

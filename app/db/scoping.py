@@ -1,0 +1,68 @@
+"""What every tenant-facing query shares: `owned(model, tenant_id)`, the one place tenant scoping happens
+(another tenant's id is simply not found), and keyset pages with opaque page tokens."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Select, and_, or_, select
+from sqlalchemy.orm import Session
+
+from app.db.models import Audit, UploadedDataset
+
+Owned = TypeVar("Owned", Audit, UploadedDataset)
+
+
+class InvalidPageToken(ValueError):
+    """A page token that this service did not issue."""
+
+
+def owned(model: type[Owned], tenant_id: str) -> Select[tuple[Owned]]:
+    """THE tenant filter: every tenant-facing query starts here."""
+    return select(model).where(model.tenant_id == tenant_id)
+
+
+@dataclass(frozen=True)
+class Page:
+    items: Sequence[Any]
+    next_page_token: str | None
+
+
+def encode_page_token(created_at: datetime, row_id: str) -> str:
+    raw = json.dumps([created_at.isoformat(), row_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_page_token(token: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        created_at, row_id = json.loads(raw)
+        return datetime.fromisoformat(created_at), str(row_id)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise InvalidPageToken("page_token is not a token returned by this service") from exc
+
+
+def keyset_page(
+    session: Session, query: Select[Any], model: Any, page_size: int, page_token: str | None
+) -> Page:
+    """Newest first; the token is the (created_at, id) of the last row shown (keyset pagination)."""
+    if page_token:
+        created_at, row_id = decode_page_token(page_token)
+        query = query.where(
+            or_(model.created_at < created_at, and_(model.created_at == created_at, model.id < row_id))
+        )
+    rows = list(
+        session.scalars(query.order_by(model.created_at.desc(), model.id.desc()).limit(page_size + 1))
+    )
+    token = (
+        encode_page_token(rows[page_size - 1].created_at, rows[page_size - 1].id)
+        if len(rows) > page_size
+        else None
+    )
+    return Page(items=rows[:page_size], next_page_token=token)
