@@ -111,3 +111,36 @@ def test_inversions_agree_with_dp_accounting_gaussian_calibration() -> None:
         assert mu_for_epsilon(eps, 1e-5) == pytest.approx(
             1 / dp_accounting.get_sigma_gaussian(eps, 1e-5), rel=1e-9
         )
+
+
+def test_classic_calibration_breaks_its_claim_above_the_crossover() -> None:
+    """Issue 9 item 5: the exact ε at δ of the classic σ (dp_accounting's exact Gaussian accountant as the
+    reference) crosses the claim at ε ≈ 8.42 (δ = 1e-5) and ≈ 7.46 (δ = 1e-3); at ε = 10 it is 10.39."""
+    import dp_accounting
+    from scipy.optimize import brentq
+
+    from app.audit.accounting.gaussian import calibration_check, gaussian_calibration, gaussian_epsilon
+    from app.audit.mechanisms.base import calibrate, claimed_theory
+
+    def excess(eps: float, delta: float) -> float:
+        return dp_accounting.get_epsilon_gaussian(classic_sigma(eps, delta, 1.0), delta) - eps
+
+    assert round(brentq(excess, 1, 20, args=(1e-5,)), 2) == 8.42
+    assert round(brentq(excess, 1, 20, args=(1e-3,)), 2) == 7.46
+    assert gaussian_epsilon(classic_sigma(10, 1e-5, 1.0), 1.0, 1e-5) == pytest.approx(10.3939, abs=1e-4)
+    for eps, delta, valid in [(1, 1e-5, True), (8.4, 1e-5, True), (8.45, 1e-5, False), (7.5, 1e-3, False)]:
+        assert calibration_check(eps, delta, classic_sigma(eps, delta, 2.0), 2.0)[0] is valid
+        analytic = gaussian_calibration(eps, delta, sensitivity=2.0, analytic=True)
+        assert analytic["calibration_valid"] and analytic["warning"] is None
+        assert analytic["epsilon_exact_at_delta"] == pytest.approx(eps, rel=1e-6)
+    classic = gaussian_calibration(10, 1e-5)
+    assert classic["calibration_valid"] is False and "analytic" in classic["warning"]
+    assert classic["epsilon_exact_at_delta"] == pytest.approx(10.3939, abs=1e-4)
+    assert gaussian_calibration(1, 1e-5)["warning"] is None
+    theory = calibrate(10.0, 1e-5, VOTE_SENSITIVITY, "classic").as_dict()
+    assert theory["calibration_valid"] is False and theory["epsilon_exact_at_delta"] > 10.39
+    assert theory["epsilon_exact_at_delta"] == theory["epsilon_ceiling"]
+    assert calibrate(10.0, 1e-5, VOTE_SENSITIVITY, "analytic").calibration_valid is True
+    assert calibrate(1.0, 1e-5, VOTE_SENSITIVITY, "classic").as_dict()["calibration_valid"] is True
+    bare = claimed_theory(1.0, 1e-5).as_dict()
+    assert bare["calibration_valid"] is None and bare["epsilon_exact_at_delta"] is None

@@ -1,7 +1,9 @@
 """Calibrating the Gaussian mechanism, and its own μ on the GDP scale.
 
-- classic (Dwork & Roth 2014, Thm A.1; valid for ε < 1): σ = Δ₂·√(2 ln(1.25/δ))/ε. 003 §2 uses it for private
-  voting with Δ₂ = √2 (one exemplar moves two vote counts by 1): σ = 2√(ln(1.25/δ))/ε.
+- classic (Dwork & Roth 2014, Thm A.1; proved for ε < 1): σ = Δ₂·√(2 ln(1.25/δ))/ε. 003 §2 uses it for private
+  voting with Δ₂ = √2 (one exemplar moves two vote counts by 1): σ = 2√(ln(1.25/δ))/ε. Its exact ε at δ
+  (`gaussian_epsilon`) stays below the claim up to ε ≈ 8.42 at δ = 1e-5 (≈ 7.46 at 1e-3) and exceeds it
+  above (ε = 10 → 10.39 at δ = 1e-5), so `calibration_check` reports whether a calibration keeps its claim.
 - analytic (Balle & Wang 2018, exact for every ε): the smallest σ with δ(ε; Δ₂/σ) ≤ δ, via dp_accounting.
 - The released statistic with noise N(0, σ²I) and L2 sensitivity Δ₂ is μ-GDP with μ = Δ₂/σ, so a mechanism's
   theoretical ε and an audit's empirical ε sit on the same scale (accounting/gdp.py).
@@ -12,6 +14,11 @@ from __future__ import annotations
 import math
 
 import dp_accounting
+
+from app.audit.accounting.gdp import epsilon_for_mu
+
+CALIBRATION_RTOL = 1e-6
+"""Relative slack of `calibration_check` (the analytic σ meets the claim up to its root search's accuracy)."""
 
 VOTE_SENSITIVITY = math.sqrt(2.0)
 """L2 sensitivity of a private-voting histogram: one changed partition moves two counts by one (003 §2)."""
@@ -45,6 +52,18 @@ def gaussian_mu(sensitivity: float, sigma: float) -> float:
     return sensitivity / sigma
 
 
+def gaussian_epsilon(sigma: float, sensitivity: float, delta: float) -> float:
+    """The exact ε at δ of the Gaussian mechanism N(0, σ²I) at L2 sensitivity Δ₂: ε(μ = Δ₂/σ) on the GDP
+    curve δ(ε; μ) (Balle & Wang 2018, Thm 8; accounting/gdp.py)."""
+    return epsilon_for_mu(gaussian_mu(sensitivity, sigma), delta)
+
+
+def calibration_check(epsilon: float, delta: float, sigma: float, sensitivity: float) -> tuple[bool, float]:
+    """(calibration_valid, epsilon_exact_at_delta): whether σ really gives (ε, δ)-DP, and the exact ε at δ."""
+    exact = gaussian_epsilon(sigma, sensitivity, delta)
+    return exact <= epsilon * (1 + CALIBRATION_RTOL), exact
+
+
 def _check(epsilon: float, delta: float, sensitivity: float) -> None:
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon}")
@@ -57,10 +76,21 @@ def _check(epsilon: float, delta: float, sensitivity: float) -> None:
 def gaussian_calibration(
     epsilon: float, delta: float, *, sensitivity: float = 1.0, analytic: bool = False
 ) -> dict:
-    """The calculator behind the CLI and POST /v1/accounting/gaussian: {sigma, mu} for (ε, δ)-DP at Δ₂."""
+    """The calculator behind the CLI and POST /v1/accounting/gaussian: σ for (ε, δ)-DP at Δ₂, its μ = Δ₂/σ,
+    the exact ε at δ of that σ, and a `warning` (None when the calibration keeps its claim)."""
     sigma = (analytic_sigma if analytic else classic_sigma)(epsilon, delta, sensitivity)
+    valid, exact = calibration_check(epsilon, delta, sigma, sensitivity)
+    warning = None
+    if not valid:
+        warning = (
+            f"the classic calibration is not (ε, δ)-DP here: σ = {sigma:.6g} gives ε = {exact:.6g} at "
+            f"δ = {delta:g}, above the claimed {epsilon:g}; use analytic (Balle & Wang 2018) for an exact σ"
+        )
     return {
         "sigma": sigma,
         "mu": gaussian_mu(sensitivity, sigma),
         "method": "analytic" if analytic else "classic",
+        "epsilon_exact_at_delta": exact,
+        "calibration_valid": valid,
+        "warning": warning,
     }

@@ -56,8 +56,11 @@ class BinaryTarget:
 class Theory:
     """The claimed guarantee and what the calibrated noise really gives on the GDP scale.
 
-    μ_theory = Δ₂/σ (Gaussian mechanism); `epsilon_ceiling` = ε(μ_theory) at δ, the exact ε a
-    perfect attack with infinitely many trials reaches. For `classic` σ it is below the claim.
+    μ_theory = Δ₂/σ (Gaussian mechanism); `epsilon_ceiling` = ε(μ_theory) at δ, the exact ε at δ of the
+    calibrated noise — what a perfect attack with infinitely many trials reaches. For `analytic` σ it is
+    the claim; for `classic` σ it is below the claim only up to ε ≈ 8.42 at δ = 1e-5 (≈ 7.46 at 1e-3) and
+    above it beyond (ε = 10 → 10.39): `calibration_valid` is False there, a theory-level breach reported
+    apart from the empirical verdict. A bare claim (σ unknown) has no exact ε: both are None.
     """
 
     epsilon: float
@@ -68,11 +71,27 @@ class Theory:
     epsilon_ceiling: float
     calibration: str
 
-    def as_dict(self) -> dict[str, float | str]:
+    @property
+    def epsilon_exact_at_delta(self) -> float | None:
+        """The exact ε at δ of the calibrated σ (= `epsilon_ceiling`); None for a bare claim."""
+        return None if self.sigma is None else self.epsilon_ceiling
+
+    @property
+    def calibration_valid(self) -> bool | None:
+        """Whether σ really gives (ε, δ)-DP (accounting/gaussian.py's check); None for a bare claim."""
+        if self.sigma is None or self.sensitivity is None:
+            return None
+        from app.audit.accounting.gaussian import calibration_check
+
+        return calibration_check(self.epsilon, self.delta, self.sigma, self.sensitivity)[0]
+
+    def as_dict(self) -> dict[str, float | str | bool | None]:
         return {
             "epsilon_theory": self.epsilon,
             "mu_theory": self.mu,
             "epsilon_ceiling": self.epsilon_ceiling,
+            "epsilon_exact_at_delta": self.epsilon_exact_at_delta,
+            "calibration_valid": self.calibration_valid,
             "sigma": self.sigma,
             "sensitivity": self.sensitivity,
             "calibration": self.calibration,
@@ -81,7 +100,8 @@ class Theory:
 
 def calibrate(epsilon: float, delta: float, sensitivity: float, calibration: str) -> Theory:
     """σ for (ε, δ) at L2 sensitivity Δ₂: classic σ = Δ₂√(2 ln(1.25/δ))/ε (003 Alg. 2 l.7 with Δ₂ = √2),
-    or the analytic Gaussian mechanism (Balle & Wang 2018)."""
+    or the analytic Gaussian mechanism (Balle & Wang 2018). Classic is accepted at every ε (deployments use
+    it); `Theory.calibration_valid` says where it does not keep its claim."""
     from app.audit.accounting.gaussian import analytic_sigma, classic_sigma, gaussian_mu
     from app.audit.accounting.gdp import epsilon_for_mu
 
