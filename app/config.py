@@ -10,8 +10,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from app.egress import AllowList, parse_allowlist
 
 
 class Settings(BaseSettings):
@@ -54,10 +56,32 @@ class Settings(BaseSettings):
     preload_models: bool = Field(default=True, description="Workers load default_model once at start-up.")
     endpoint_allowlist: list[str] = Field(
         default_factory=list,
-        description="URL prefixes an `http_endpoint` audit may call (JSON list). Empty: such audits are refused, "
-        "so a tenant cannot make the workers POST to internal addresses.",
+        description="URLs an `http_endpoint` audit may call (JSON list; scheme, host and port matched exactly, "
+        "then path prefix; app/egress.py). Empty: such audits are refused. Internal addresses are called only "
+        "when an entry names the address itself (`http://10.0.0.5:8000/`).",
+    )
+    webhook_allowlist: list[str] = Field(
+        default_factory=list,
+        description="Internal webhook targets allowed (JSON list of URLs, same matching); public targets need "
+        "no entry. Loopback, private, link-local and metadata addresses are refused unless named here.",
     )
     log_level: str = Field(default="INFO")
+
+    @field_validator("endpoint_allowlist", "webhook_allowlist")
+    @classmethod
+    def _parsed_urls(cls, entries: list[str], info: ValidationInfo) -> list[str]:
+        parse_allowlist(entries, setting=f"ICLAUDIT_{info.field_name.upper()}")  # fails at load
+        return entries
+
+    @property
+    def endpoint_egress(self) -> AllowList:
+        """The parsed ICLAUDIT_ENDPOINT_ALLOWLIST: every `http_endpoint` URL must match an entry."""
+        return parse_allowlist(self.endpoint_allowlist)
+
+    @property
+    def webhook_egress(self) -> AllowList:
+        """The parsed ICLAUDIT_WEBHOOK_ALLOWLIST: public targets pass, internal ones need an entry."""
+        return parse_allowlist(self.webhook_allowlist, required=False, setting="ICLAUDIT_WEBHOOK_ALLOWLIST")
 
     @property
     def sqlalchemy_url(self) -> str:

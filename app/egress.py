@@ -1,0 +1,373 @@
+"""Outbound HTTP that a tenant can aim (an `http_endpoint` audit, a webhook), closed to internal
+addresses (SSRF).
+
+Two checks, both always applied:
+
+1. `check_url(url, allowlist)`, on the URL as written (at submit, and again on every request the
+   client sends): scheme http or https, a host, no userinfo (`https://api.example.com@127.0.0.1` is
+   refused, not read as host 127.0.0.1), no dot segments or encoded slashes in the path; then
+   - `allowlist.required` (endpoints): the URL must match an entry;
+   - not required (webhooks): any URL to a public host may be called; an internal one needs an entry.
+   An entry matches on scheme, host (IDNA, case-insensitive) and port (default 80/443 filled in)
+   exactly, then on its path as a prefix ending on a segment boundary: `https://api.example.com/v1`
+   matches `/v1` and `/v1/chat`, not `/v1x`; `https://api.example.com` is not matched by
+   `https://api.example.com.attacker.test` or `https://api.example.comx`.
+2. `egress_client(allowlist)`: an httpx client whose connections resolve the host themselves and check
+   every resolved address at connect time (a public-looking name that resolves, or rebinds, to
+   127.0.0.1 is refused): loopback, private, link-local (169.254.169.254, the cloud metadata address),
+   shared (100.64/10), unspecified, multicast, reserved and other non-global addresses, also when
+   carried inside IPv6 (IPv4-mapped, 6to4, Teredo, NAT64), are refused unless an entry names that
+   address and port exactly (`http://127.0.0.1:8080/`; an entry `http://localhost:8080/` does not
+   open 127.0.0.1). If any resolved address is refused, the host is. The socket connects to the
+   checked address; TLS still sends SNI for, and verifies, the hostname. Redirects are not followed,
+   proxy variables and .netrc are ignored.
+
+Interface (no web, database or queue imports, so the science package may use it):
+
+    allow = parse_allowlist(["https://api.example.com/v1"])                       # endpoints
+    hooks = parse_allowlist(["http://10.0.0.5:8080/hooks"], required=False,
+                            setting="ICLAUDIT_WEBHOOK_ALLOWLIST")                   # webhooks
+    check_url(url, allow)          # at submit: raises EgressRefused(reason) → answer 422 on the field
+    with egress_client(allow, timeout=10) as client:      # or async_egress_client(...)
+        client.post(url, json=body)  # raises EgressRefused before any byte is sent to a refused host
+
+`parse_allowlist` raises `InvalidAllowList` (a ValueError naming the entry) for an entry that is not
+an http(s) URL with a host, or has userinfo, a query or a fragment: the settings fail to load.
+`EgressRefused` is not an `httpx.HTTPError`: catch it apart and never retry it; its `reason` names no
+reply body, so it is safe to show the tenant.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+import httpcore
+import httpx
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_METADATA = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+_BAD_IN_PATH = ("%2e", "%2f", "%5c", "\\")
+
+
+class InvalidAllowList(ValueError):
+    """An allow-list entry that is not a plain http(s) URL."""
+
+
+class EgressRefused(Exception):
+    """This service will not call that URL or address; `reason` says why (safe to show the tenant)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One parsed allow-list entry; `path` is "" (any path) or a prefix without a trailing slash."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+    address: IPAddress | None  # the host, when it is an IP literal
+
+    def matches(self, scheme: str, host: str, port: int, path: str) -> bool:
+        if (scheme, host, port) != (self.scheme, self.host, self.port):
+            return False
+        return not self.path or path == self.path or path.startswith(self.path + "/")
+
+
+@dataclass(frozen=True)
+class AllowList:
+    """Parsed entries; `required`: every URL must match one (endpoints), else only internal ones (webhooks).
+    `setting` is the environment variable named in refusals."""
+
+    entries: tuple[Entry, ...] = ()
+    required: bool = True
+    setting: str = "ICLAUDIT_ENDPOINT_ALLOWLIST"
+
+    def names_address(self, address: IPAddress, port: int) -> bool:
+        return any(e.address == address and e.port == port for e in self.entries)
+
+
+def _ip_literal(host: str) -> IPAddress | None:
+    """The address a host string denotes by itself, including the forms inet_aton takes (2130706433)."""
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except (OSError, UnicodeEncodeError):
+        return None
+
+
+def internal_kind(address: IPAddress) -> str | None:
+    """Why `address` is internal ("loopback", "private", …), or None for a public address."""
+    if isinstance(address, ipaddress.IPv6Address):
+        teredo = address.teredo
+        embedded = [address.ipv4_mapped, address.sixtofour, teredo[1] if teredo else None]
+        if address in _NAT64:
+            embedded.append(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        for inner in embedded:
+            if inner is not None and (kind := internal_kind(inner)):
+                return kind
+    if address in _METADATA:
+        return "cloud metadata"
+    for kind, flag in (
+        ("unspecified", address.is_unspecified),
+        ("loopback", address.is_loopback),
+        ("link-local", address.is_link_local),
+        ("multicast", address.is_multicast),
+        ("private", address.is_private),
+        ("reserved", address.is_reserved),
+    ):
+        if flag:
+            return kind
+    return None if address.is_global else "not globally routable"
+
+
+def _origin(scheme: str, host: str | IPAddress, port: int) -> str:
+    text = str(host)
+    return f"{scheme}://[{text}]:{port}" if ":" in text else f"{scheme}://{text}:{port}"
+
+
+def _parts(url: httpx.URL | str) -> tuple[str, str, int, str, httpx.URL]:
+    try:
+        parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise EgressRefused(f"not a valid URL ({exc})") from None
+    scheme = parsed.scheme
+    if scheme not in _DEFAULT_PORTS:
+        raise EgressRefused(f"scheme {scheme or '(none)'!r} is not http or https")
+    host = parsed.raw_host.decode("ascii").lower()
+    if not host:
+        raise EgressRefused("the URL has no host")
+    if parsed.userinfo:
+        raise EgressRefused("the URL has userinfo (user@ or user:pass@ before the host); remove it")
+    port = _DEFAULT_PORTS[scheme] if parsed.port is None else parsed.port
+    if not 0 < port < 65536:
+        raise EgressRefused(f"port {port} is out of range")
+    raw_path = parsed.raw_path.decode("ascii").split("?", 1)[0]
+    if any(bad in raw_path.lower() for bad in _BAD_IN_PATH) or any(
+        seg in (".", "..") for seg in raw_path.split("/")
+    ):
+        raise EgressRefused("the URL's path has dot segments, encoded slashes or backslashes")
+    return scheme, host, port, raw_path.rstrip("/") or "/", parsed
+
+
+def parse_allowlist(
+    entries: list[str] | tuple[str, ...],
+    *,
+    required: bool = True,
+    setting: str = "ICLAUDIT_ENDPOINT_ALLOWLIST",
+) -> AllowList:
+    """Parse URL entries (`https://api.example.com/v1`, `http://127.0.0.1:8080/`); InvalidAllowList names
+    a bad one."""
+    parsed = []
+    for text in entries:
+        try:
+            scheme, host, port, path, url = _parts(str(text).strip())
+        except EgressRefused as exc:
+            raise InvalidAllowList(f"{setting} entry {text!r}: {exc.reason}") from None
+        if url.query or url.fragment:
+            raise InvalidAllowList(f"{setting} entry {text!r}: an entry has no query or fragment")
+        parsed.append(Entry(scheme, host, port, "" if path == "/" else path, _ip_literal(host)))
+    return AllowList(tuple(parsed), required=required, setting=setting)
+
+
+def check_url(url: httpx.URL | str, allowlist: AllowList) -> Entry | None:
+    """Refuse (EgressRefused) a URL this service must not call; return the entry it matched, if any."""
+    scheme, host, port, path, _ = _parts(url)
+    entry = next((e for e in allowlist.entries if e.matches(scheme, host, port, path)), None)
+    if entry is None and allowlist.required:
+        raise EgressRefused(
+            f"{_origin(scheme, host, port)}{path} is not in this service's allow-list; an operator adds "
+            f"the URL to {allowlist.setting} (a JSON list of URLs, matched on scheme, host and port "
+            "exactly, then on the path as a prefix)"
+        )
+    address = _ip_literal(host)
+    if (
+        address is not None
+        and (kind := internal_kind(address))
+        and not allowlist.names_address(address, port)
+    ):
+        raise EgressRefused(
+            f"{address} is a {kind} address; this service calls one only when {allowlist.setting} "
+            f"names it exactly ({_origin(scheme, address, port)}/)"
+        )
+    return entry
+
+
+def checked_addresses(host: str, port: int, allowlist: AllowList) -> list[IPAddress]:
+    """Resolve `host` and return its addresses, refusing the host if any of them is internal and unnamed."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+    return _vet(host, port, [info[4][0] for info in infos], allowlist)
+
+
+def _vet(host: str, port: int, found: list[Any], allowlist: AllowList) -> list[IPAddress]:
+    addresses: list[IPAddress] = []
+    for text in found:
+        address = ipaddress.ip_address(str(text).split("%", 1)[0])
+        kind = internal_kind(address)
+        if kind and not allowlist.names_address(address, port):
+            raise EgressRefused(
+                f"{host} resolves to {address}, a {kind} address; this service calls one only when "
+                f"{allowlist.setting} names it exactly ({_origin('http(s)', address, port)}/)"
+            )
+        if address not in addresses:
+            addresses.append(address)
+    if not addresses:
+        raise httpcore.ConnectError(f"{host} has no address")
+    return addresses
+
+
+class _GuardedBackend(httpcore.SyncBackend):
+    """Resolves the host, vets every address, then connects to a vetted address (not the name)."""
+
+    def __init__(self, allowlist: AllowList) -> None:
+        self._allowlist = allowlist
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.NetworkStream:
+        error: Exception | None = None
+        for address in checked_addresses(host, port, self._allowlist):
+            try:
+                return super().connect_tcp(str(address), port, timeout, local_address, socket_options)
+            except httpcore.ConnectError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+
+class _AsyncGuardedBackend(httpcore.AnyIOBackend):
+    def __init__(self, allowlist: AllowList) -> None:
+        self._allowlist = allowlist
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore.AsyncNetworkStream:
+        import anyio
+
+        try:
+            infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+        except (OSError, UnicodeError) as exc:
+            raise httpcore.ConnectError(f"cannot resolve {host}: {exc}") from exc
+        error: Exception | None = None
+        for address in _vet(host, port, [info[4][0] for info in infos], self._allowlist):
+            try:
+                return await super().connect_tcp(str(address), port, timeout, local_address, socket_options)
+            except httpcore.ConnectError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+
+def _pool_options(verify: bool | str, retries: int, limits: httpx.Limits) -> dict[str, Any]:
+    return {
+        "ssl_context": httpx.create_ssl_context(verify=verify, trust_env=False),
+        "max_connections": limits.max_connections,
+        "max_keepalive_connections": limits.max_keepalive_connections,
+        "keepalive_expiry": limits.keepalive_expiry,
+        "retries": retries,
+    }
+
+
+class EgressTransport(httpx.HTTPTransport):
+    """httpx's transport over a connection pool with the guarded backend; every request's URL is checked.
+    (Sets the pool itself instead of calling HTTPTransport.__init__, which has no backend parameter.)"""
+
+    def __init__(
+        self,
+        allowlist: AllowList,
+        *,
+        retries: int = 0,
+        verify: bool | str = True,
+        limits: httpx.Limits | None = None,
+    ) -> None:
+        self._allowlist = allowlist
+        self._pool = httpcore.ConnectionPool(  # type: ignore[assignment]
+            network_backend=_GuardedBackend(allowlist),
+            **_pool_options(verify, retries, limits or httpx.Limits(max_connections=10)),
+        )
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        check_url(request.url, self._allowlist)
+        return super().handle_request(request)
+
+
+class AsyncEgressTransport(httpx.AsyncHTTPTransport):
+    def __init__(
+        self,
+        allowlist: AllowList,
+        *,
+        retries: int = 0,
+        verify: bool | str = True,
+        limits: httpx.Limits | None = None,
+    ) -> None:
+        self._allowlist = allowlist
+        self._pool = httpcore.AsyncConnectionPool(  # type: ignore[assignment]
+            network_backend=_AsyncGuardedBackend(allowlist),
+            **_pool_options(verify, retries, limits or httpx.Limits(max_connections=10)),
+        )
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        check_url(request.url, self._allowlist)
+        return await super().handle_async_request(request)
+
+
+def egress_client(
+    allowlist: AllowList,
+    *,
+    timeout: float = 10.0,
+    retries: int = 0,
+    headers: dict[str, str] | None = None,
+    verify: bool | str = True,
+) -> httpx.Client:
+    """A client that calls only what `allowlist` permits (see the module docstring); redirects are not
+    followed (a 3xx comes back as the response). `retries` = connection retries (httpcore)."""
+    return httpx.Client(
+        transport=EgressTransport(allowlist, retries=retries, verify=verify),
+        timeout=timeout,
+        headers=headers,
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+def async_egress_client(
+    allowlist: AllowList,
+    *,
+    timeout: float = 10.0,
+    retries: int = 0,
+    headers: dict[str, str] | None = None,
+    verify: bool | str = True,
+) -> httpx.AsyncClient:
+    """The async twin of `egress_client`."""
+    return httpx.AsyncClient(
+        transport=AsyncEgressTransport(allowlist, retries=retries, verify=verify),
+        timeout=timeout,
+        headers=headers,
+        follow_redirects=False,
+        trust_env=False,
+    )
