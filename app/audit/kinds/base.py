@@ -2,7 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
+
+MAX_LABELS = 32
+LabelKey = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]*[A-Za-z0-9])?$")
+]
+Labels = Annotated[
+    dict[LabelKey, Annotated[str, Field(max_length=255)]],
+    Field(
+        max_length=MAX_LABELS,
+        description=f"Free-form metadata (model version, git sha, pipeline run): up to {MAX_LABELS} labels, "
+        "keys ≤ 63 characters, values ≤ 255. Filter with `GET /v1/audits?label=key=value`; carried into "
+        "webhook payloads.",
+    ),
+]
 
 
 class AuditRequestBase(BaseModel):
@@ -14,4 +30,11 @@ class AuditRequestBase(BaseModel):
     model: str | None = Field(default=None, description="Registered model name (GET /v1/models).")
     seed: int = Field(
         default=0, ge=0, description="Seeds every random choice; the same seed gives the same result."
+    )
+    labels: Labels = Field(default_factory=dict)
+    notify: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="A URL that gets this audit's terminal event, signed with the tenant's notify secret "
+        "(GET /v1/webhooks/notify-secret); not part of the science, ignored by the kind.",
     )
