@@ -65,6 +65,24 @@ class Settings(BaseSettings):
         description="Internal webhook targets allowed (JSON list of URLs, same matching); public targets need "
         "no entry. Loopback, private, link-local and metadata addresses are refused unless named here.",
     )
+    idempotency_ttl_seconds: float = Field(
+        default=24 * 3600,
+        gt=0,
+        description="How long an `Idempotency-Key` is remembered (then it may be reused).",
+    )
+    sweep_max_audits: int = Field(default=256, ge=1, description="Most child audits one sweep may create.")
+    webhook_tick_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="How often the API writes due webhook events and dispatches deliveries.",
+    )
+    webhook_backoff_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="First retry delay of a failed delivery; doubled per attempt (capped at 1 h).",
+    )
+    webhook_max_attempts: int = Field(default=12, ge=1, description="Attempts before a delivery is FAILED.")
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Timeout of one delivery request.")
     log_level: str = Field(default="INFO")
 
     @field_validator("endpoint_allowlist", "webhook_allowlist")
