@@ -79,6 +79,7 @@ class Audit(Base):
     __table_args__ = (
         Index("ix_audits_tenant_created", "tenant_id", "created_at", "id"),
         Index("ix_audits_state_heartbeat", "state", "heartbeat_at"),
+        Index("ix_audits_events", "events_at", "finished_at"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -96,9 +97,14 @@ class Audit(Base):
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     enqueued_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # the queue incarnation that holds its message (a broker restarted empty, or a new inline process,
+    # has another): the sweep re-enqueues a PENDING audit only when this differs from the current one
+    queue_epoch: Mapped[str | None] = mapped_column(String(64), default=None)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # when its terminal-state webhook events were written (app/integrations/events.py); NULL = not yet
+    events_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
 
 
 class UploadedDataset(Base):
@@ -117,4 +123,149 @@ class UploadedDataset(Base):
     n_test: Mapped[int] = mapped_column(Integer)
     size_bytes: Mapped[int] = mapped_column(Integer)
     content: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+# --- integrations (issue 12): idempotency keys, labels, webhooks, sweeps ------------------------------
+
+
+class IdempotencyKey(Base):
+    """One `Idempotency-Key` per tenant (the primary key is the unique constraint that makes concurrent
+    duplicates create one resource): the fingerprint of the first body and the answer it got."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (Index("ix_idempotency_keys_expires", "expires_at"),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    operation: Mapped[str] = mapped_column(String(64))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int] = mapped_column(Integer)
+    resource_id: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class AuditLabel(Base):
+    """A copy of an audit's `labels` as rows, so `GET /v1/audits?label=k=v` is an indexed lookup."""
+
+    __tablename__ = "audit_labels"
+    __table_args__ = (Index("ix_audit_labels_key_value", "key", "value"),)
+
+    audit_id: Mapped[str] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[str] = mapped_column(String(255))
+
+
+class WebhookEndpoint(Base):
+    """A tenant's webhook target; `secret` (`whsec_…`) signs every delivery (Standard Webhooks)."""
+
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (Index("ix_webhook_endpoints_tenant_created", "tenant_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(String(2000))
+    secret: Mapped[str] = mapped_column(String(100))
+    events: Mapped[list[str]] = mapped_column(JSON)
+    description: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class NotifySecret(Base):
+    """The tenant's secret for deliveries to a per-request `notify` URL."""
+
+    __tablename__ = "notify_secrets"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), primary_key=True)
+    secret: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """The outbox and the delivery log: one event for one target. `id` is the `webhook-id` (the same on
+    every attempt, so a receiver can drop a repeat); `next_attempt_at` is both the backoff and the lease of
+    the attempt in flight."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
+        Index("ix_webhook_deliveries_endpoint_created", "endpoint_id", "created_at", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    endpoint_id: Mapped[str | None] = mapped_column(
+        ForeignKey("webhook_endpoints.id", ondelete="CASCADE"), default=None
+    )
+    url: Mapped[str] = mapped_column(String(2000))
+    event_type: Mapped[str] = mapped_column(String(64))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), default="PENDING")
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    last_status: Mapped[int | None] = mapped_column(Integer, default=None)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+
+
+class Sweep(Base):
+    """A grid of audits over one base request; its state and progress are its children's."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (Index("ix_sweeps_tenant_created", "tenant_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    base: Mapped[dict[str, Any]] = mapped_column(JSON)
+    grid: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seeds: Mapped[int] = mapped_column(Integer)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    notify: Mapped[str | None] = mapped_column(String(2000), default=None)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+
+
+class SweepChild(Base):
+    """Point `position` of a sweep: the grid values and seed it set, and the audit that runs it."""
+
+    __tablename__ = "sweep_children"
+
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    audit_id: Mapped[str] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"), index=True)
+    point: Mapped[dict[str, Any]] = mapped_column(JSON)
+    seed: Mapped[int] = mapped_column(Integer)
+
+
+class Schedule(Base):
+    """An audit request or a sweep re-run at every `cron` time (UTC), or every `interval_seconds`."""
+
+    __tablename__ = "schedules"
+    __table_args__ = (
+        Index("ix_schedules_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ix_schedules_next_fire", "next_fire_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    target: Mapped[str] = mapped_column(String(8))  # "audit" or "sweep"
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    cron: Mapped[str | None] = mapped_column(String(200), default=None)
+    interval_seconds: Mapped[float | None] = mapped_column(default=None)
+    next_fire_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ScheduleRun(Base):
+    """One firing: the unique (schedule_id, fire_time) that lets only one API process fire it."""
+
+    __tablename__ = "schedule_runs"
+
+    schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"), primary_key=True)
+    fire_time: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    audit_id: Mapped[str | None] = mapped_column(ForeignKey("audits.id", ondelete="SET NULL"), default=None)
+    sweep_id: Mapped[str | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
