@@ -1,0 +1,102 @@
+"""Read-only queries behind cheap polling: an audit's *mark* (the few columns its representation changes
+with, hashed into its ETag by app.api.watch) and the summary view of `GET /v1/audits` (no request body,
+no result; the claimed ε extracted in SQL).
+
+The mark is state, progress, attempt, the cancel flag and the start/finish times: the request never
+changes and the result and error are written together with the terminal state and `finished_at`, so two
+reads with equal marks have equal representations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from app.db.models import Audit
+from app.db.scoping import Page, decode_page_token, encode_page_token
+
+MARK_FIELDS = (
+    "state",
+    "progress_stage",
+    "progress_fraction",
+    "progress_eta_seconds",
+    "progress_message",
+    "attempt",
+    "cancel_requested",
+    "started_at",
+    "finished_at",
+)
+# The request fields that hold the ε a kind claims (mia: `epsilon`; synthetic_generation: `target_epsilon`).
+CLAIM_FIELDS = ("epsilon", "target_epsilon")
+
+_MARK = [getattr(Audit, name) for name in MARK_FIELDS]
+_CLAIMED = func.coalesce(*(Audit.request[name].as_float() for name in CLAIM_FIELDS)).label("epsilon_claimed")
+_SUMMARY = [
+    Audit.id,
+    Audit.kind,
+    *_MARK,
+    Audit.error,
+    Audit.result,
+    Audit.created_at,
+    Audit.heartbeat_at,
+    _CLAIMED,
+]
+_MARK_CHUNK = 500
+
+
+def get_mark(session: Session, *, tenant_id: str, audit_id: str) -> Row[Any] | None:
+    """The caller's audit's mark (and id), or None when it is not theirs."""
+    query = select(Audit.id, *_MARK).where(Audit.tenant_id == tenant_id, Audit.id == audit_id)
+    return session.execute(query).first()
+
+
+def marks(session: Session, audit_ids: Sequence[str]) -> dict[str, Row[Any]]:
+    """The marks of many audits by id, in one query per 500 ids (the long-poll hub's re-check; the ids
+    were checked against the caller's tenant when they were registered)."""
+    found: dict[str, Row[Any]] = {}
+    ids = list(audit_ids)
+    for start in range(0, len(ids), _MARK_CHUNK):
+        chunk = ids[start : start + _MARK_CHUNK]
+        for row in session.execute(select(Audit.id, *_MARK).where(Audit.id.in_(chunk))):
+            found[row.id] = row
+    return found
+
+
+def get_summary(session: Session, *, tenant_id: str, audit_id: str) -> Row[Any] | None:
+    """The caller's audit as the summary view's columns, or None when it is not theirs."""
+    query = select(*_SUMMARY).where(Audit.tenant_id == tenant_id, Audit.id == audit_id)
+    return session.execute(query).first()
+
+
+def summary_page(
+    session: Session,
+    *,
+    tenant_id: str,
+    state: str | None = None,
+    kind: str | None = None,
+    page_size: int = 50,
+    page_token: str | None = None,
+) -> Page:
+    """`audits.list_audits` without the request bodies: the same filters, order and page tokens."""
+    query = select(*_SUMMARY).where(Audit.tenant_id == tenant_id)
+    if state:
+        query = query.where(Audit.state == state)
+    if kind:
+        query = query.where(Audit.kind == kind)
+    if page_token:
+        created_at, row_id = decode_page_token(page_token)
+        query = query.where(
+            or_(Audit.created_at < created_at, and_(Audit.created_at == created_at, Audit.id < row_id))
+        )
+    rows = list(
+        session.execute(query.order_by(Audit.created_at.desc(), Audit.id.desc()).limit(page_size + 1))
+    )
+    token = (
+        encode_page_token(rows[page_size - 1].created_at, rows[page_size - 1].id)
+        if len(rows) > page_size
+        else None
+    )
+    return Page(items=rows[:page_size], next_page_token=token)
