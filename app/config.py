@@ -54,6 +54,23 @@ class Settings(BaseSettings):
         default=30.0, gt=0, description="How often the API re-enqueues PENDING and stale RUNNING audits."
     )
     preload_models: bool = Field(default=True, description="Workers load default_model once at start-up.")
+    api_concurrency: int = Field(
+        default=32,
+        ge=1,
+        description="Requests that hold a database session at once (the API's pool is this + 4); more wait "
+        "in a queue without a thread or a connection.",
+    )
+    api_queue_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="Longest a request waits in that queue before a 503 with Retry-After.",
+    )
+    db_retry_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long the runner and the sweep retry one operation through a transient database "
+        "error (disconnect, restart, failover, lock timeout) before giving it up.",
+    )
     endpoint_allowlist: list[str] = Field(
         default_factory=list,
         description="URLs an `http_endpoint` audit may call (JSON list; scheme, host and port matched exactly, "
