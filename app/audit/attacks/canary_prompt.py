@@ -8,10 +8,17 @@ from __future__ import annotations
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
-from app.audit.prompts import CANARY_BINARY, CANARY_BINARY_ANSWERS, CANARY_LIST, canary_list_answers
+from app.audit.prompts import (
+    CANARY_BINARY,
+    CANARY_BINARY_ANSWERS,
+    CANARY_LIST,
+    CONTEXTLEAK_CANARY,
+    canary_list_answers,
+)
 from app.datasets.types import Dataset, Example
 
 MECHANISMS = frozenset({"private_voting", "none", "prompt_defense", "http_endpoint"})
+DEFAULT_CANARY = CONTEXTLEAK_CANARY  # 002's canary text when the request gives none
 
 
 def build_query(

@@ -1,4 +1,5 @@
-"""Attack name → module with `build_query(...) -> AuditQuery` and `MECHANISMS` (those it can audit)."""
+"""Attack name → module with `build_query(...) -> AuditQuery`, `MECHANISMS` (those it can audit) and
+optionally `DEFAULT_CANARY` (the canary text used when the request gives none; default: a dataset row)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,8 @@ ATTACKS: dict[str, str] = {
 def attack_module(name: str) -> ModuleType:
     """The module implementing attack `name` (KeyError for an unknown name)."""
     return importlib.import_module(ATTACKS[name])
+
+
+def default_canary(name: str) -> str | None:
+    """The attack's own canary text, or None (the audit then draws a training exemplar)."""
+    return getattr(attack_module(name), "DEFAULT_CANARY", None)

@@ -4,30 +4,41 @@ Road: neighbouring contexts C1/C0 → the mechanism's partitions → the attack'
 n_llm clean statistics per context through the engine (forward passes = distinct prompts) → trials
 (`bootstrap`: 003 Alg. 1 resampling through the mechanism's own release; `direct`: every trial a fresh
 mechanism call, clean statistic included; `exact`: infinitely many trials in closed form, private voting
-only, blind to release bugs) → the GDP lower bound per threat model → ε_emp beside the claimed ε.
+only, blind to release bugs) → both lower bounds per threat model (GDP and assumption-free) → the verdict.
+
+Soundness (docs/results/soundness.md): every random choice takes its own stream of one seed tree
+(app/audit/seeds.py); C1 and C0 pools share the non-canary partitions' outputs (common random numbers),
+so Clopper-Pearson on the trials covers the pool's sampling error too; `violation` is the OR of the
+threat models' tests, each at the Bonferroni share of the stated confidence; it compares the GDP bound
+with the claim only for a known Gaussian mechanism (`Mechanism.gaussian`), the assumption-free bound
+otherwise or when the request says `"assumption": "none"`. A classic calibration whose exact ε at δ
+exceeds the claim is reported apart (`calibration_valid`, `theory_violation`).
 
 Run it from a file: `python -m app.audit.kinds.mia examples/mia-oracle-eps1.json` (= app.audit.local).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from app.audit.attacks.registry import ATTACKS, attack_module
-from app.audit.contexts import build_contexts
+from app.audit.attacks.base import AuditQuery
+from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
+from app.audit.contexts import NeighbouringContexts, build_contexts
 from app.audit.kinds.base import AuditRequestBase
-from app.audit.mechanisms.base import CleanSource, Mechanism
+from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
-from app.audit.mechanisms.http_endpoint import HttpEndpoint
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
-from app.audit.prompts import CONTEXTLEAK_CANARY
 from app.audit.runtime import AuditError, RunContext
+from app.audit.seeds import SeedTree
 
 THREAT_MODELS = ("black_box", "white_box")
-_MEMORY_FLOATS = 4_000_000  # clean-statistic floats per chunk (~32 MB per array)
 
 
 class EndpointSpec(BaseModel):
@@ -125,42 +136,57 @@ class Request(AuditRequestBase):
     llm_calls: int = Field(default=200, ge=1, description="n_llm clean statistics per context (003 Alg. 1).")
     trials: int = Field(default=400_000, ge=2, description="Membership trials per context.")
     estimator: Literal["bootstrap", "exact", "direct"] = "bootstrap"
-    confidence: float = Field(default=0.95, gt=0, lt=1)
+    confidence: float = Field(
+        default=0.95,
+        gt=0,
+        lt=1,
+        description="Confidence of the verdict; split over the threat models' tests (Bonferroni).",
+    )
     threshold_strategy: Literal["split", "in_sample", "bonferroni"] = "split"
+    assumption: Literal["auto", "gdp", "none"] = Field(
+        default="auto",
+        description='Which lower bound the verdict uses: "gdp" (valid for known Gaussian mechanisms), '
+        '"none" (assumption-free, valid for any mechanism), "auto" = gdp for private_voting/esa/ksa, '
+        "none otherwise (http_endpoint).",
+    )
     utility_queries: int = Field(default=0, ge=0, le=1000, description="Held-out queries for utility.")
 
     @model_validator(mode="after")
     def _consistent(self) -> Request:
         if not self.dataset:
             raise ValueError("dataset: a mia audit needs a dataset (the exemplar pool)")
+        mechanism = MECHANISMS[self.mechanism.name]
         module = attack_module(self.attack.name)
         if self.mechanism.name not in module.MECHANISMS:
             raise ValueError(
                 f"attack.name: {self.attack.name} cannot audit mechanism {self.mechanism.name!r} "
                 f"(it audits {', '.join(sorted(module.MECHANISMS))})"
             )
-        if self.mechanism.name == "http_endpoint":
-            if self.mechanism.endpoint is None:
-                raise ValueError(
-                    "mechanism.endpoint: http_endpoint needs an endpoint (url, body, answer_path)"
-                )
-            if self.attack.threat_model != "black_box":
-                raise ValueError(
-                    "attack.threat_model: a deployed endpoint is audited black-box only (it releases answers, "
-                    "not noisy votes); set threat_model to black_box"
-                )
-            if self.estimator != "direct":
-                raise ValueError(
-                    "estimator: an endpoint has no clean statistic to resample; every trial is a real call, "
-                    "so use direct (trials = calls per context)"
-                )
-        elif self.mechanism.endpoint is not None:
+        if self.mechanism.name == "http_endpoint" and self.mechanism.endpoint is None:
+            raise ValueError("mechanism.endpoint: http_endpoint needs an endpoint (url, body, answer_path)")
+        if self.mechanism.name != "http_endpoint" and self.mechanism.endpoint is not None:
             raise ValueError("mechanism.endpoint: only the http_endpoint mechanism takes an endpoint")
-        if self.estimator == "exact" and self.mechanism.name != "private_voting":
-            raise ValueError("estimator: exact exists for private_voting only")
+        if not mechanism.white_box_available and self.attack.threat_model != "black_box":
+            raise ValueError(
+                f"attack.threat_model: {mechanism.name} is audited black-box only (it releases answers, "
+                "not noisy votes); set threat_model to black_box"
+            )
+        if self.estimator not in mechanism.estimators:
+            why = {
+                "http_endpoint": "an endpoint has no clean statistic to resample; every trial is a real "
+                "call, so use direct (trials = calls per context)"
+            }.get(mechanism.name, f"{mechanism.name} supports {', '.join(sorted(mechanism.estimators))}")
+            raise ValueError(f"estimator: {self.estimator} is not available: {why}")
+        if self.mechanism.bug and not mechanism.plants_bugs:
+            raise ValueError("mechanism.bug: planted bugs exist for private_voting only")
         if self.estimator == "exact" and self.mechanism.bug:
             raise ValueError(
                 "estimator: exact assumes the documented noise and cannot see a planted bug; use bootstrap"
+            )
+        if self.assumption == "gdp" and not mechanism.gaussian:
+            raise ValueError(
+                f"assumption: {mechanism.name} is not a known Gaussian mechanism, so the GDP conversion "
+                'may overstate ε; use "auto" or "none"'
             )
         return self
 
@@ -185,14 +211,148 @@ EXAMPLE: dict = {
 }
 
 
-def _threat_models(request: Request) -> tuple[str, ...]:
-    return THREAT_MODELS if request.attack.threat_model == "both" else (request.attack.threat_model,)
+@dataclass
+class Setup:
+    """One audit's fixed ingredients: contexts, the mechanism, the attack's query and prompts, the source."""
+
+    request: Request
+    seeds: SeedTree
+    mechanism: Mechanism
+    contexts: NeighbouringContexts
+    query: AuditQuery
+    parts_in: list
+    parts_out: list
+    prompts_in: list
+    prompts_out: list
+    source: CleanSource
+    target: BinaryTarget
+    llm: Any
+    dataset: Any
+
+    @property
+    def threat_models(self) -> tuple[str, ...]:
+        tm = self.request.attack.threat_model
+        return THREAT_MODELS if tm == "both" else (tm,)
+
+    def release(self, batch: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """One batch of private releases → (black-box decision, white-box score)."""
+        return self.mechanism.binary_view(self.mechanism.release(batch, rng), self.target)
 
 
-def _bound_dict(bound, theory_epsilon: float | None) -> dict:
-    """The issue's per-threat-model fields (+ `*_unbounded` flags and the counts behind them)."""
+def _setup(request: Request, ctx: RunContext) -> Setup:
+    if ctx.datasets is None or ctx.engines is None:
+        raise AuditError("a mia audit needs datasets and engines in its run context")
+    seeds = SeedTree.from_seed(request.seed)
+    dataset = ctx.datasets.load(request.dataset)
+    mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
+    mechanism.egress = ctx.egress  # where an http_endpoint may call (the service's allow-list)
+    canary_text = request.attack.canary or default_canary(request.attack.name)
+    contexts = build_contexts(
+        dataset, mechanism.context_size(request.mechanism), seeds.rng("contexts"), canary_text
+    )
+    query = attack_module(request.attack.name).build_query(
+        canary=contexts.canary, dataset=dataset, spec=request.attack, rng=seeds.rng("attack")
+    )
+    parts_in, parts_out = mechanism.partition(contexts, seeds.rng("partitions"))
+    llm = ctx.engines.llm(request.model or "oracle") if mechanism.needs_llm else None
+    embedder = ctx.engines.embedder() if mechanism.needs_embedder else None
+    source = CleanSource(llm, embedder, seed=seeds.integer("generations"))
+    mechanism.prepare(query, source)
+    return Setup(
+        request=request,
+        seeds=seeds,
+        mechanism=mechanism,
+        contexts=contexts,
+        query=query,
+        parts_in=parts_in,
+        parts_out=parts_out,
+        prompts_in=mechanism.audit_inputs(query, parts_in),
+        prompts_out=mechanism.audit_inputs(query, parts_out),
+        source=source,
+        target=mechanism.binary_target(query, source),
+        llm=llm,
+        dataset=dataset,
+    )
+
+
+def _assumption(request: Request, mechanism: Mechanism) -> str:
+    """The bound the verdict uses: GDP only for a known Gaussian mechanism, unless the request says none."""
+    if request.assumption == "auto":
+        return "gdp" if mechanism.gaussian else "none"
+    return request.assumption
+
+
+def _exact(setup: Setup, ctx: RunContext) -> dict[str, dict]:
+    """`exact`: population TPR/FPR from the engine's label distributions (private voting only)."""
+    from app.audit.bounds import assumption_free_epsilon
+    from app.audit.exact import exact_vote_audit
+
+    request, mechanism, query = setup.request, setup.mechanism, setup.query
+    ctx.progress("collect C1", 0.0, "label distributions with the canary")
+    probs_in = mechanism.label_probs(setup.prompts_in, query.answers, setup.source)
+    ctx.progress("collect C0", 0.3, "label distributions without the canary")
+    probs_out = mechanism.label_probs(setup.prompts_out, query.answers, setup.source)
+    ctx.progress("bound", 0.6, "exact audit")
+    exact = exact_vote_audit(
+        probs_in,
+        probs_out,
+        sigma=mechanism.std,
+        target=setup.target.positive,
+        other=setup.target.negative,
+        delta=request.delta,
+    )
+    bounds: dict[str, dict] = {}
+    for tm in setup.threat_models:
+        if tm == "black_box":
+            fnr, fpr = np.array([1 - exact.tpr_black_box]), np.array([exact.fpr_black_box])
+            bounds[tm] = {"tpr": exact.tpr_black_box, "fpr": exact.fpr_black_box}
+            mu, eps = exact.mu_black_box, exact.epsilon_black_box
+        else:
+            fnr, fpr = 1 - exact.tpr_white_box, exact.fpr_white_box
+            bounds[tm] = {"threshold": exact.best_threshold}
+            mu, eps = exact.mu_white_box, exact.epsilon_white_box
+        free = float(np.max(assumption_free_epsilon(fnr, fpr, request.delta)))
+        bounds[tm].update(mu_lower=mu, epsilon_empirical=eps, epsilon_empirical_assumption_free=free)
+    return bounds
+
+
+def _trial_bounds(setup: Setup, trials, ctx: RunContext, confidence: float, assumption: str) -> dict:
+    """Both lower bounds per threat model from the trials, each test at `confidence` (its Bonferroni
+    share); progress is reported before each threat model's threshold search (the cancel point)."""
+    from app.audit.thresholds import Split, bound_from_scores, strategy_from_name
+
+    request = setup.request
+    strategy = strategy_from_name(request.threshold_strategy)
+    if isinstance(strategy, Split):
+        strategy = Split(fraction=strategy.fraction, seed=setup.seeds.integer("threshold"))
+    bounds = {}
+    for i, tm in enumerate(setup.threat_models):
+        ctx.progress("bound", 0.95 + 0.05 * i / len(setup.threat_models), f"{tm} lower bound")
+        if tm == "black_box":
+            s_in, s_out = trials.decisions_in.astype(float), trials.decisions_out.astype(float)
+        else:
+            s_in, s_out = trials.scores_in, trials.scores_out
+        bound = bound_from_scores(
+            s_in, s_out, strategy=strategy, confidence=confidence, delta=request.delta, assumption=assumption
+        )
+        bounds[tm] = _bound_dict(bound)
+    return bounds
+
+
+def _bound_dict(bound) -> dict:
+    """The per-threat-model fields (+ `*_unbounded` flags and the counts behind them)."""
     full = bound.as_dict()
-    keep = ("tpr", "fpr", "mu_lower", "epsilon_empirical", "epsilon_point", "threshold", "auc", "accuracy")
+    keep = (
+        "tpr",
+        "fpr",
+        "mu_lower",
+        "epsilon_empirical",
+        "epsilon_empirical_assumption_free",
+        "epsilon_point",
+        "threshold",
+        "auc",
+        "accuracy",
+    )
     out = {k: full[k] for k in keep}
     out.update({k: v for k, v in full.items() if k.endswith("_unbounded")})
     out["threshold_strategy"] = bound.threshold_strategy
@@ -202,163 +362,138 @@ def _bound_dict(bound, theory_epsilon: float | None) -> dict:
         "fp": bound.counts.fp,
         "tn": bound.counts.tn,
     }
-    out["violation"] = theory_epsilon is not None and bound.epsilon_empirical > theory_epsilon
     return out
 
 
-def _direct_trials(mechanism, prompts_in, prompts_out, answers, source, release, n_trials, rngs, report):
-    """`direct`: every trial is a fresh mechanism call — new clean statistic from the engine's (cached)
-    answer distributions, then the release — in chunks, no resampling."""
-    from app.audit.simulate import TrialScores
+def _simulation_progress(ctx: RunContext, start: float) -> Callable[[float], None]:
+    def report(fraction: float) -> None:
+        ctx.progress("simulate", start + (0.95 - start) * fraction, f"{fraction:.0%} of the trials")
 
-    width = 1
-    decisions = {"in": np.empty(n_trials, dtype=bool), "out": np.empty(n_trials, dtype=bool)}
-    scores = {"in": np.empty(n_trials), "out": np.empty(n_trials)}
-    done = 0
-    while done < n_trials:
-        size = min(mechanism.call_batch or max(1000, _MEMORY_FLOATS // width), n_trials - done)
-        for side, prompts, rng in (("in", prompts_in, rngs[0]), ("out", prompts_out, rngs[1])):
-            clean = mechanism.collect(prompts, answers, source, size, rng)
-            width = max(1, int(np.prod(clean.shape[1:])))
-            decisions[side][done : done + size], scores[side][done : done + size] = release(clean, rng)
-        done += size
-        report(done / n_trials)
-    return TrialScores(decisions["in"], decisions["out"], scores["in"], scores["out"])
+    return report
+
+
+def _bootstrap(setup: Setup, ctx: RunContext):
+    """`bootstrap` (003 Alg. 1): n_llm clean statistics per context — C1 and C0 from generators in the same
+    state (common random numbers: a partition with the same prompt in both casts the same votes in call
+    i) — then `trials` resampled releases per context."""
+    from app.audit.trials import bootstrap_trials
+
+    request, mechanism, answers = setup.request, setup.mechanism, setup.query.answers
+    n_clean = request.llm_calls
+    ctx.progress("collect C1", 0.0, f"{n_clean} clean statistics with the canary")
+    clean_in = mechanism.collect(setup.prompts_in, answers, setup.source, n_clean, setup.seeds.rng("pool"))
+    ctx.progress("collect C0", 0.1, f"{n_clean} clean statistics without the canary")
+    clean_out = mechanism.collect(setup.prompts_out, answers, setup.source, n_clean, setup.seeds.rng("pool"))
+    ctx.progress("simulate", 0.2, f"{request.trials} trials per context")
+    return bootstrap_trials(
+        clean_in,
+        clean_out,
+        setup.release,
+        n_trials=request.trials,
+        rngs=(setup.seeds.rng("noise_in"), setup.seeds.rng("noise_out")),
+        progress=_simulation_progress(ctx, 0.2),
+    )
+
+
+def _direct(setup: Setup, ctx: RunContext):
+    """`direct`: every trial a fresh mechanism call — a new clean statistic from the engine's (cached)
+    answer distributions, then the release — in chunks, no resampling."""
+    from app.audit.trials import MAX_CHUNK, run_trials
+
+    request, mechanism, answers = setup.request, setup.mechanism, setup.query.answers
+    pool_in, pool_out = setup.seeds.rng("pool"), setup.seeds.rng("pool")  # same state: common numbers
+
+    def draw(prompts: list, pool: np.random.Generator):
+        return lambda size, rng: mechanism.collect(prompts, answers, setup.source, size, pool)
+
+    ctx.progress("simulate", 0.0, f"{request.trials} mechanism calls per context")
+    return run_trials(
+        draw(setup.prompts_in, pool_in),
+        draw(setup.prompts_out, pool_out),
+        setup.release,
+        n_trials=request.trials,
+        rng_in=setup.seeds.rng("noise_in"),
+        rng_out=setup.seeds.rng("noise_out"),
+        max_chunk=mechanism.call_batch or MAX_CHUNK,
+        progress=_simulation_progress(ctx, 0.0),
+    )
+
+
+ESTIMATORS = {"bootstrap": _bootstrap, "direct": _direct}
 
 
 def run(request: Request, ctx: RunContext) -> dict:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
-    from app.audit.simulate import bootstrap_trials
-    from app.audit.thresholds import bound_from_scores, strategy_from_name
+    from app.audit.bounds import per_test_confidence, verdict_epsilon
 
-    if ctx.datasets is None or ctx.engines is None:
-        raise AuditError("a mia audit needs datasets and engines in its run context")
-    streams = np.random.SeedSequence(request.seed).spawn(6)
-    rng_ctx, rng_part, rng_in, rng_out, rng_attack, rng_util = (np.random.default_rng(s) for s in streams)
-
-    dataset = ctx.datasets.load(request.dataset)
-    mechanism: Mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
-    spec = request.mechanism
-    canary_text = request.attack.canary
-    if canary_text is None and request.attack.name == "canary_prompt":
-        canary_text = CONTEXTLEAK_CANARY
-    n_exemplars = 1 if spec.name in ("none", "prompt_defense") else spec.partitions
-    contexts = build_contexts(dataset, n_exemplars * spec.shots_per_partition, rng_ctx, canary_text)
-    query = attack_module(request.attack.name).build_query(
-        canary=contexts.canary, dataset=dataset, spec=request.attack, rng=rng_attack
-    )
-    parts_in, parts_out = mechanism.partition(contexts, rng_part)
-    prompts_in = mechanism.audit_inputs(query, parts_in)
-    prompts_out = mechanism.audit_inputs(query, parts_out)
-
-    llm = ctx.engines.llm(request.model or "oracle") if mechanism.needs_llm else None
-    embedder = ctx.engines.embedder() if mechanism.needs_embedder else None
+    setup = _setup(request, ctx)
+    mechanism, llm = setup.mechanism, setup.llm
     passes_before = llm.counters.forward_passes if llm is not None else 0
-    source = CleanSource(llm, embedder, seed=request.seed)
-    mechanism.prepare(query, source)
-    target = mechanism.binary_target(query, source)
-
-    def release(batch: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        return mechanism.binary_view(mechanism.release(batch, rng), target)
+    assumption = _assumption(request, mechanism)
+    n_tests = len(setup.threat_models)
+    if request.estimator == "exact":
+        bounds = _exact(setup, ctx)
+        confidence = {"stated": request.confidence, "per_test": None, "tests": list(bounds)}
+    else:
+        trials = ESTIMATORS[request.estimator](setup, ctx)
+        per_test = per_test_confidence(request.confidence, n_tests)
+        bounds = _trial_bounds(setup, trials, ctx, per_test, assumption)
+        confidence = {"stated": request.confidence, "per_test": per_test, "tests": list(bounds)}
+    confidence["correction"] = "bonferroni" if n_tests > 1 and request.estimator != "exact" else "none"
 
     theory = mechanism.theory
-    result: dict = {"estimator": request.estimator}
-    bounds: dict[str, dict] = {}
-    if request.estimator == "exact":
-        from app.audit.exact import exact_vote_audit
-
-        ctx.progress("collect C1", 0.0, "label distributions with the canary")
-        probs_in = mechanism.label_probs(prompts_in, query.answers, source)
-        ctx.progress("collect C0", 0.3, "label distributions without the canary")
-        probs_out = mechanism.label_probs(prompts_out, query.answers, source)
-        ctx.progress("bound", 0.6, "exact audit")
-        other = query.negative if query.negative is not None else 1 - query.positive
-        exact = exact_vote_audit(
-            probs_in, probs_out, sigma=mechanism.std, target=query.positive, other=other, delta=request.delta
+    claimed = theory.epsilon if theory is not None else None
+    for bound in bounds.values():
+        bound["assumption"] = assumption
+        bound["confidence"] = confidence["per_test"]
+        eps = verdict_epsilon(_lower_bounds(bound), assumption)
+        bound["violation"] = claimed is not None and eps > claimed + (
+            1e-9 if request.estimator == "exact" else 0
         )
-        for tm in _threat_models(request):
-            mu = exact.mu_black_box if tm == "black_box" else exact.mu_white_box
-            eps = exact.epsilon_black_box if tm == "black_box" else exact.epsilon_white_box
-            bounds[tm] = {
-                "mu_lower": mu,
-                "epsilon_empirical": eps,
-                "violation": theory is not None and eps > theory.epsilon + 1e-9,
-            }
-            if tm == "black_box":
-                bounds[tm].update(tpr=exact.tpr_black_box, fpr=exact.fpr_black_box)
-            else:
-                bounds[tm]["threshold"] = exact.best_threshold
-    else:
 
-        def report(fraction: float) -> None:
-            ctx.progress("simulate", 0.2 + 0.75 * fraction, f"{fraction:.0%} of the trials")
-
-        if request.estimator == "bootstrap":
-            n_clean = request.llm_calls
-            ctx.progress("collect C1", 0.0, f"{n_clean} clean statistics with the canary")
-            clean_in = mechanism.collect(prompts_in, query.answers, source, n_clean, rng_in)
-            ctx.progress("collect C0", 0.1, f"{n_clean} clean statistics without the canary")
-            clean_out = mechanism.collect(prompts_out, query.answers, source, n_clean, rng_out)
-            ctx.progress("simulate", 0.2, f"{request.trials} trials per context")
-            width = max(1, int(np.prod(clean_in.shape[1:])))
-            trials = bootstrap_trials(
-                clean_in,
-                clean_out,
-                release,
-                n_trials=request.trials,
-                seed=request.seed,
-                chunk_size=int(np.clip(_MEMORY_FLOATS // width, 1000, 50_000)),
-                progress=report,
-            )
-        else:  # direct: each trial collects its own clean statistic (C1 and C0 alike)
-            ctx.progress("simulate", 0.0, f"{request.trials} mechanism calls per context")
-            trials = _direct_trials(
-                mechanism,
-                prompts_in,
-                prompts_out,
-                query.answers,
-                source,
-                release,
-                request.trials,
-                (rng_in, rng_out),
-                report,
-            )
-        ctx.progress("bound", 0.95, "GDP lower bound")
-        strategy = strategy_from_name(request.threshold_strategy, seed=request.seed)
-        claimed = theory.epsilon if theory else None
-        for tm in _threat_models(request):
-            if tm == "black_box":
-                s_in, s_out = trials.decisions_in.astype(float), trials.decisions_out.astype(float)
-            else:
-                s_in, s_out = trials.scores_in, trials.scores_out
-            bound = bound_from_scores(
-                s_in, s_out, strategy=strategy, confidence=request.confidence, delta=request.delta
-            )
-            bounds[tm] = _bound_dict(bound, claimed)
-    result.update(bounds)
-
+    result: dict = {"estimator": request.estimator, **bounds}
     if theory is not None:
         result.update(theory.as_dict())
     else:
         result.update(epsilon_theory=None, mu_theory=None, epsilon_ceiling=None)
     result["violation"] = any(b["violation"] for b in bounds.values())
+    result["assumption"] = assumption
+    result["confidence"] = confidence
+    result["theory_violation"] = result.get("calibration_valid") is False
     result["llm_forward_passes"] = llm.counters.forward_passes - passes_before if llm is not None else None
-    if isinstance(mechanism, HttpEndpoint):
-        result["endpoint_calls"] = mechanism.calls
-    result["distinct_prompts"] = source.distinct_prompts
+    result.update(mechanism.result_extras())
+    result["distinct_prompts"] = setup.source.distinct_prompts
     result["llm_calls"] = request.llm_calls
     result["trials"] = request.trials if request.estimator != "exact" else None
-    result["canary"] = contexts.canary.text
-    result["mechanism"] = {"name": spec.name, "partitions": len(parts_in), "bug": spec.bug}
+    result["canary"] = setup.contexts.canary.text
+    result["mechanism"] = {
+        "name": request.mechanism.name,
+        "partitions": len(setup.parts_in),
+        "bug": request.mechanism.bug,
+        "gaussian": mechanism.gaussian,
+    }
     result["utility"] = None
     if request.utility_queries:
         from app.audit.utility import utility
 
-        result["utility"] = utility(mechanism, dataset, parts_out, source, request.utility_queries, rng_util)
+        result["utility"] = utility(
+            mechanism,
+            setup.dataset,
+            setup.parts_out,
+            setup.source,
+            request.utility_queries,
+            setup.seeds.rng("utility"),
+        )
     if ctx.on_counters is not None and llm is not None:
         ctx.on_counters(llm.counters.as_dict())
     ctx.progress("bound", 1.0, "done")
     return result
+
+
+def _lower_bounds(bound: dict) -> SimpleNamespace:
+    """A bound dict read back as its two lower bounds (∞ where reported unbounded), for `verdict_epsilon`."""
+    keys = ("epsilon_empirical", "epsilon_empirical_assumption_free")
+    return SimpleNamespace(**{k: math.inf if bound.get(k) is None else float(bound[k]) for k in keys})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -211,12 +211,21 @@ class CleanSource:
 
 
 class Mechanism(ABC):
-    """A DP-ICL aggregation mechanism under audit (003 App. 5, 002 Alg. 2)."""
+    """A DP-ICL aggregation mechanism under audit (003 App. 5, 002 Alg. 2).
+
+    Class properties the audit reads instead of switching on names: `gaussian` (a known Gaussian
+    mechanism — noise N(0, σ²I) on a statistic of L2 sensitivity Δ₂, then post-processing — whose privacy
+    curve is μ-GDP with μ = Δ₂/σ, so the GDP route of bounds.py is a valid lower bound; planted bugs keep
+    it), `estimators` (which of bootstrap/direct/exact it supports), `white_box_available`.
+    """
 
     name: ClassVar[str]
     needs_llm: ClassVar[bool] = True
     needs_embedder: ClassVar[bool] = False
     white_box_available: ClassVar[bool] = True
+    gaussian: ClassVar[bool] = False
+    plants_bugs: ClassVar[bool] = False  # accepts `bug` (mechanisms/bugs.py)
+    estimators: ClassVar[frozenset[str]] = frozenset({"bootstrap", "direct"})
     call_batch: ClassVar[int | None] = None  # `direct` trials per chunk when calls are slow (http)
 
     def __init__(
@@ -225,6 +234,20 @@ class Mechanism(ABC):
         self.n_partitions = partitions
         self.partitioning = partitioning
         self.theory = theory
+
+    @classmethod
+    @abstractmethod
+    def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> Mechanism:
+        """The mechanism built from the request's `mechanism` object, its noise calibrated for (ε, δ)."""
+
+    @classmethod
+    def context_size(cls, spec: Any) -> int:
+        """Exemplars in each neighbouring context: T partitions × shots per partition (default)."""
+        return spec.partitions * spec.shots_per_partition
+
+    def result_extras(self) -> dict:
+        """Mechanism-specific fields of the audit result (e.g. the endpoint's call count)."""
+        return {}
 
     def partition(
         self, contexts: NeighbouringContexts, rng: np.random.Generator

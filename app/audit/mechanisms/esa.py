@@ -9,11 +9,12 @@ them) nearest to ẽ (Alg. 3 lines 10–12). White-box view: ẽ itself.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from app.audit.attacks.base import AuditQuery
-from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory
+from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, calibrate
 from app.engines.protocol import Prompt
 
 
@@ -25,6 +26,21 @@ def _sq_dist(x: np.ndarray, points: np.ndarray) -> np.ndarray:
 class ESA(Mechanism):
     name = "esa"
     needs_embedder = True
+    gaussian = True
+
+    @classmethod
+    def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> ESA:
+        from app.audit.accounting.gaussian import esa_sensitivity
+
+        sensitivity = spec.sensitivity or esa_sensitivity(spec.partitions)
+        return cls(
+            partitions=spec.partitions,
+            theory=calibrate(epsilon, delta, sensitivity, spec.calibration),
+            temperature=spec.temperature,
+            candidates=spec.candidates,
+            max_new_tokens=spec.max_new_tokens,
+            partitioning=spec.partitioning,
+        )
 
     def __init__(
         self,

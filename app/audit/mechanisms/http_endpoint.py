@@ -11,7 +11,10 @@ attack's answers (case and spacing ignored; anything else = no valid answer, ind
 There is no clean statistic to resample: every membership trial is one real call (estimator
 `direct`), and only the released answer is observable (black box). Timeouts and retries (connection
 errors, HTTP 429 and 5xx, with exponential back-off) come from the request; a call that still
-fails ends the audit with an `AuditError` naming the URL and the status.
+fails ends the audit with an `AuditError` naming the URL and the status, never the reply's body.
+In the service every call goes through `app.egress.egress_client(RunContext.egress)`: the URL must
+match ICLAUDIT_ENDPOINT_ALLOWLIST, the resolved address is checked at connect time, and redirects
+are not followed.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ from typing import Any
 import numpy as np
 
 from app.audit.contexts import format_exemplar
-from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory
+from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, claimed_theory
 from app.audit.runtime import AuditError
 from app.datasets.types import Example
+from app.egress import AllowList, EgressRefused, egress_client
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _PATH_TOKEN = re.compile(r"[^.\[\]]+|\[\d+\]")
@@ -80,7 +84,26 @@ class HttpEndpoint(Mechanism):
     name = "http_endpoint"
     needs_llm = False
     white_box_available = False
+    estimators = frozenset({"direct"})  # no clean statistic to resample: every trial is a real call
     call_batch = 100  # calls between progress reports (and cancellation checks)
+
+    @classmethod
+    def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> HttpEndpoint:
+        if spec.endpoint is None:
+            raise AuditError("mechanism.endpoint: http_endpoint needs an endpoint (url, body, answer_path)")
+        e = spec.endpoint
+        return cls(
+            url=e.url,
+            body=e.body,
+            answer_path=e.answer_path,
+            headers=e.headers,
+            timeout_s=e.timeout_s,
+            retries=e.retries,
+            theory=claimed_theory(epsilon, delta),
+        )
+
+    def result_extras(self) -> dict:
+        return {"endpoint_calls": self.calls}
 
     def __init__(
         self,
@@ -101,6 +124,7 @@ class HttpEndpoint(Mechanism):
         self.timeout_s = timeout_s
         self.retries = retries
         self.calls = 0
+        self.egress: AllowList | None = None  # set from RunContext.egress by the kind (the service always)
 
     def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
         """The whole context goes to the endpoint; the deployed system partitions it itself."""
@@ -130,15 +154,22 @@ class HttpEndpoint(Mechanism):
         body = fill_body(self.body, call)
         index = {_normal(a): i for i, a in enumerate(answers)}
         out = np.empty((n_calls, 1))
-        transport = httpx.HTTPTransport(retries=self.retries)
-        with httpx.Client(transport=transport, timeout=self.timeout_s, headers=self.headers) as client:
+        if self.egress is not None:
+            client = egress_client(
+                self.egress, timeout=self.timeout_s, retries=self.retries, headers=self.headers
+            )
+        else:  # a trusted local run (library, tests): no allow-list
+            transport = httpx.HTTPTransport(retries=self.retries)
+            client = httpx.Client(transport=transport, timeout=self.timeout_s, headers=self.headers)
+        with client:
             for i in range(n_calls):
                 reply = self._post(client, body)
                 try:
                     answer = read_path(reply, self.answer_path)
                 except KeyError as exc:
                     raise AuditError(
-                        f"endpoint {self.url}: no answer at {self.answer_path!r} in {json.dumps(reply)[:200]}"
+                        f"endpoint {self.url}: no answer at {self.answer_path!r} in its JSON reply "
+                        f"(a {type(reply).__name__}; the reply itself is not shown)"
                     ) from exc
                 out[i, 0] = index.get(_normal(answer), -1)
         self.calls += n_calls
@@ -150,15 +181,26 @@ class HttpEndpoint(Mechanism):
         for attempt in range(self.retries + 1):
             try:
                 response = client.post(self.url, json=body)
+            except EgressRefused as exc:
+                raise AuditError(f"endpoint {self.url} refused by this service: {exc.reason}") from None
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
-                if response.status_code < 400:
+                if 300 <= response.status_code < 400:
+                    raise AuditError(
+                        f"endpoint {self.url} answered a redirect (HTTP {response.status_code}); redirects "
+                        "are not followed: give the final URL"
+                    )
+                if response.status_code < 300:
                     try:
                         return response.json()
-                    except json.JSONDecodeError as exc:
-                        raise AuditError(f"endpoint {self.url} did not answer JSON: {exc}") from exc
-                problem = f"HTTP {response.status_code}: {response.text[:200]}"
+                    except json.JSONDecodeError:
+                        raise AuditError(
+                            f"endpoint {self.url} did not answer JSON (HTTP {response.status_code}, "
+                            f"{len(response.content)} bytes; the reply is not shown)"
+                        ) from None
+                # Reply bodies are never shown: the error goes to the tenant.
+                problem = f"HTTP {response.status_code}"
                 if response.status_code not in _RETRY_STATUS:
                     break
             if attempt < self.retries:

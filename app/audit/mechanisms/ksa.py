@@ -15,11 +15,12 @@ import math
 import re
 from collections.abc import Sequence
 from functools import cache
+from typing import Any
 
 import numpy as np
 
 from app.audit.attacks.base import AuditQuery
-from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory
+from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, calibrate
 from app.audit.runtime import AuditError
 from app.engines.protocol import Prompt
 
@@ -47,6 +48,22 @@ def keywords(text: str, max_words: int | None = None) -> list[str]:
 
 class KSA(Mechanism):
     name = "ksa"
+    gaussian = True
+
+    @classmethod
+    def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> KSA:
+        return cls(
+            partitions=spec.partitions,
+            theory=calibrate(
+                epsilon, delta, spec.sensitivity or ksa_sensitivity(spec.max_words), spec.calibration
+            ),
+            temperature=spec.temperature,
+            candidates=spec.candidates,
+            max_new_tokens=spec.max_new_tokens,
+            max_words=spec.max_words,
+            keywords=spec.keywords,
+            partitioning=spec.partitioning,
+        )
 
     def __init__(
         self,

@@ -6,6 +6,8 @@ voting with T = 1 partition and σ = 0, so the same collection and attack code a
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from app.audit.mechanisms.private_voting import PrivateVoting
@@ -13,6 +15,18 @@ from app.audit.mechanisms.private_voting import PrivateVoting
 
 class PlainICL(PrivateVoting):
     name = "none"
+    gaussian = False
+    plants_bugs = False
+    estimators = frozenset({"bootstrap", "direct"})
+
+    @classmethod
+    def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> PlainICL:
+        return cls(temperature=spec.temperature)
+
+    @classmethod
+    def context_size(cls, spec: Any) -> int:
+        """One prompt holds the whole context: `shots_per_partition` exemplars."""
+        return spec.shots_per_partition
 
     def __init__(self, *, temperature: float = 1.0) -> None:
         super().__init__(partitions=1, theory=None, temperature=temperature)

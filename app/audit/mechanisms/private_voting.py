@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from app.audit.mechanisms.base import (
     Mechanism,
     Release,
     Theory,
+    calibrate,
     draw_votes,
     label_distribution,
 )
@@ -30,6 +32,22 @@ DEFAULT_SENSITIVITY = math.sqrt(2.0)
 
 class PrivateVoting(Mechanism):
     name = "private_voting"
+    gaussian = True
+    plants_bugs = True
+    estimators = frozenset({"bootstrap", "direct", "exact"})
+
+    @classmethod
+    def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> PrivateVoting:
+        from app.audit.accounting.gaussian import VOTE_SENSITIVITY
+
+        theory = calibrate(epsilon, delta, spec.sensitivity or VOTE_SENSITIVITY, spec.calibration)
+        return cls(
+            partitions=spec.partitions,
+            theory=theory,
+            temperature=spec.temperature,
+            partitioning=spec.partitioning,
+            bug=spec.bug,
+        )
 
     def __init__(
         self,

@@ -8,6 +8,7 @@ No ε: leakage only.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from app.audit.mechanisms.plain import PlainICL
 from app.audit.prompts import DEFENSES
@@ -17,6 +18,10 @@ from app.engines.protocol import Prompt
 
 class PromptDefense(PlainICL):
     name = "prompt_defense"
+
+    @classmethod
+    def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> PromptDefense:
+        return cls(level=spec.defense_level, temperature=spec.temperature)
 
     def __init__(self, *, level: int, temperature: float = 1.0) -> None:
         if level not in DEFENSES:

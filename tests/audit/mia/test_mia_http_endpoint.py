@@ -32,17 +32,22 @@ def endpoint_audit(ctx, url: str, *, trials: int = CALLS, **endpoint) -> dict:
     return mia.run(mia.Request.model_validate(body), ctx)
 
 
-@pytest.mark.parametrize(("bug", "flagged"), [(None, False), ("noise_divided_by_t", True)])
-def test_deployed_endpoint_bug_is_flagged_and_correct_one_is_not(oracle_ctx, bug, flagged) -> None:
+@pytest.mark.parametrize("bug", [None, "noise_divided_by_t"])
+def test_deployed_endpoint_verdict_is_assumption_free(oracle_ctx, bug) -> None:
+    """An endpoint is not a known Gaussian mechanism, so the verdict uses the assumption-free bound. The
+    σ/T bug's released label alone is only ε ≈ 1.24 at T = 4 (TPR 0.215 / FPR 0.062), which 1,000 calls
+    cannot resolve from the claim of 1; the GDP route would read ≈ 2.3 into the same counts."""
     with serve(deployed_private_voting(epsilon=1.0, bug=bug, seed=7)) as url:
         r = endpoint_audit(oracle_ctx, url + "/")
-    assert r["violation"] is flagged
+    assert r["violation"] is False and r["assumption"] == "none"
     assert r["endpoint_calls"] == 2 * CALLS and r["llm_forward_passes"] is None
     assert r["epsilon_theory"] == 1.0 and "white_box" not in r
     bb = r["black_box"]
+    assert bb["assumption"] == "none" and bb["confidence"] == r["confidence"]["stated"] == 0.95
     assert bb["tpr"] > bb["fpr"]  # the canary moves the released answer towards "1" either way
-    if flagged:
-        assert bb["epsilon_empirical"] > 1.5  # σ/T at T = 4: the true ε is ≈ 3.4 (docs/results/mia.md)
+    assert bb["epsilon_empirical_assumption_free"] < bb["epsilon_empirical"]
+    if bug:
+        assert bb["epsilon_empirical"] > 1.5  # what the GDP route would have flagged
 
 
 def test_retries_ride_out_a_busy_endpoint_and_failures_are_reported(oracle_ctx) -> None:

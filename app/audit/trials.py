@@ -1,0 +1,138 @@
+"""Membership trials: many private releases per context, through the mechanism's own release code.
+
+One chunk loop (`run_trials`) serves both sampling estimators; they differ only in where a trial's clean
+statistic comes from:
+
+- `bootstrap_trials` (003 Alg. 1 lines 5–9): resample one row of the clean pool with replacement
+  (collected once, n_llm rows per context; lines 2–3);
+- `direct`: a fresh clean statistic per trial from the engine's answer distributions (kinds/mia.py).
+
+Then `release(batch, rng) -> (decision, score)` draws the noise, so a bug in the release (wrong σ, noise
+added once per batch, …) shows up in the audit. C1 and C0 trials use their own noise streams (the
+audit's seed tree, app/audit/seeds.py); chunks keep memory bounded; the same streams give the same trials.
+
+Soundness with a pool (docs/results/soundness.md): when row i of the C1 pool and row i of the C0 pool
+share every non-canary partition's output (common random numbers), C1's trial law is the mixture
+(1/n)Σᵢ M(Vᵢ¹) and C0's is (1/n)Σᵢ M(Vᵢ⁰) with each pair (Vᵢ¹, Vᵢ⁰) neighbouring; by joint convexity of the
+hockey-stick divergence the pair of mixtures is as private as the mechanism, so Clopper-Pearson on the
+trials covers the pool too.
+
+`noisy_vote_release` is the documented Gaussian private-voting release (003 §2), the one `exact.py` models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+Release = Callable[[np.ndarray, np.random.Generator], tuple[np.ndarray, np.ndarray]]
+Draw = Callable[[int, np.random.Generator], np.ndarray]
+"""`draw(size, rng)` → `size` clean statistics of one context (rows)."""
+
+MEMORY_FLOATS = 4_000_000  # clean-statistic floats per chunk (~32 MB per array)
+FIRST_CHUNK = 1_000
+MAX_CHUNK = 50_000
+
+
+@dataclass(frozen=True)
+class TrialScores:
+    """Per-trial outputs: black-box decisions (True = "canary present") and white-box scores (higher = in)."""
+
+    decisions_in: np.ndarray
+    decisions_out: np.ndarray
+    scores_in: np.ndarray
+    scores_out: np.ndarray
+
+
+def run_trials(
+    draw_in: Draw,
+    draw_out: Draw,
+    release: Release,
+    *,
+    n_trials: int,
+    rng_in: np.random.Generator,
+    rng_out: np.random.Generator,
+    max_chunk: int = MAX_CHUNK,
+    progress: Callable[[float], None] | None = None,
+) -> TrialScores:
+    """`n_trials` releases per context in chunks: each side draws its clean statistics and releases them.
+
+    The first chunk has at most `FIRST_CHUNK` trials; later ones hold ≈ `MEMORY_FLOATS` clean floats
+    (at least 1,000, at most `max_chunk`). `progress(fraction)` is called after every chunk.
+    """
+    if n_trials < 1 or max_chunk < 1:
+        raise ValueError("n_trials and max_chunk must be ≥ 1")
+    decisions = {"in": np.empty(n_trials, dtype=bool), "out": np.empty(n_trials, dtype=bool)}
+    scores = {"in": np.empty(n_trials), "out": np.empty(n_trials)}
+    chunk, done = min(FIRST_CHUNK, max_chunk), 0
+    while done < n_trials:
+        size = min(chunk, n_trials - done)
+        for side, draw, rng in (("in", draw_in, rng_in), ("out", draw_out, rng_out)):
+            clean = draw(size, rng)
+            decision, score = release(clean, rng)
+            decisions[side][done : done + size] = decision
+            scores[side][done : done + size] = score
+        width = max(1, int(np.prod(clean.shape[1:])))
+        chunk = min(max_chunk, max(FIRST_CHUNK, MEMORY_FLOATS // width))
+        done += size
+        if progress is not None:
+            progress(done / n_trials)
+    return TrialScores(decisions["in"], decisions["out"], scores["in"], scores["out"])
+
+
+def resample(clean: np.ndarray) -> Draw:
+    """A draw that picks rows of `clean` uniformly with replacement (003 Alg. 1 line 6)."""
+    clean = np.asarray(clean)
+    return lambda size, rng: clean[rng.integers(0, clean.shape[0], size=size)]
+
+
+def bootstrap_trials(
+    clean_in: np.ndarray,
+    clean_out: np.ndarray,
+    release: Release,
+    *,
+    n_trials: int = 400_000,
+    seed: int | np.random.SeedSequence = 0,
+    rngs: tuple[np.random.Generator, np.random.Generator] | None = None,
+    chunk_size: int = MAX_CHUNK,
+    progress: Callable[[float], None] | None = None,
+) -> TrialScores:
+    """003 Alg. 1 lines 5–9: n_trials resampled releases per context (C1 = clean_in, C0 = clean_out).
+
+    Noise streams: `rngs` (C1, C0) when given (an audit's seed tree), else two children of `seed`.
+    """
+    clean_in, clean_out = np.asarray(clean_in), np.asarray(clean_out)
+    if clean_in.shape[0] == 0 or clean_out.shape[0] == 0:
+        raise ValueError("need at least one clean statistic for each context")
+    if clean_in.shape[1:] != clean_out.shape[1:]:
+        raise ValueError(f"clean statistics differ in shape: {clean_in.shape[1:]} vs {clean_out.shape[1:]}")
+    if chunk_size < 1:
+        raise ValueError("n_trials and chunk_size must be ≥ 1")
+    if rngs is None:
+        sequence = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+        rngs = tuple(np.random.default_rng(s) for s in sequence.spawn(2))
+    return run_trials(
+        resample(clean_in),
+        resample(clean_out),
+        release,
+        n_trials=n_trials,
+        rng_in=rngs[0],
+        rng_out=rngs[1],
+        max_chunk=chunk_size,
+        progress=progress,
+    )
+
+
+def noisy_vote_release(sigma: float, target: int, other: int) -> Release:
+    """Gaussian private voting (003 §2): noisy = votes + N(0, σ²) per label; the black-box decision is
+    argmax(noisy) == target, the white-box score is noisy[target] − noisy[other] (003 App. D)."""
+    if sigma < 0:
+        raise ValueError(f"sigma must be ≥ 0, got {sigma}")
+
+    def release(votes: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        noisy = votes + rng.normal(0.0, sigma, size=votes.shape)
+        return noisy.argmax(axis=1) == target, noisy[:, target] - noisy[:, other]
+
+    return release
