@@ -1,16 +1,30 @@
-"""POST /v1/accounting/{synthetic-generation,gaussian}: the accounting calculators over HTTP (no audit stored)."""
+"""POST /v1/accounting/{synthetic-generation,gaussian}: the accounting calculators over HTTP (no audit stored).
+
+Inputs are bounded so every answer is finite: ε in [1e-6, 100] (app/audit/accounting/__init__.py), δ in (0, 1), positive scales
+within [1e-6, 1e6] and counts up to the limits below. A target no parameter reaches (e.g. an ε below what
+the RDP → (ε, δ) conversion allows at δ) is a 422 naming `target_epsilon`.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
-from fastapi import APIRouter, HTTPException
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
+from app.api.errors import ApiError
+from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_EPSILON, MIN_SCALE
 from app.audit.accounting.gaussian import gaussian_calibration
 from app.audit.accounting.rdp import synthetic_generation_parameters
+from app.schemas.errors import FieldViolation
 
 router = APIRouter(prefix="/v1/accounting", tags=["accounting"])
+
+
+def _unanswerable(path: str, error: Exception) -> ApiError:
+    message = f"{path.removeprefix('$.')}: {error}"
+    return ApiError(422, message, [FieldViolation(path=path, message=message)])
 
 
 class SyntheticGenerationRequest(BaseModel):
@@ -27,12 +41,20 @@ class SyntheticGenerationRequest(BaseModel):
     )  # fmt: skip
 
     delta: float = Field(default=1e-5, gt=0, lt=1, description="δ of the RDP → (ε, δ) conversion.")
-    sequences: int = Field(default=50, ge=1, description="N_gen: synthetic texts generated.")
-    max_new_tokens: int = Field(default=40, ge=1, description="T_max: new tokens per text.")
-    target_epsilon: float | None = Field(default=None, gt=0, description="ε to reach (with solve_for).")
-    clip: float | None = Field(default=None, gt=0, description="c: logit clipping level.")
-    batch_size: int | None = Field(default=None, ge=1, description="s: one-shot prompts per batch.")
-    temperature: float | None = Field(default=None, gt=0, description="τ: sampling temperature.")
+    sequences: int = Field(default=50, ge=1, le=1_000_000, description="N_gen: synthetic texts generated.")
+    max_new_tokens: int = Field(default=40, ge=1, le=100_000, description="T_max: new tokens per text.")
+    target_epsilon: float | None = Field(
+        default=None, ge=MIN_EPSILON, le=MAX_EPSILON, description="ε to reach (with solve_for)."
+    )
+    clip: float | None = Field(
+        default=None, ge=MIN_SCALE, le=MAX_SCALE, description="c: logit clipping level."
+    )
+    batch_size: int | None = Field(
+        default=None, ge=1, le=1_000_000_000, description="s: one-shot prompts per batch."
+    )
+    temperature: float | None = Field(
+        default=None, ge=MIN_SCALE, le=MAX_SCALE, description="τ: sampling temperature."
+    )
     solve_for: Literal["temperature", "clip", "batch_size"] | None = Field(
         default=None, description="The parameter to solve for target_epsilon (leave it null)."
     )
@@ -68,10 +90,12 @@ class GaussianRequest(BaseModel):
         },
     )
 
-    epsilon: float = Field(gt=0, description="ε of the mechanism.")
+    epsilon: float = Field(ge=MIN_EPSILON, le=MAX_EPSILON, description="ε of the mechanism.")
     delta: float = Field(default=1e-5, gt=0, lt=1, description="δ of the mechanism.")
-    sensitivity: float = Field(default=1.0, gt=0, description="L2 sensitivity Δ₂ (√2 for private voting).")
-    analytic: bool = Field(
+    sensitivity: float = Field(
+        default=1.0, ge=MIN_SCALE, le=MAX_SCALE, description="L2 sensitivity Δ₂ (√2 for private voting)."
+    )
+    analytic: StrictBool = Field(
         default=False, description="Analytic Gaussian (Balle & Wang 2018) instead of classic."
     )
 
@@ -80,20 +104,39 @@ class GaussianResult(BaseModel):
     sigma: float = Field(description="Noise standard deviation.")
     mu: float = Field(description="The mechanism's GDP parameter μ = Δ₂/σ.")
     method: Literal["classic", "analytic"]
+    epsilon_exact_at_delta: float = Field(
+        description="The exact ε at δ of this σ (Balle & Wang 2018); above `epsilon` when the classic "
+        "calibration does not keep its claim (ε ≳ 8.4 at δ = 1e-5)."
+    )
+    calibration_valid: bool = Field(description="Whether σ really gives (ε, δ)-DP.")
+    warning: str | None = Field(
+        description="Null when the calibration is valid; else why, suggesting analytic."
+    )
 
 
 @router.post("/synthetic-generation", response_model=SyntheticGenerationResult)
 def synthetic_generation(body: SyntheticGenerationRequest) -> dict:
     """ε of DP synthetic generation (001 App. C), or the temperature/clip/batch size reaching a target ε."""
+    path = "$.target_epsilon" if body.solve_for else "$"
     try:
-        return synthetic_generation_parameters(**body.model_dump())
-    except ValueError as error:
-        raise HTTPException(status_code=422, detail=str(error)) from error
+        result = synthetic_generation_parameters(**body.model_dump())
+    except (ValueError, OverflowError) as error:
+        raise _unanswerable(path, error) from error
+    if not all(math.isfinite(v) for v in result.values() if isinstance(v, int | float)):
+        raise _unanswerable(path, ValueError("no finite answer for these parameters"))
+    return result
 
 
 @router.post("/gaussian", response_model=GaussianResult)
 def gaussian(body: GaussianRequest) -> dict:
-    """σ of the Gaussian mechanism for (ε, δ)-DP and its μ = Δ₂/σ."""
-    return gaussian_calibration(
-        body.epsilon, body.delta, sensitivity=body.sensitivity, analytic=body.analytic
-    )
+    """σ of the Gaussian mechanism for (ε, δ)-DP, its μ = Δ₂/σ, and whether σ keeps the claim: the classic
+    calibration does not above ε ≈ 8.4 at δ = 1e-5 (`calibration_valid: false`, a `warning` suggesting analytic)."""
+    try:
+        result = gaussian_calibration(
+            body.epsilon, body.delta, sensitivity=body.sensitivity, analytic=body.analytic
+        )
+    except (ValueError, OverflowError) as error:
+        raise _unanswerable("$.epsilon", error) from error
+    if not all(math.isfinite(result[k]) for k in ("sigma", "mu", "epsilon_exact_at_delta")):
+        raise _unanswerable("$.epsilon", ValueError("no finite σ for this ε, δ and sensitivity"))
+    return result

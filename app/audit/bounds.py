@@ -71,7 +71,7 @@ class PrivacyBound:
     Both lower bounds come from the same two one-sided Clopper-Pearson bounds, so they hold jointly at
     `confidence`: `epsilon_empirical` (GDP route, valid for Gaussian mechanisms) and
     `epsilon_empirical_assumption_free` (valid for every mechanism). `assumption` names the one that chose
-    the threshold and that the verdict uses (`epsilon_verdict`).
+    the threshold and that the verdict uses (`epsilon_lower`, also in `as_dict()`).
 
     `epsilon_point` is None when FPR = 0 (unbounded). `as_dict()` is JSON-ready: non-finite floats become
     None with a `<field>_unbounded: true` flag, and `biased` says whether the threshold was chosen on the
@@ -100,13 +100,13 @@ class PrivacyBound:
         return self.threshold_strategy == "in_sample"
 
     @property
-    def epsilon_verdict(self) -> float:
+    def epsilon_lower(self) -> float:
         """The lower bound the verdict compares with a claim: `verdict_epsilon` under `self.assumption`."""
         return verdict_epsilon(self, self.assumption)
 
     def as_dict(self) -> dict:
         out: dict = {}
-        for key, value in asdict(self).items():
+        for key, value in (asdict(self) | {"epsilon_lower": self.epsilon_lower}).items():
             if isinstance(value, float) and not math.isfinite(value):
                 out[key] = None
                 out[f"{key}_unbounded"] = True
@@ -230,7 +230,7 @@ def gdp_bound_from_counts(
     assumption: Assumption = "gdp",
 ) -> PrivacyBound:
     """Both lower bounds (GDP, 003 §2; assumption-free) at joint confidence γ: each one-sided bound at
-    (1 − γ)/2, shared by the two. `assumption` is recorded for the verdict (`PrivacyBound.epsilon_verdict`)."""
+    (1 − γ)/2, shared by the two. `assumption` is recorded for the verdict (`PrivacyBound.epsilon_lower`)."""
     _check_confidence(confidence)
     _check_assumption(assumption)
     if counts.n_in == 0 or counts.n_out == 0:

@@ -15,9 +15,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_EPSILON, MIN_SCALE
 from app.audit.accounting.gaussian import gaussian_calibration
 from app.audit.accounting.rdp import synthetic_generation_parameters
-from app.audit.bounds import Counts, gdp_bound_from_counts
+from app.audit.bounds import ASSUMPTIONS, Counts, gdp_bound_from_counts
 
 console = Console()
 accounting = typer.Typer(name="accounting", help="Privacy accounting calculators.", no_args_is_help=True)
@@ -32,13 +33,21 @@ def _open_unit(name: str) -> Callable[[float | None], float | None]:
     return check
 
 
-def _positive(name: str) -> Callable[[float | None], float | None]:
+def _within(name: str, low: float, high: float) -> Callable[[float | None], float | None]:
     def check(value: float | None) -> float | None:
-        if value is not None and not value > 0:
-            raise typer.BadParameter(f"{name} must be > 0, got {value}")
+        if value is not None and not low <= value <= high:
+            raise typer.BadParameter(f"{name} must be in [{low:g}, {high:g}], got {value}")
         return value
 
     return check
+
+
+def _epsilon(name: str) -> Callable[[float | None], float | None]:
+    return _within(name, MIN_EPSILON, MAX_EPSILON)
+
+
+def _scale(name: str) -> Callable[[float | None], float | None]:
+    return _within(name, MIN_SCALE, MAX_SCALE)
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object instead of a table.")]
@@ -69,30 +78,46 @@ def bound(
     tn: Annotated[int, typer.Option("--tn", min=0, help="C0 trials called 'out' (true negatives).")],
     confidence: ConfidenceOpt = 0.95,
     delta: DeltaOpt = 1e-5,
+    assumption: Annotated[
+        str,
+        typer.Option(
+            help="The bound epsilon_lower reports: none (assumption-free, any mechanism) or gdp (only for a "
+            "known Gaussian mechanism)."
+        ),
+    ] = "none",
     as_json: JsonOpt = False,
 ) -> None:
-    """Gaussian-DP lower bound (003 §2) from a membership test's outcome counts."""
+    """Both privacy lower bounds from a membership test's outcome counts: Gaussian-DP (003 §2) and
+    assumption-free (ln((TPR_lower − δ)/FPR_upper) and its mirror), at the same joint confidence."""
+    if assumption not in ASSUMPTIONS:
+        raise typer.BadParameter(
+            f"choose {' or '.join(ASSUMPTIONS)}, got {assumption!r}", param_hint="--assumption"
+        )
     if tp + fn == 0:
         raise typer.BadParameter("--tp + --fn must be > 0 (at least one C1 trial)", param_hint="--tp/--fn")
     if fp + tn == 0:
         raise typer.BadParameter("--fp + --tn must be > 0 (at least one C0 trial)", param_hint="--fp/--tn")
-    result = gdp_bound_from_counts(Counts(tp=tp, fn=fn, fp=fp, tn=tn), confidence=confidence, delta=delta)
+    result = gdp_bound_from_counts(
+        Counts(tp=tp, fn=fn, fp=fp, tn=tn), confidence=confidence, delta=delta, assumption=assumption
+    )
     _emit(result.as_dict(), as_json, "privacy lower bound")
 
 
 @accounting.command("synthetic-generation")
 def synthetic_generation(
     delta: DeltaOpt = 1e-5,
-    sequences: Annotated[int, typer.Option(min=1, help="N_gen: synthetic texts.")] = 50,
-    max_new_tokens: Annotated[int, typer.Option(min=1, help="T_max: tokens per text.")] = 40,
+    sequences: Annotated[int, typer.Option(min=1, max=1_000_000, help="N_gen: synthetic texts.")] = 50,
+    max_new_tokens: Annotated[int, typer.Option(min=1, max=100_000, help="T_max: tokens per text.")] = 40,
     target_epsilon: Annotated[
         float | None,
-        typer.Option(callback=_positive("--target-epsilon"), help="ε to reach (with --solve-for)."),
+        typer.Option(callback=_epsilon("--target-epsilon"), help="ε to reach (with --solve-for)."),
     ] = None,
-    clip: Annotated[float | None, typer.Option(callback=_positive("--clip"), help="c: logit clip.")] = None,
-    batch_size: Annotated[int | None, typer.Option(min=1, help="s: one-shot prompts per batch.")] = None,
+    clip: Annotated[float | None, typer.Option(callback=_scale("--clip"), help="c: logit clip.")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(min=1, max=1_000_000_000, help="s: one-shot prompts per batch.")
+    ] = None,
     temperature: Annotated[
-        float | None, typer.Option(callback=_positive("--temperature"), help="τ: sampling temperature.")
+        float | None, typer.Option(callback=_scale("--temperature"), help="τ: sampling temperature.")
     ] = None,
     solve_for: Annotated[
         str | None,
@@ -121,24 +146,25 @@ def synthetic_generation(
             delta=delta, sequences=sequences, max_new_tokens=max_new_tokens, clip=clip, batch_size=batch_size,
             temperature=temperature, target_epsilon=target_epsilon, solve_for=target,
         )  # fmt: skip
-    except ValueError as error:
+    except (ValueError, OverflowError) as error:
         raise typer.BadParameter(str(error), param_hint="--target-epsilon") from error
     _emit(result, as_json, "DP synthetic generation")
 
 
 @accounting.command("gaussian")
 def gaussian(
-    epsilon: Annotated[float, typer.Option(callback=_positive("--epsilon"), help="ε of the mechanism.")],
+    epsilon: Annotated[float, typer.Option(callback=_epsilon("--epsilon"), help="ε of the mechanism.")],
     delta: DeltaOpt = 1e-5,
     sensitivity: Annotated[
-        float, typer.Option(callback=_positive("--sensitivity"), help="L2 sensitivity Δ₂ (√2 for votes).")
+        float, typer.Option(callback=_scale("--sensitivity"), help="L2 sensitivity Δ₂ (√2 for votes).")
     ] = 1.0,
     analytic: Annotated[
         bool, typer.Option("--analytic", help="Analytic Gaussian (Balle & Wang 2018).")
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Noise σ for (ε, δ)-DP (classic, or analytic with --analytic) and the mechanism's μ = Δ₂/σ."""
+    """Noise σ for (ε, δ)-DP (classic, or analytic with --analytic), the mechanism's μ = Δ₂/σ, the exact ε at δ
+    of that σ, and a warning where the classic σ does not keep the claim (ε ≳ 8.4 at δ = 1e-5)."""
     _emit(
         gaussian_calibration(epsilon, delta, sensitivity=sensitivity, analytic=analytic), as_json, "Gaussian"
     )

@@ -106,3 +106,12 @@ def test_data_dependent_epsilon_is_theorem_c8_doubled() -> None:
     total, alpha, delta = 0.3, 18, 1e-5
     converted = total + math.log(17 / 18) - (math.log(delta) + math.log(18)) / 17
     assert data_dependent_epsilon(total, alpha, delta) == pytest.approx(2 * converted)
+
+
+def test_exponential_mechanism_rdp_is_stable_at_tiny_and_large_epsilon() -> None:
+    for alpha, e in [(2, 0.3), (10, 1.0), (50, 0.05)]:  # the sinh form, where it is well conditioned
+        direct = math.log((math.sinh(alpha * e) - math.sinh((alpha - 1) * e)) / math.sinh(e)) / (alpha - 1)
+        assert exponential_mechanism_rdp(alpha, e) == pytest.approx(min(alpha / 2 * e * e, direct), rel=1e-9)
+    # ε_EM = 2e-18 used to raise "math domain error" (log of 1 − 1); ε_EM = 1e4 overflowed sinh.
+    assert 0.0 <= exponential_mechanism_rdp(2, 2e-18) <= 4e-36
+    assert exponential_mechanism_rdp(100, 1e4) == pytest.approx(1e4, rel=1e-3)

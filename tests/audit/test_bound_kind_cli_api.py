@@ -135,3 +135,119 @@ def test_api_accounting_router() -> None:
     g = client.post("/v1/accounting/gaussian", json={"epsilon": 1, "delta": 1e-5, "sensitivity": 2**0.5})
     assert g.status_code == 200 and g.json()["mu"] == pytest.approx(2**0.5 / g.json()["sigma"])
     assert client.post("/v1/accounting/gaussian", json={"epsilon": -1}).status_code == 422
+
+
+def test_kind_reports_both_bounds_and_the_verdict_of_its_assumption() -> None:
+    # Randomized response at exactly (1, 0)-DP, 5000 trials per side: rates 0.731 / 0.269.
+    counts = {"tp": 3655, "fn": 1345, "fp": 1345, "tn": 3655}
+    body = {"kind": "bound", "counts": counts, "epsilon": 1.0}
+    safe = bound.run(bound.Request.model_validate(body), RunContext())
+    assert safe["assumption"] == "none" and safe["epsilon_lower"] == safe["epsilon_empirical_assumption_free"]
+    assert safe["epsilon_lower"] <= 1.0 and safe["violation"] is False
+    assert safe["epsilon_empirical"] > 4  # the GDP route overstates ε for this non-Gaussian mechanism
+    gdp = bound.run(bound.Request.model_validate(body | {"assumption": "gdp"}), RunContext())
+    assert gdp["epsilon_lower"] == gdp["epsilon_empirical"] and gdp["violation"] is True
+    no_claim = bound.run(bound.Request.model_validate({"kind": "bound", "counts": counts}), RunContext())
+    assert no_claim["violation"] is None and no_claim["epsilon_claimed"] is None
+    with pytest.raises(pydantic.ValidationError, match="assumption"):
+        bound.Request.model_validate(body | {"assumption": "gaussian"})
+    rng = np.random.default_rng(1)
+    scores = {"scores_in": (1 + rng.laplace(size=500)).tolist(), "scores_out": rng.laplace(size=500).tolist()}
+    for strategy in ("split", "bonferroni", "in_sample"):
+        r = bound.run(
+            bound.Request.model_validate({"kind": "bound", **scores, "threshold_strategy": strategy}),
+            RunContext(),
+        )
+        assert r["assumption"] == "none" and 0 <= r["epsilon_empirical_assumption_free"] == r["epsilon_lower"]
+        json.dumps(r)
+
+
+def test_cli_bound_shows_both_bounds() -> None:
+    runner = CliRunner()
+    args = ["bound", "--tp", "900", "--fn", "100", "--fp", "100", "--tn", "900"]
+    out = json.loads(runner.invoke(_cli(), [*args, "--json"]).stdout)
+    assert (
+        round(out["epsilon_empirical"], 1) == 12.2
+        and round(out["epsilon_empirical_assumption_free"], 2) == 1.99
+    )
+    assert out["assumption"] == "none" and out["epsilon_lower"] == out["epsilon_empirical_assumption_free"]
+    gdp = json.loads(runner.invoke(_cli(), [*args, "--assumption", "gdp", "--json"]).stdout)
+    assert gdp["epsilon_lower"] == gdp["epsilon_empirical"]
+    table = runner.invoke(_cli(), args)
+    assert "epsilon_empirical_assumption_free" in table.stdout and "epsilon_lower" in table.stdout
+    bad = runner.invoke(_cli(), [*args, "--assumption", "gaussian"])
+    assert bad.exit_code == 2 and "--assumption" in bad.output
+
+
+def test_cli_gaussian_warns_for_classic_above_the_crossover() -> None:
+    runner = CliRunner()
+    out = json.loads(runner.invoke(_cli(), ["accounting", "gaussian", "--epsilon", "10", "--json"]).stdout)
+    assert out["calibration_valid"] is False and "analytic" in out["warning"]
+    assert out["epsilon_exact_at_delta"] == pytest.approx(10.3939, abs=1e-4)
+    fine = json.loads(
+        runner.invoke(_cli(), ["accounting", "gaussian", "--epsilon", "10", "--analytic", "--json"]).stdout
+    )
+    assert fine["calibration_valid"] is True and fine["warning"] is None
+    huge = runner.invoke(_cli(), ["accounting", "gaussian", "--epsilon", "1e308"])
+    assert huge.exit_code == 2 and "--epsilon" in huge.output
+
+
+def _api() -> TestClient:
+    from app.api.errors import install_error_handlers
+
+    app = FastAPI()
+    app.include_router(router)
+    install_error_handlers(app)
+    return TestClient(app, raise_server_exceptions=False)
+
+
+def test_api_gaussian_warning_and_bounded_inputs() -> None:
+    client = _api()
+    classic = client.post("/v1/accounting/gaussian", json={"epsilon": 10})
+    assert classic.status_code == 200 and classic.json()["calibration_valid"] is False
+    assert "analytic" in classic.json()["warning"]
+    assert classic.json()["epsilon_exact_at_delta"] == pytest.approx(10.3939, abs=1e-4)
+    ok = client.post("/v1/accounting/gaussian", json={"epsilon": 1, "analytic": True}).json()
+    assert ok["calibration_valid"] is True and ok["warning"] is None
+    for body, path in [
+        ({"epsilon": 1.3454e308, "sensitivity": 1.1, "analytic": True, "delta": 0.66}, "$.epsilon"),
+        ({"epsilon": 1e-308}, "$.epsilon"),
+        ({"epsilon": 1, "analytic": 0}, "$.analytic"),
+        ({"epsilon": 1, "analytic": "true"}, "$.analytic"),
+        ({"epsilon": 1, "delta": 1}, "$.delta"),
+        ({"epsilon": 1, "sensitivity": 1e300}, "$.sensitivity"),
+    ]:
+        response = client.post("/v1/accounting/gaussian", json=body)
+        assert response.status_code == 422, body
+        assert [d["path"] for d in response.json()["error"]["details"]] == [path]
+    edge = client.post("/v1/accounting/gaussian", json={"epsilon": 1e-6, "delta": 1e-300, "sensitivity": 1e6})
+    assert edge.status_code == 200 and edge.json()["sigma"] > 0  # a finite number, as the schema says
+
+
+def test_api_synthetic_generation_infeasible_targets_name_the_field() -> None:
+    client = _api()
+    base = {"delta": 1e-5, "sequences": 1, "max_new_tokens": 1}
+    for body in [
+        base | {"batch_size": 1, "temperature": 1e6, "target_epsilon": 1e-6, "solve_for": "clip"},
+        base | {"batch_size": 1, "clip": 1, "target_epsilon": 1e-3, "solve_for": "temperature"},
+        base | {"clip": 1e6, "temperature": 1e-6, "target_epsilon": 1e-3, "solve_for": "batch_size"},
+    ]:
+        response = client.post("/v1/accounting/synthetic-generation", json=body)
+        assert response.status_code == 422, response.text
+        details = response.json()["error"]["details"]
+        assert details[0]["path"] == "$.target_epsilon" and "target_epsilon" in details[0]["message"]
+    for field, value in [
+        ("clip", 1e300),
+        ("temperature", 1e-300),
+        ("sequences", 10**12),
+        ("target_epsilon", 1e300),
+    ]:
+        body = {"clip": 1, "batch_size": 1, "temperature": 1} | {field: value}
+        if field == "target_epsilon":
+            body = {"clip": 1, "batch_size": 1, "target_epsilon": value, "solve_for": "temperature"}
+        response = client.post("/v1/accounting/synthetic-generation", json=body)
+        assert response.status_code == 422 and response.json()["error"]["details"][0]["path"] == f"$.{field}"
+    # The extremes of the accepted ranges still answer with finite numbers.
+    extreme = base | {"clip": 1e6, "batch_size": 1, "temperature": 1e-6, "sequences": 1_000_000}
+    response = client.post("/v1/accounting/synthetic-generation", json=extreme)
+    assert response.status_code == 200 and response.json()["epsilon"] > 0

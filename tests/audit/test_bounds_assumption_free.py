@@ -55,7 +55,7 @@ def test_issue_numbers_900_100() -> None:
     b = gdp_bound_from_counts(c, confidence=0.95, delta=1e-5)
     assert round(b.epsilon_empirical, 1) == 12.2
     assert b.epsilon_empirical_assumption_free == pytest.approx(math.log((1 - fnr_ub - 1e-5) / fpr_ub))
-    assert b.assumption == "gdp" and b.epsilon_verdict == b.epsilon_empirical
+    assert b.assumption == "gdp" and b.epsilon_lower == b.epsilon_empirical
     d = gdp_bound_from_counts(c, assumption="none").as_dict()
     assert d["assumption"] == "none" and d["epsilon_empirical_assumption_free"] == pytest.approx(1.9897, 1e-4)
 

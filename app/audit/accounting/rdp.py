@@ -34,17 +34,21 @@ def zcdp_rdp(alpha: float, clip: float, batch_size: int, temperature: float) -> 
 def exponential_mechanism_rdp(alpha: float, epsilon_em: float) -> float:
     """RDP of an ε_EM-DP exponential mechanism (Thm C.5): min(α/2·ε², log[(sinh αε − sinh (α−1)ε)/sinh ε]/(α−1)).
 
-    The sinh ratio is evaluated in log space, so large α·ε does not overflow.
+    With sinh A − sinh B = 2 cosh((A+B)/2) sinh((A−B)/2) and sinh ε = 2 sinh(ε/2) cosh(ε/2), the ratio is
+    cosh((2α−1)ε/2)/cosh(ε/2), evaluated as a difference of log cosh: no overflow at large α·ε and no
+    log of zero at tiny ε (where the subtraction of two nearly equal sinh values lost every digit).
     """
     if epsilon_em <= 0:
         return 0.0
     e = epsilon_em
-    # sinh(x) = e^x (1 − e^{−2x})/2, so log(sinh(αe) − sinh((α−1)e)) = log of the difference of two such terms.
-    log_first = alpha * e + math.log1p(-math.exp(-2 * alpha * e))
-    log_second = (alpha - 1) * e + math.log1p(-math.exp(-2 * (alpha - 1) * e)) if alpha > 1 else -math.inf
-    log_numerator = log_first + math.log1p(-math.exp(log_second - log_first))
-    log_sinh_e = e + math.log1p(-math.exp(-2 * e))
-    return min(alpha / 2 * e * e, (log_numerator - log_sinh_e) / (alpha - 1))
+    ratio = (_log_cosh((2 * alpha - 1) * e / 2) - _log_cosh(e / 2)) / (alpha - 1)
+    return max(0.0, min(alpha / 2 * e * e, ratio))
+
+
+def _log_cosh(x: float) -> float:
+    """log cosh x = |x| + log1p(e^{−2|x|}) − log 2, finite for every float x."""
+    x = abs(x)
+    return x + math.log1p(math.exp(-2 * x)) - math.log(2)
 
 
 def synthetic_generation_step_rdp(alpha: float, clip: float, batch_size: int, temperature: float) -> float:

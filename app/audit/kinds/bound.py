@@ -2,9 +2,16 @@
 
 Give either `counts` {tp, fn, fp, tn} (C1 trials split into true positives / false negatives, C0 into false
 positives / true negatives), or the test's raw `scores_in` (C1) and `scores_out` (C0) — higher means
-"canary present"; 0/1 values are read as black-box decisions — plus a `threshold_strategy`. The result is
-the Gaussian-DP bound of 003 §2 (app/audit/bounds.py, app/audit/thresholds.py): μ_lower at joint
-confidence γ, ε_empirical at δ, the point estimate log(TPR/FPR), and AUC when scores were given.
+"canary present"; 0/1 values are read as black-box decisions — plus a `threshold_strategy`. The result has
+both lower bounds of app/audit/bounds.py at joint confidence γ: `epsilon_empirical` (the Gaussian-DP route
+of 003 §2, via μ_lower) and `epsilon_empirical_assumption_free` (ε ≥ ln((TPR_lower − δ)/FPR_upper) and its
+mirror), the point estimate log(TPR/FPR), and AUC when scores were given.
+
+`assumption` picks the bound the verdict uses (`epsilon_lower`, and `violation` against a claimed
+`epsilon`). It defaults to "none": this kind gets counts or scores from an unknown mechanism, and the GDP
+route is a valid lower bound only when the mechanism's privacy curve is Gaussian — for any other it can
+overstate ε (randomized response at exactly (1, 0)-DP: TPR 0.731 / FPR 0.269 → GDP ε = 5.58, a false
+violation). Ask for "gdp" only when the mechanism is a Gaussian mechanism (or its post-processing).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.audit.bounds import Counts, gdp_bound_from_counts
+from app.audit.bounds import Assumption, Counts, gdp_bound_from_counts
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import RunContext
 from app.audit.thresholds import bound_from_scores, strategy_from_name
@@ -63,7 +70,21 @@ class Request(AuditRequestBase):
         "choice; biased upward), bonferroni (union bound over candidate thresholds).",
     )
     confidence: float = Field(default=0.95, gt=0, lt=1, description="Joint confidence γ of the lower bound.")
-    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ at which μ_lower is converted to ε.")
+    delta: float = Field(
+        default=1e-5, gt=0, lt=1, description="δ of both bounds (μ_lower is converted to ε at δ)."
+    )
+    assumption: Assumption = Field(
+        default="none",
+        description="The bound the verdict uses: none (default; assumption-free, valid for any mechanism) or "
+        "gdp (only when the mechanism is known to be Gaussian; it can overstate ε for any other).",
+    )
+    epsilon: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="The ε the audited system claims; with it, `violation` says whether the chosen lower "
+        "bound exceeds it (null without a claim).",
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> Request:
@@ -80,22 +101,23 @@ class Request(AuditRequestBase):
 
 
 def run(request: Request, ctx: RunContext) -> dict:
-    """Compute the bound; `biased: true` and a note when the threshold was chosen in-sample."""
+    """Compute both bounds; `epsilon_lower` is the one `assumption` names, `violation` compares it with the
+    claimed `epsilon`; `biased: true` and a note when the threshold was chosen in-sample."""
     ctx.progress("bound", 0.0, "computing the privacy lower bound")
+    common = {"confidence": request.confidence, "delta": request.delta, "assumption": request.assumption}
     if request.counts is not None:
         c = request.counts
-        bound = gdp_bound_from_counts(
-            Counts(tp=c.tp, fn=c.fn, fp=c.fp, tn=c.tn), confidence=request.confidence, delta=request.delta
-        )
+        bound = gdp_bound_from_counts(Counts(tp=c.tp, fn=c.fn, fp=c.fp, tn=c.tn), **common)
     else:
         bound = bound_from_scores(
             np.asarray(request.scores_in, dtype=np.float64),
             np.asarray(request.scores_out, dtype=np.float64),
             strategy=strategy_from_name(request.threshold_strategy, seed=request.seed),
-            confidence=request.confidence,
-            delta=request.delta,
+            **common,
         )
     result = bound.as_dict()
+    result["epsilon_claimed"] = request.epsilon
+    result["violation"] = None if request.epsilon is None else bound.epsilon_lower > request.epsilon
     if bound.biased:
         result["note"] = (
             "The threshold was chosen on the same scores the bound is computed from (in_sample), so the "
