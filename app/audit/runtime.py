@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from app.datasets.types import Dataset
+    from app.egress import AllowList
     from app.engines.protocol import Embedder, LLMEngine
 
 
@@ -57,4 +58,7 @@ class RunContext:
     engines: EngineProvider | None = None
     datasets: DatasetProvider | None = None
     on_counters: Callable[[dict[str, int]], None] | None = None
+    egress: AllowList | None = None
+    """Where an audit may call out (`http_endpoint`; app/egress.py). The service always sets it from
+    ICLAUDIT_ENDPOINT_ALLOWLIST; None = a trusted local run (library, tests) that may call anything."""
     extra: dict[str, object] = field(default_factory=dict)

@@ -4,12 +4,11 @@ against a real HTTP server on 127.0.0.1 that counts what reaches it."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
+from service.internal_server import internal_server
 
 from app.config import Settings
 from app.egress import (
@@ -22,48 +21,13 @@ from app.egress import (
     parse_allowlist,
 )
 
-SECRET = "internal-secret-7f3a"
 API = parse_allowlist(["https://api.example.com"])
-
-
-class _Internal(BaseHTTPRequestHandler):
-    """An internal service: /secret leaks, /redirect points at /secret, /error answers 500 with the secret."""
-
-    hits: list[str]
-
-    def _answer(self) -> None:
-        self.hits.append(self.path)
-        if self.path.startswith("/redirect"):
-            self.send_response(302)
-            self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/secret")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return
-        status = 500 if self.path.startswith("/error") else 200
-        body = f'{{"answer": "{SECRET}"}}'.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
 def internal() -> Iterator[tuple[int, list[str]]]:
-    """(port, paths hit) of a real server on 127.0.0.1."""
-    hits: list[str] = []
-    handler = type("Handler", (_Internal,), {"hits": hits})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_port, hits
-    server.shutdown()
-    server.server_close()
+    with internal_server() as served:
+        yield served
 
 
 # --- the issue's bypasses, each refused by the URL check ---------------------------------------------
