@@ -4,17 +4,16 @@ logic (the routes only parse and answer)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.audit.kinds.base import AuditRequestBase
 from app.config import Settings
-from app.db import audits, datasets, labels
+from app.db import audits, datasets
 from app.db.models import Audit, AuditState
 from app.egress import EgressRefused, check_url
-from app.jobs.executors import Executor, enqueue
+from app.jobs.executors import Executor
 
 log = logging.getLogger(__name__)
 
@@ -41,16 +40,7 @@ def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
 
 
 def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings) -> None:
-    """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist,
-    a `notify` URL this service may call."""
-    if request.notify is not None:
-        from app.egress import EgressRefused as NotifyRefused
-        from app.egress import check_url as check_notify
-
-        try:
-            check_notify(request.notify, settings.webhook_egress)
-        except NotifyRefused as exc:
-            raise Rejected("$.notify", f"notify: {exc.reason}.") from exc
+    """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist."""
     trials = getattr(request, "trials", None)
     if isinstance(trials, int) and trials > settings.max_trials:
         raise Rejected(
@@ -87,27 +77,22 @@ def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase
 
 
 def submit_audit(
-    *,
-    session: Session,
-    tenant_id: str,
-    request: AuditRequestBase,
-    settings: Settings,
-    executor: Executor,
-    on_stored: Callable[[Session, Audit], None] | None = None,
+    *, session: Session, tenant_id: str, request: AuditRequestBase, settings: Settings, executor: Executor
 ) -> Audit:
-    """Check, store (PENDING, with its labels), commit, enqueue. If the broker is down the audit stays
-    PENDING and the sweep enqueues it later. `on_stored` writes in the same transaction (an idempotency
-    key, a schedule's run) and may raise to store nothing."""
+    """Check, store (PENDING), commit, enqueue. If the broker is down the audit stays PENDING and the
+    sweep enqueues it later."""
     check_request(session, tenant_id=tenant_id, request=request, settings=settings)
     body: dict[str, Any] = request.model_dump(mode="json")
     audit = audits.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
-    labels.add_labels(session, audit_id=audit.id, labels=request.labels)
-    if on_stored is not None:
-        on_stored(session, audit)
     session.commit()
-    if enqueue(session, executor, [audit.id]):
-        session.commit()
-        session.refresh(audit)
+    try:
+        executor.submit(audit.id)
+    except Exception:
+        log.exception("could not enqueue audit %s; the sweep will retry", audit.id)
+        return audit
+    audits.mark_enqueued(session, [audit.id])
+    session.commit()
+    session.refresh(audit)
     return audit
 
 
