@@ -69,6 +69,7 @@ def run_audit(
             data_dir=settings.data_dir,
             max_rows=settings.upload_max_rows,
         ),
+        egress=settings.endpoint_egress,
     )
     state, result, error = AuditState.FAILED, None, None
     try:
