@@ -1,0 +1,68 @@
+"""What every result model shares: extra fields allowed, and the verdict rows of the CI gate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One row of an audit's verdict: a threat model (or the audit itself) with its ε values.
+
+    `epsilon_empirical` is the measured lower bound (None: unbounded, or not an ε-measuring kind);
+    `epsilon_theory` the ε the system claims (None: no claim); `violation` true when the measurement
+    refutes the claim.
+    """
+
+    name: str
+    epsilon_empirical: float | None
+    epsilon_theory: float | None
+    violation: bool
+    detail: str = ""
+
+
+class ResultBase(BaseModel):
+    """Results accept fields the model does not declare yet (see app/audit/results/__init__.py)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def verdicts(self) -> list[Verdict]:
+        """The rows a CI report shows (one per threat model where the kind has them)."""
+        raise NotImplementedError
+
+    @property
+    def violated(self) -> bool:
+        """True when any verdict row is a violation of the claimed ε."""
+        return any(v.violation for v in self.verdicts())
+
+
+class OutcomeCounts(BaseModel):
+    """How the membership test's decisions split over the trials behind a bound."""
+
+    tp: int = Field(description="Trials with the canary in the context (C1) that the test called 'in'.")
+    fn: int = Field(description="C1 trials the test called 'out'.")
+    fp: int = Field(description="Trials without the canary (C0) that the test called 'in'.")
+    tn: int = Field(description="C0 trials the test called 'out'.")
+
+
+EPSILON_EMPIRICAL = (
+    "The measured privacy loss: a lower bound on ε at the audit's δ that holds with the audit's "
+    "confidence — the system leaks at least this much. Read through the Gaussian-DP trade-off curve of "
+    "mu_lower, so it is exact for Gaussian-noise mechanisms (see epsilon_empirical_assumption_free for any "
+    "mechanism). Null when unbounded (see epsilon_empirical_unbounded)."
+)
+EPSILON_ASSUMPTION_FREE = (
+    "A lower bound on ε at δ that holds for every mechanism, not only Gaussian ones (from the same two "
+    "confidence bounds on TPR and FPR). Never above what the data supports; often below epsilon_empirical."
+)
+EPSILON_POINT = (
+    "log(TPR/FPR) of the observed test: the pure-DP ε this single operating point suggests, with no "
+    "confidence margin and no δ. Not comparable with epsilon_empirical, which reads the whole trade-off "
+    "curve at δ and can be larger. Null when FPR = 0."
+)
+ASSUMPTION = (
+    "Which lower bound the verdict uses: gdp (epsilon_empirical; the mechanism is known to add Gaussian "
+    "noise) or none (epsilon_empirical_assumption_free; any mechanism)."
+)

@@ -1,0 +1,71 @@
+"""The result of a `bound` audit: a privacy lower bound from a membership test's outcomes."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from app.audit.results.base import (
+    ASSUMPTION,
+    EPSILON_ASSUMPTION_FREE,
+    EPSILON_EMPIRICAL,
+    EPSILON_POINT,
+    OutcomeCounts,
+    ResultBase,
+    Verdict,
+)
+
+
+class BoundAuditResult(ResultBase):
+    """How much a system leaks at least, from the outcomes (or scores) of one membership test."""
+
+    kind: Literal["bound"] = "bound"
+    tpr: float = Field(description="True-positive rate: share of canary-in (C1) trials the test called 'in'.")
+    fpr: float = Field(description="False-positive rate: share of canary-out (C0) trials called 'in'.")
+    mu_lower: float = Field(
+        description="Lower bound on the Gaussian-DP parameter μ at the audit's confidence (0 = no leak shown)."
+    )
+    epsilon_empirical: float | None = Field(description=EPSILON_EMPIRICAL)
+    epsilon_empirical_unbounded: bool | None = Field(
+        default=None, description="True when the data admit no finite bound (epsilon_empirical is null)."
+    )
+    epsilon_empirical_assumption_free: float | None = Field(default=None, description=EPSILON_ASSUMPTION_FREE)
+    assumption: Literal["gdp", "none"] | None = Field(default=None, description=ASSUMPTION)
+    epsilon_point: float | None = Field(default=None, description=EPSILON_POINT)
+    epsilon_point_unbounded: bool | None = Field(
+        default=None, description="True when FPR = 0, so log(TPR/FPR) is infinite (epsilon_point is null)."
+    )
+    threshold: float | None = Field(
+        default=None, description="Score at or above which the test says 'in' (null when counts were given)."
+    )
+    threshold_strategy: str | None = Field(
+        default=None,
+        description="How the threshold was chosen: split (on half the scores, bound on the other half), "
+        "in_sample (on all of them; optimistic) or bonferroni (every candidate, confidence shared).",
+    )
+    auc: float | None = Field(
+        default=None,
+        description="Area under the test's ROC curve (0.5 = guessing); only when scores were given.",
+    )
+    accuracy: float | None = Field(default=None, description="Share of all trials the test called right.")
+    confidence: float | None = Field(
+        default=None, description="Probability with which the lower bounds hold (jointly)."
+    )
+    delta: float | None = Field(default=None, description="The δ at which ε is stated.")
+    n_in: int | None = Field(default=None, description="Number of canary-in (C1) trials.")
+    n_out: int | None = Field(default=None, description="Number of canary-out (C0) trials.")
+    counts: OutcomeCounts | None = Field(default=None, description="The test's decisions behind the bound.")
+    biased: bool | None = Field(
+        default=None,
+        description="True when the threshold was chosen on the same scores the bound uses (in_sample): the "
+        "bound is then optimistic.",
+    )
+    note: str | None = Field(default=None, description="A caveat about this result, when there is one.")
+
+    def verdicts(self) -> list[Verdict]:
+        """One row: a bound alone makes no claim, so it is never a violation."""
+        return [Verdict("bound", self.epsilon_empirical, None, False, "lower bound only; no claimed ε")]
+
+
+Result = BoundAuditResult

@@ -1,0 +1,52 @@
+"""The result of an `iclinf` audit: how much each in-context exemplar sways the model's answer."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from app.audit.results.base import ResultBase, Verdict
+
+
+class IclinfAuditResult(ResultBase):
+    """ICLInf: the privacy loss of in-context exemplars, measured by leaving each one out."""
+
+    kind: Literal["iclinf"] = "iclinf"
+    iclinf: float = Field(
+        description="Mean over queries of the largest change (in nats) that removing one exemplar makes to "
+        "the answer distribution: 0 = exemplars do not matter, higher = the answer reveals them."
+    )
+    iclinf_std: float | None = Field(
+        default=None, description="Standard deviation of that change over queries."
+    )
+    per_position: list[float] = Field(
+        description="Mean change when the exemplar at each position (first = 1) is removed."
+    )
+    per_query: list[float] | None = Field(default=None, description="The largest change for each query.")
+    accuracy: float | None = Field(
+        default=None,
+        description="Share of queries the model answered right with all exemplars (compare with chance, "
+        "1 / number of labels).",
+    )
+    dataset: str | None = Field(default=None, description="The dataset the exemplars came from.")
+    model: str | None = Field(default=None, description="The model audited.")
+    shots: int | None = Field(default=None, description="Exemplars per prompt.")
+    queries: int | None = Field(default=None, description="Test queries asked.")
+    output_space: str | None = Field(
+        default=None, description="labels (distribution over the label set) or vocabulary (every token)."
+    )
+    calibration: bool | None = Field(
+        default=None, description="Whether answers were calibrated by the content-free prompt."
+    )
+    template: str | None = Field(default=None, description="The prompt template used.")
+    labels: list[str] | None = Field(default=None, description="The label words as the model saw them.")
+    llm_forward_passes: int | None = Field(default=None, description="Forward passes the model ran.")
+    forward_passes_per_query: float | None = Field(default=None, description="Forward passes per query.")
+
+    def verdicts(self) -> list[Verdict]:
+        """One row: ICLInf measures influence, not ε against a claim, so it never fails the gate."""
+        return [Verdict("iclinf", None, None, False, f"ICLInf {self.iclinf:.4g} nats")]
+
+
+Result = IclinfAuditResult

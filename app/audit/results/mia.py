@@ -1,0 +1,129 @@
+"""The result of a `mia` audit: ε measured by a membership-inference attack beside the ε claimed."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.audit.results.base import (
+    ASSUMPTION,
+    EPSILON_ASSUMPTION_FREE,
+    EPSILON_EMPIRICAL,
+    EPSILON_POINT,
+    OutcomeCounts,
+    ResultBase,
+    Verdict,
+)
+
+
+class ThreatModelResult(BaseModel):
+    """What the attack achieved under one threat model."""
+
+    model_config = ConfigDict(extra="allow")
+
+    mu_lower: float = Field(
+        description="Lower bound on the Gaussian-DP parameter μ the attack demonstrates (0 = no leak shown)."
+    )
+    epsilon_empirical: float | None = Field(description=EPSILON_EMPIRICAL)
+    epsilon_empirical_unbounded: bool | None = Field(
+        default=None, description="True when the data admit no finite bound (epsilon_empirical is null)."
+    )
+    epsilon_empirical_assumption_free: float | None = Field(default=None, description=EPSILON_ASSUMPTION_FREE)
+    assumption: Literal["gdp", "none"] | None = Field(default=None, description=ASSUMPTION)
+    confidence: float | None = Field(
+        default=None,
+        description="Confidence of this threat model's bound alone (the audit's confidence is shared among "
+        "the tests that feed one verdict).",
+    )
+    violation: bool = Field(
+        description="True when the measured lower bound exceeds the claimed ε: the system leaks more than it "
+        "promises (a bug, or a claim that does not hold)."
+    )
+    tpr: float | None = Field(default=None, description="True-positive rate of the attack's test.")
+    fpr: float | None = Field(default=None, description="False-positive rate of the attack's test.")
+    epsilon_point: float | None = Field(default=None, description=EPSILON_POINT)
+    epsilon_point_unbounded: bool | None = Field(
+        default=None, description="True when FPR = 0, so log(TPR/FPR) is infinite."
+    )
+    threshold: float | None = Field(default=None, description="Score at or above which the attack says 'in'.")
+    threshold_strategy: str | None = Field(default=None, description="How the threshold was chosen.")
+    auc: float | None = Field(default=None, description="Area under the attack's ROC curve (0.5 = guessing).")
+    accuracy: float | None = Field(default=None, description="Share of trials the attack called right.")
+    counts: OutcomeCounts | None = Field(default=None, description="The attack's decisions behind the bound.")
+
+
+class AuditedMechanism(BaseModel):
+    """The mechanism that was audited."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = Field(description="The DP-ICL mechanism (private_voting, esa, ksa, http_endpoint, …).")
+    partitions: int | None = Field(default=None, description="Disjoint partitions of the exemplars (T).")
+    bug: str | None = Field(default=None, description="The planted bug, when the audit planted one.")
+
+
+class MiaAuditResult(ResultBase):
+    """Whether a DP-ICL system keeps the ε it claims, measured by a membership-inference attack on a canary."""
+
+    kind: Literal["mia"] = "mia"
+    estimator: str = Field(
+        description="bootstrap (trials resampled from real model answers), direct (every trial a fresh "
+        "mechanism call) or exact (infinitely many trials in closed form)."
+    )
+    black_box: ThreatModelResult | None = Field(
+        default=None,
+        description="The attack seeing only the released answer (what a user of the system sees).",
+    )
+    white_box: ThreatModelResult | None = Field(
+        default=None, description="The attack seeing the noisy statistic before it is turned into an answer."
+    )
+    violation: bool = Field(description="True when any threat model's measurement exceeds the claimed ε.")
+    epsilon_theory: float | None = Field(
+        default=None, description="The ε the mechanism claims (null for mechanisms without noise)."
+    )
+    mu_theory: float | None = Field(
+        default=None, description="The Gaussian-DP μ that the calibrated noise really gives (Δ₂/σ)."
+    )
+    epsilon_ceiling: float | None = Field(
+        default=None,
+        description="The exact ε at δ of the calibrated noise: the most any attack can show, however strong "
+        "and however many trials. Below epsilon_theory when the noise is calibrated conservatively; a "
+        "measurement above it means the noise is not what the claim says.",
+    )
+    epsilon_exact_at_delta: float | None = Field(
+        default=None, description="The same as epsilon_ceiling (null when the noise level is unknown)."
+    )
+    calibration_valid: bool | None = Field(
+        default=None,
+        description="Whether the noise really gives the claimed (ε, δ) (false: the calibration formula does "
+        "not hold at this ε — a breach in theory, apart from the measured verdict).",
+    )
+    sigma: float | None = Field(default=None, description="Standard deviation of the mechanism's noise.")
+    sensitivity: float | None = Field(default=None, description="L2 sensitivity Δ₂ the noise is scaled to.")
+    calibration: str | None = Field(default=None, description="classic or analytic Gaussian calibration.")
+    llm_forward_passes: int | None = Field(default=None, description="Forward passes the model ran.")
+    endpoint_calls: int | None = Field(default=None, description="HTTP calls made to a deployed endpoint.")
+    distinct_prompts: int | None = Field(default=None, description="Different prompts sent to the model.")
+    llm_calls: int | None = Field(default=None, description="Clean statistics collected per context.")
+    trials: int | None = Field(default=None, description="Membership trials per context (null for exact).")
+    canary: str | None = Field(default=None, description="The canary text whose membership was tested.")
+    mechanism: AuditedMechanism | None = Field(default=None, description="The audited mechanism.")
+    utility: dict[str, Any] | None = Field(
+        default=None, description="Task accuracy of the mechanism vs zero-shot, when utility_queries > 0."
+    )
+
+    def verdicts(self) -> list[Verdict]:
+        rows = []
+        for name in ("black_box", "white_box"):
+            tm: ThreatModelResult | None = getattr(self, name)
+            if tm is None:
+                continue
+            eps = tm.epsilon_empirical
+            if tm.assumption == "none" and tm.epsilon_empirical_assumption_free is not None:
+                eps = tm.epsilon_empirical_assumption_free
+            rows.append(Verdict(name, eps, self.epsilon_theory, bool(tm.violation)))
+        return rows or [Verdict("mia", None, self.epsilon_theory, self.violation)]
+
+
+Result = MiaAuditResult
