@@ -12,6 +12,7 @@ from fastapi import Depends, FastAPI
 from app.api import accounting, audits, datasets, health, metrics, models
 from app.api.deps import get_tenant
 from app.api.errors import install_error_handlers
+from app.api.watch import AuditWatch
 from app.config import Settings, get_settings
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
@@ -45,10 +46,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.executor = executor
         sweeper = Sweeper(session_factory=session_factory, executor=executor, settings=settings)
         sweeper.start()
+        app.state.audit_watch = watch = AuditWatch(session_factory)  # wakes long-polls and /events
+        await watch.start()
         log.info("iclaudit ready: database %s, executor %s", engine.url.render_as_string(), settings.executor)
         try:
             yield
         finally:
+            await watch.stop()
             sweeper.stop()
             executor.close()
             engine.dispose()

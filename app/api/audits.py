@@ -1,19 +1,35 @@
-"""/v1/audits: submit (202 + Location), read, list (keyset pages), cancel, result (JSON and PNG). Thin
-doorways into app.jobs.service, app.db.audits and app.reports.plots."""
+"""/v1/audits: submit (202 + Location), read (ETag, 304, long-poll `wait`), list (summary or full view,
+keyset pages), events (Server-Sent Events), cancel, result (JSON and PNG). Thin doorways into
+app.jobs.service, app.db.audits, app.db.polling, app.api.watch and app.reports.plots."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Query, Response
+from fastapi import APIRouter, Body, Header, Query, Request, Response
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
+from app.api.watch import CACHE_CONTROL, WaitDep, etag_of, matches, watch_of
 from app.db import audits as audit_rows
-from app.db.models import Audit, AuditState
+from app.db import polling
+from app.db.models import TERMINAL_STATES, Audit, AuditState
 from app.jobs import service
 from app.reports import plots
-from app.schemas.audits import AuditList, AuditResource, request_examples, request_union
+from app.schemas.audits import (
+    AuditList,
+    AuditResource,
+    AuditSummary,
+    AuditSummaryList,
+    request_examples,
+    request_union,
+)
 from app.schemas.errors import ErrorResponse
 
 router = APIRouter(prefix="/v1/audits", tags=["audits"])
@@ -26,8 +42,33 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+_NOT_MODIFIED: dict[int | str, dict[str, Any]] = {
+    304: {"description": "Not modified: the audit still has the ETag given in `If-None-Match` (no body)."}
+}
+IfNoneMatch = Annotated[
+    str | None,
+    Header(description="An ETag from an earlier answer: 304 (no body) while the audit still has it."),
+]
+
+
 def _not_found(audit_id: str) -> ApiError:
     return ApiError(404, f"No audit {audit_id!r} (for this API key).")
+
+
+def _json(model: BaseModel, etag: str | None = None) -> Response:
+    """200 with the model's JSON (rendered once, by pydantic) and, for an audit, its ETag."""
+    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL} if etag else None
+    return Response(model.model_dump_json(), media_type="application/json", headers=headers)
+
+
+def _not_modified(etag: str) -> Response:
+    return Response(status_code=304, headers={"ETag": etag, "Cache-Control": CACHE_CONTROL})
+
+
+def _in_new_session(request: Request, read: Callable[..., Any], *args: Any) -> Any:
+    """`read(session, *args)` in a short session of its own (a long-poll's or a stream's later reads)."""
+    with request.app.state.session_factory() as session:
+        return read(session, *args)
 
 
 @router.post("", status_code=202, response_model=AuditResource, responses=_ERRORS)
@@ -47,7 +88,7 @@ def submit_audit(
     return AuditResource.of(audit)
 
 
-@router.get("", response_model=AuditList, responses=_ERRORS)
+@router.get("", response_model=AuditSummaryList | AuditList, responses=_ERRORS)
 def list_audits(
     session: SessionDep,
     tenant: TenantDep,
@@ -55,20 +96,116 @@ def list_audits(
     kind: str | None = None,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
     page_token: str | None = None,
-) -> AuditList:
+    view: Annotated[
+        Literal["summary", "full"],
+        Query(
+            description="`summary` (default): each audit without its request body and result, with the "
+            "claimed ε and a verdict digest. `full`: each audit whole, as `GET /v1/audits/{id}` (AIP-157)."
+        ),
+    ] = "summary",
+) -> Response:
     """Newest first; pass `next_page_token` back as `page_token` for the next page."""
-    page = audit_rows.list_audits(
-        session, tenant_id=tenant.id, state=state, kind=kind, page_size=page_size, page_token=page_token
-    )
-    return AuditList(audits=[AuditResource.of(a) for a in page.items], next_page_token=page.next_page_token)
+    filters = {"tenant_id": tenant.id, "state": state, "kind": kind}
+    if view == "full":
+        page = audit_rows.list_audits(session, **filters, page_size=page_size, page_token=page_token)
+        audits = [AuditResource.of(a) for a in page.items]
+        return _json(AuditList(audits=audits, next_page_token=page.next_page_token))
+    page = polling.summary_page(session, **filters, page_size=page_size, page_token=page_token)
+    summaries = [AuditSummary.of(row) for row in page.items]
+    return _json(AuditSummaryList(audits=summaries, next_page_token=page.next_page_token))
 
 
-@router.get("/{audit_id}", response_model=AuditResource, responses=_ERRORS)
-def get_audit(audit_id: str, session: SessionDep, tenant: TenantDep) -> AuditResource:
-    audit = audit_rows.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
+def _read_audit(
+    session: Session, tenant_id: str, audit_id: str, if_none_match: str | None
+) -> tuple[str, str, Response | None]:
+    """(ETag, state, answer): no answer while `If-None-Match` holds (the narrow mark read only), else the
+    whole audit (its ETag taken from the same read as its body)."""
+    mark = polling.get_mark(session, tenant_id=tenant_id, audit_id=audit_id)
+    if mark is None:
+        raise _not_found(audit_id)
+    etag = etag_of(mark)
+    if matches(if_none_match, etag):
+        return etag, mark.state, None
+    audit = audit_rows.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
     if audit is None:
         raise _not_found(audit_id)
-    return AuditResource.of(audit)
+    return etag_of(audit), audit.state, _json(AuditResource.of(audit), etag_of(audit))
+
+
+@router.get("/{audit_id}", response_model=AuditResource, responses={**_ERRORS, **_NOT_MODIFIED})
+async def get_audit(
+    audit_id: str,
+    request: Request,
+    session: SessionDep,
+    tenant: TenantDep,
+    wait: WaitDep,
+    if_none_match: IfNoneMatch = None,
+) -> Response:
+    """The audit, with a strong `ETag` that changes with its state, progress and result. `If-None-Match`
+    → 304 while unchanged. `wait=30s` → long-poll: the answer comes when the audit changes (or the wait
+    ends); no thread or database connection is held meanwhile."""
+    watch = watch_of(request.app)
+    since = watch.wakes
+    # A long-poll without If-None-Match waits for a change from what the audit is now ("*": mark only).
+    held = if_none_match or ("*" if wait > 0 else None)
+    etag, state, answer = await run_in_threadpool(_read_audit, session, tenant.id, audit_id, held)
+    if answer is None and wait > 0 and state not in TERMINAL_STATES:
+        await run_in_threadpool(session.close)  # hold no connection while waiting
+        await watch.changed(audit_id, etag, timeout=wait, since=since)
+        etag, state, answer = await run_in_threadpool(
+            _in_new_session, request, _read_audit, tenant.id, audit_id, if_none_match
+        )
+    elif answer is None and held != if_none_match:  # "*" on a finished audit: answer it whole now
+        etag, state, answer = await run_in_threadpool(_read_audit, session, tenant.id, audit_id, None)
+    return answer if answer is not None else _not_modified(etag)
+
+
+@router.get(
+    "/{audit_id}/events",
+    response_class=EventSourceResponse,
+    responses={
+        **_ERRORS,
+        200: {
+            "description": "`text/event-stream`: an `audit` event (data: the summary view, `id`: its ETag) "
+            "now and at every change of state or progress; the stream ends after a terminal state. "
+            "`Last-Event-ID` (the last ETag seen) skips the first event while nothing changed.",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        },
+    },
+)
+async def audit_events(
+    audit_id: str,
+    request: Request,
+    session: SessionDep,
+    tenant: TenantDep,
+    last_event_id: Annotated[str | None, Header(description="The `id` of the last event received.")] = None,
+) -> EventSourceResponse:
+    """Server-Sent Events of the audit's state and progress until it finishes."""
+    watch = watch_of(request.app)
+    since = watch.wakes
+    row = await run_in_threadpool(_summary, session, tenant.id, audit_id)
+    if row is None:
+        raise _not_found(audit_id)
+    await run_in_threadpool(session.close)
+
+    async def stream() -> AsyncIterator[ServerSentEvent]:
+        nonlocal row, since
+        etag = etag_of(row)
+        if etag != last_event_id:
+            yield ServerSentEvent(AuditSummary.of(row).model_dump_json(), event="audit", id=etag)
+        while row is not None and row.state not in TERMINAL_STATES:
+            await watch.changed(audit_id, etag, timeout=None, since=since)
+            since = watch.wakes
+            row = await run_in_threadpool(_in_new_session, request, _summary, tenant.id, audit_id)
+            if row is not None and etag_of(row) != etag:
+                etag = etag_of(row)
+                yield ServerSentEvent(AuditSummary.of(row).model_dump_json(), event="audit", id=etag)
+
+    return EventSourceResponse(stream(), ping=15)
+
+
+def _summary(session: Session, tenant_id: str, audit_id: str) -> Any:
+    return polling.get_summary(session, tenant_id=tenant_id, audit_id=audit_id)
 
 
 @router.post(
@@ -93,10 +230,17 @@ def _succeeded(session: SessionDep, tenant: TenantDep, audit_id: str) -> Audit:
     return audit
 
 
-@router.get("/{audit_id}/result", responses=_ERRORS)
-def get_result(audit_id: str, session: SessionDep, tenant: TenantDep) -> dict[str, Any]:
-    """The result alone; 404 until the audit has SUCCEEDED."""
-    return _succeeded(session, tenant, audit_id).result
+@router.get("/{audit_id}/result", response_model=dict[str, Any], responses={**_ERRORS, **_NOT_MODIFIED})
+def get_result(
+    audit_id: str, session: SessionDep, tenant: TenantDep, if_none_match: IfNoneMatch = None
+) -> Response:
+    """The result alone, with the audit's ETag (a result never changes); 404 until the audit has SUCCEEDED."""
+    mark = polling.get_mark(session, tenant_id=tenant.id, audit_id=audit_id)
+    if mark is not None and mark.state == AuditState.SUCCEEDED and matches(if_none_match, etag_of(mark)):
+        return _not_modified(etag_of(mark))
+    audit = _succeeded(session, tenant, audit_id)
+    headers = {"ETag": etag_of(audit), "Cache-Control": CACHE_CONTROL}
+    return Response(json.dumps(audit.result), media_type="application/json", headers=headers)
 
 
 @router.get(

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from functools import cache
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, Self, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter
 
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.kinds.registry import KINDS, kind_module
 from app.db.models import Audit, AuditState
+from app.db.polling import CLAIM_FIELDS
 
 
 @cache
@@ -47,43 +48,107 @@ class ErrorInfo(BaseModel):
     message: str
 
 
-class AuditResource(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
+class Verdict(BaseModel):
+    """What the result concludes, in two numbers (the result holds the rest)."""
+
+    epsilon_lower: float | None = Field(
+        description="The largest empirical ε lower bound in the result (`epsilon_empirical`; for `mia` the "
+        "larger of the black-box and white-box bounds); null when the kind reports none."
+    )
+    violation: bool | None = Field(
+        description="True when a lower bound exceeds the claimed ε; null when the kind makes no such comparison."
+    )
+
+
+def verdict_of(result: dict[str, Any] | None) -> Verdict | None:
+    if result is None:
+        return None
+    sides = [result, *(result.get(tm) for tm in ("black_box", "white_box"))]
+    lows = [
+        float(side["epsilon_empirical"])
+        for side in sides
+        if isinstance(side, dict) and isinstance(side.get("epsilon_empirical"), int | float)
+    ]
+    violation = result.get("violation")
+    return Verdict(
+        epsilon_lower=max(lows) if lows else None,
+        violation=violation if isinstance(violation, bool) else None,
+    )
+
+
+def claimed_epsilon(request: dict[str, Any]) -> float | None:
+    """The ε the audited system claims, from the request (the fields in app.db.polling.CLAIM_FIELDS)."""
+    for name in CLAIM_FIELDS:
+        if isinstance(request.get(name), int | float):
+            return float(request[name])
+    return None
+
+
+class AuditSummary(BaseModel):
+    """`GET /v1/audits` (default `view=summary`) and each `/events` message: no request body, no result."""
 
     id: str
     kind: str
     state: AuditState
     progress: Progress
-    request: dict[str, Any]
-    result: dict[str, Any] | None
+    epsilon_claimed: float | None = Field(description="The ε the request says the system claims, if any.")
+    verdict: Verdict | None = Field(description="A digest of the result; null until SUCCEEDED.")
     error: ErrorInfo | None
     cancel_requested: bool
     attempt: int = Field(description="How many times a runner has claimed this audit.")
     created_at: datetime
+    updated_at: datetime = Field(
+        description="The audit's last change: finished, else its runner's last progress or heartbeat, else "
+        "started, else created."
+    )
     started_at: datetime | None
     finished_at: datetime | None
 
     @classmethod
-    def of(cls, audit: Audit) -> AuditResource:
+    def of(cls, row: Any, epsilon_claimed: float | None = None) -> Self:
+        """From an `Audit` or a row of app.db.polling's summary columns (which carry `epsilon_claimed`)."""
+        if epsilon_claimed is None:
+            epsilon_claimed = getattr(row, "epsilon_claimed", None)
+        times = (row.created_at, row.started_at, row.heartbeat_at, row.finished_at)
         return cls(
-            id=audit.id,
-            kind=audit.kind,
-            state=AuditState(audit.state),
+            id=row.id,
+            kind=row.kind,
+            state=AuditState(row.state),
             progress=Progress(
-                stage=audit.progress_stage,
-                fraction=audit.progress_fraction,
-                eta_seconds=audit.progress_eta_seconds,
-                message=audit.progress_message,
+                stage=row.progress_stage,
+                fraction=row.progress_fraction,
+                eta_seconds=row.progress_eta_seconds,
+                message=row.progress_message,
             ),
-            request=audit.request,
-            result=audit.result,
-            error=ErrorInfo(**audit.error) if audit.error else None,
-            cancel_requested=audit.cancel_requested,
-            attempt=audit.attempt,
-            created_at=audit.created_at,
-            started_at=audit.started_at,
-            finished_at=audit.finished_at,
+            epsilon_claimed=epsilon_claimed,
+            verdict=verdict_of(row.result) if row.state == AuditState.SUCCEEDED else None,
+            error=ErrorInfo(**row.error) if row.error else None,
+            cancel_requested=row.cancel_requested,
+            attempt=row.attempt,
+            created_at=row.created_at,
+            updated_at=row.finished_at or max(t for t in times if t is not None),
+            started_at=row.started_at,
+            finished_at=row.finished_at,
         )
+
+
+class AuditResource(AuditSummary):
+    """The whole audit (`GET /v1/audits/{id}`, `view=full`): the summary plus the request and the result."""
+
+    request: dict[str, Any]
+    result: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, audit: Audit, epsilon_claimed: float | None = None) -> Self:
+        summary = AuditSummary.of(audit, epsilon_claimed or claimed_epsilon(audit.request))
+        return cls(**dict(summary), request=audit.request, result=audit.result)
+
+
+class AuditSummaryList(BaseModel):
+    audits: list[AuditSummary]
+    next_page_token: str | None = Field(
+        description="Pass as `page_token` for the next page; null on the last."
+    )
 
 
 class AuditList(BaseModel):

@@ -1,0 +1,184 @@
+"""Cheap polling on the real app and both databases: ETag / 304, the `wait` long-poll, the `/events`
+Server-Sent Events stream, the summary and full list views, and tenant isolation on each."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from service.client import bound_request, long_mia_request, wait_for
+
+
+def _hold_the_worker(client) -> dict[str, Any]:
+    """A long audit on the single inline worker, so that audits submitted after it stay PENDING."""
+    running = client.post("/v1/audits", json=long_mia_request()).json()
+    wait_for(client.get, running["id"], ("RUNNING",))
+    return running
+
+
+def _events(client, audit_id: str, **headers: str) -> list[dict[str, Any]]:
+    """Every `audit` event of the stream until the server ends it."""
+    events, current = [], {}
+    with client.stream("GET", f"/v1/audits/{audit_id}/events", headers=headers) as stream:
+        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+        for line in stream.iter_lines():
+            field, _, value = line.partition(": ")
+            if field in ("event", "id", "data"):
+                current[field] = value
+            elif not line and "data" in current:
+                events.append(
+                    {**json.loads(current["data"]), "event": current["event"], "etag": current["id"]}
+                )
+                current = {}
+    return events
+
+
+def test_etag_and_304_follow_state_and_progress(client) -> None:
+    running = _hold_the_worker(client)
+    queued = client.post("/v1/audits", json=bound_request()).json()
+    first = client.get(f"/v1/audits/{queued['id']}")
+    etag = first.headers["ETag"]
+    assert first.status_code == 200 and etag.startswith('"') and first.json()["state"] == "PENDING"
+
+    unchanged = client.get(f"/v1/audits/{queued['id']}", headers={"If-None-Match": etag})
+    assert unchanged.status_code == 304 and unchanged.content == b"" and unchanged.headers["ETag"] == etag
+    assert (
+        client.get(f"/v1/audits/{queued['id']}", headers={"If-None-Match": f'"x", W/{etag}'}).status_code
+        == 304
+    )
+
+    cancelled = client.post(f"/v1/audits/{queued['id']}/cancel").json()
+    after = client.get(f"/v1/audits/{queued['id']}", headers={"If-None-Match": etag})
+    assert after.status_code == 200 and after.json() == cancelled and after.headers["ETag"] != etag
+
+    # the running audit's ETag moves with its progress
+    seen = {}
+    deadline = time.monotonic() + 30
+    while len(seen) < 3 and time.monotonic() < deadline:
+        response = client.get(f"/v1/audits/{running['id']}")
+        seen.setdefault(response.headers["ETag"], response.json()["progress"]["fraction"])
+        time.sleep(0.1)
+    assert len(seen) == 3 and len(set(seen.values())) == 3, seen
+    client.post(f"/v1/audits/{running['id']}/cancel")
+    wait_for(client.get, running["id"])
+
+
+def test_result_has_an_etag_and_304(client) -> None:
+    audit = client.post("/v1/audits", json=bound_request()).json()
+    done = wait_for(client.get, audit["id"])
+    result = client.get(f"/v1/audits/{audit['id']}/result")
+    assert result.status_code == 200 and result.json().items() <= done["result"].items()
+    again = client.get(f"/v1/audits/{audit['id']}/result", headers={"If-None-Match": result.headers["ETag"]})
+    assert again.status_code == 304 and again.content == b""
+
+
+def test_long_poll_returns_on_change_and_times_out_unchanged(client) -> None:
+    running = _hold_the_worker(client)
+    queued = client.post("/v1/audits", json=bound_request()).json()
+    path = f"/v1/audits/{queued['id']}"
+    etag = client.get(path).headers["ETag"]
+
+    start = time.monotonic()
+    timed_out = client.get(path, params={"wait": "0.5s"})
+    assert 0.5 <= time.monotonic() - start < 5
+    assert timed_out.status_code == 200 and timed_out.headers["ETag"] == etag
+    assert timed_out.json()["state"] == "PENDING"
+    held = client.get(path, params={"wait": "0.3"}, headers={"If-None-Match": etag})
+    assert held.status_code == 304 and held.content == b""
+
+    answers: list[Any] = []
+    poller = threading.Thread(
+        target=lambda: answers.append(
+            client.get(path, params={"wait": "30s"}, headers={"If-None-Match": etag})
+        )
+    )
+    start = time.monotonic()
+    poller.start()
+    time.sleep(0.5)
+    assert not answers  # still waiting
+    client.post(f"{path}/cancel")
+    poller.join(timeout=10)
+    assert answers and answers[0].status_code == 200, answers
+    assert answers[0].json()["state"] == "CANCELLED" and answers[0].headers["ETag"] != etag
+    assert time.monotonic() - start < 5
+
+    # a finished audit answers at once, whatever the wait
+    start = time.monotonic()
+    assert client.get(path, params={"wait": "30"}).json()["state"] == "CANCELLED"
+    assert time.monotonic() - start < 2
+    client.post(f"/v1/audits/{running['id']}/cancel")
+    wait_for(client.get, running["id"])
+
+
+def test_wait_out_of_bounds_is_422(client) -> None:
+    audit = client.post("/v1/audits", json=bound_request()).json()
+    for wait in ("61s", "-1", "soon"):
+        response = client.get(f"/v1/audits/{audit['id']}", params={"wait": wait})
+        assert response.status_code == 422, (wait, response.text)
+        assert response.json()["error"]["details"][0]["path"] == "query.wait"
+
+
+def test_events_stream_state_changes_to_succeeded(client) -> None:
+    audit = client.post("/v1/audits", json=long_mia_request(trials=300_000)).json()
+    events = _events(client, audit["id"])
+    states = [e["state"] for e in events]
+    assert states[-1] == "SUCCEEDED" and "RUNNING" in states, states
+    assert all(e["event"] == "audit" and e["id"] == audit["id"] for e in events)
+    assert len({e["etag"] for e in events}) == len(events)  # each event is a change
+    fractions = [e["progress"]["fraction"] for e in events if e["state"] == "RUNNING"]
+    assert fractions == sorted(fractions)
+    assert events[-1]["verdict"] is not None and "request" not in events[-1]
+    assert client.get(f"/v1/audits/{audit['id']}").headers["ETag"] == events[-1]["etag"]
+    # a finished audit: one event, then the end; with its last id as Last-Event-ID, none
+    assert [e["state"] for e in _events(client, audit["id"])] == ["SUCCEEDED"]
+    assert _events(client, audit["id"], **{"Last-Event-ID": events[-1]["etag"]}) == []
+
+
+def test_list_summary_by_default_full_on_request(client) -> None:
+    mia = client.post("/v1/audits", json=long_mia_request(trials=20_000)).json()
+    bound = client.post("/v1/audits", json=bound_request()).json()
+    for audit in (mia, bound):
+        wait_for(client.get, audit["id"])
+    summary = client.get("/v1/audits").json()["audits"]
+    assert [a["id"] for a in summary] == [bound["id"], mia["id"]]
+    for item in summary:
+        assert "request" not in item and "result" not in item
+        assert item["verdict"] is not None and item["updated_at"] == item["finished_at"]
+    assert summary[1]["epsilon_claimed"] == 1.0 and isinstance(summary[1]["verdict"]["violation"], bool)
+    assert summary[0]["epsilon_claimed"] is None and summary[0]["verdict"]["epsilon_lower"] > 0
+
+    full = client.get("/v1/audits", params={"view": "full"}).json()["audits"]
+    assert [a["id"] for a in full] == [bound["id"], mia["id"]]
+    assert full[0] == client.get(f"/v1/audits/{bound['id']}").json()
+    assert {k: v for k, v in full[1].items() if k not in ("request", "result")} == summary[1]
+    assert client.get("/v1/audits", params={"view": "everything"}).status_code == 422
+
+    spec = client.get("/openapi.json").json()
+    listed = spec["paths"]["/v1/audits"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert {ref["$ref"].rsplit("/", 1)[1] for ref in listed["anyOf"]} == {"AuditSummaryList", "AuditList"}
+    assert "304" in spec["paths"]["/v1/audits/{audit_id}"]["get"]["responses"]
+    events = spec["paths"]["/v1/audits/{audit_id}/events"]["get"]["responses"]["200"]["content"]
+    assert "text/event-stream" in events
+
+
+def test_other_tenant_gets_404_on_every_polling_route(client, make_key) -> None:
+    audit = client.post("/v1/audits", json=bound_request()).json()
+    done = client.get(f"/v1/audits/{audit['id']}")
+    wait_for(client.get, audit["id"])
+    etag = client.get(f"/v1/audits/{audit['id']}").headers["ETag"]
+    bob = {"Authorization": f"Bearer {make_key('bob')}"}
+    for path, params, headers in [
+        (f"/v1/audits/{audit['id']}", {}, {"If-None-Match": etag}),
+        (f"/v1/audits/{audit['id']}", {"wait": "1s"}, {}),
+        (f"/v1/audits/{audit['id']}", {"wait": "1s"}, {"If-None-Match": "*"}),
+        (f"/v1/audits/{audit['id']}/result", {}, {"If-None-Match": etag}),
+        (f"/v1/audits/{audit['id']}/events", {}, {}),
+    ]:
+        response = client.get(path, params=params, headers={**bob, **headers})
+        assert response.status_code == 404 and response.json()["error"]["status"] == "NOT_FOUND", path
+        assert "ETag" not in response.headers
+    for view in ("summary", "full"):
+        assert client.get("/v1/audits", params={"view": view}, headers=bob).json()["audits"] == []
+    assert done.status_code == 200
