@@ -18,6 +18,7 @@ from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import require_head
 from app.jobs.executors import Sweeper, make_executor
+from app.ui.routes import install_ui
 
 log = logging.getLogger("iclaudit")
 
@@ -62,6 +63,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         summary="Audit privacy leakage of in-context learning and whether DP-ICL keeps its claimed ε.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc come from app.ui, on vendored assets (no CDN)
+        redoc_url=None,
     )
     install_error_handlers(app)
     app.include_router(health.router)
@@ -71,4 +74,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(models.router, dependencies=[Depends(get_tenant)])
     app.include_router(accounting.router, dependencies=[Depends(get_tenant)])
     app.include_router(metrics.router)
+    install_ui(app)
     return app
