@@ -39,13 +39,24 @@ def encode_page_token(created_at: datetime, row_id: str) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+_MAX_TOKEN_CHARS = 256  # an issued token is ~100 characters
+
+
 def decode_page_token(token: str) -> tuple[datetime, str]:
+    """(created_at, id) from a token this service issued; InvalidPageToken for anything else (too long,
+    not base64 JSON of [aware ISO timestamp, id string], or nested past the JSON parser's depth)."""
+    problem = "page_token is not a token returned by this service"
+    if len(token) > _MAX_TOKEN_CHARS:
+        raise InvalidPageToken(problem)
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         created_at, row_id = json.loads(raw)
-        return datetime.fromisoformat(created_at), str(row_id)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise InvalidPageToken("page_token is not a token returned by this service") from exc
+        when = datetime.fromisoformat(created_at)
+    except (binascii.Error, ValueError, TypeError, RecursionError) as exc:
+        raise InvalidPageToken(problem) from exc
+    if when.tzinfo is None or not isinstance(row_id, str) or len(row_id) > 64:
+        raise InvalidPageToken(problem)
+    return when, row_id
 
 
 def keyset_page(
