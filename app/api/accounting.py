@@ -1,8 +1,9 @@
 """POST /v1/accounting/{synthetic-generation,gaussian}: the accounting calculators over HTTP (no audit stored).
 
-Inputs are bounded so every answer is finite: ε in [1e-6, 100] (app/audit/accounting/__init__.py), δ in (0, 1), positive scales
-within [1e-6, 1e6] and counts up to the limits below. A target no parameter reaches (e.g. an ε below what
-the RDP → (ε, δ) conversion allows at δ) is a 422 naming `target_epsilon`.
+Inputs are bounded so every answer is finite (app/audit/accounting/__init__.py): ε in [1e-6, 100],
+δ in [1e-300, 1), positive scales within [1e-6, 1e6] and counts up to the limits below. A target no
+parameter reaches (e.g. an ε below what the RDP → (ε, δ) conversion allows at δ) is a 422 naming
+`target_epsilon`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from app.api.errors import ApiError
-from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_EPSILON, MIN_SCALE
+from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE
 from app.audit.accounting.gaussian import gaussian_calibration
 from app.audit.accounting.rdp import synthetic_generation_parameters
 from app.schemas.errors import FieldViolation
@@ -40,7 +41,7 @@ class SyntheticGenerationRequest(BaseModel):
         },
     )  # fmt: skip
 
-    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ of the RDP → (ε, δ) conversion.")
+    delta: float = Field(default=1e-5, ge=MIN_DELTA, lt=1, description="δ of the RDP → (ε, δ) conversion.")
     sequences: int = Field(default=50, ge=1, le=1_000_000, description="N_gen: synthetic texts generated.")
     max_new_tokens: int = Field(default=40, ge=1, le=100_000, description="T_max: new tokens per text.")
     target_epsilon: float | None = Field(
@@ -91,7 +92,7 @@ class GaussianRequest(BaseModel):
     )
 
     epsilon: float = Field(ge=MIN_EPSILON, le=MAX_EPSILON, description="ε of the mechanism.")
-    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ of the mechanism.")
+    delta: float = Field(default=1e-5, ge=MIN_DELTA, lt=1, description="δ of the mechanism.")
     sensitivity: float = Field(
         default=1.0, ge=MIN_SCALE, le=MAX_SCALE, description="L2 sensitivity Δ₂ (√2 for private voting)."
     )

@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_EPSILON, MIN_SCALE
+from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE
 from app.audit.accounting.gaussian import gaussian_calibration
 from app.audit.accounting.rdp import synthetic_generation_parameters
 from app.audit.bounds import ASSUMPTIONS, Counts, gdp_bound_from_counts
@@ -56,6 +56,17 @@ ConfidenceOpt = Annotated[
 ]
 DeltaOpt = Annotated[float, typer.Option(callback=_open_unit("--delta"), help="δ of the (ε, δ) conversion.")]
 Count = Annotated[int, typer.Option(min=0)]
+
+
+def _accounting_delta(value: float) -> float:
+    if not MIN_DELTA <= value < 1:
+        raise typer.BadParameter(f"--delta must be in [{MIN_DELTA:g}, 1), got {value}")
+    return value
+
+
+AccountingDeltaOpt = Annotated[
+    float, typer.Option(callback=_accounting_delta, help="δ of the (ε, δ) guarantee.")
+]
 
 
 def _emit(result: dict, as_json: bool, title: str) -> None:
@@ -105,7 +116,7 @@ def bound(
 
 @accounting.command("synthetic-generation")
 def synthetic_generation(
-    delta: DeltaOpt = 1e-5,
+    delta: AccountingDeltaOpt = 1e-5,
     sequences: Annotated[int, typer.Option(min=1, max=1_000_000, help="N_gen: synthetic texts.")] = 50,
     max_new_tokens: Annotated[int, typer.Option(min=1, max=100_000, help="T_max: tokens per text.")] = 40,
     target_epsilon: Annotated[
@@ -154,7 +165,7 @@ def synthetic_generation(
 @accounting.command("gaussian")
 def gaussian(
     epsilon: Annotated[float, typer.Option(callback=_epsilon("--epsilon"), help="ε of the mechanism.")],
-    delta: DeltaOpt = 1e-5,
+    delta: AccountingDeltaOpt = 1e-5,
     sensitivity: Annotated[
         float, typer.Option(callback=_scale("--sensitivity"), help="L2 sensitivity Δ₂ (√2 for votes).")
     ] = 1.0,

@@ -210,6 +210,7 @@ def test_api_gaussian_warning_and_bounded_inputs() -> None:
     ok = client.post("/v1/accounting/gaussian", json={"epsilon": 1, "analytic": True}).json()
     assert ok["calibration_valid"] is True and ok["warning"] is None
     for body, path in [
+        ({"epsilon": 1, "delta": 5e-324}, "$.delta"),
         ({"epsilon": 1.3454e308, "sensitivity": 1.1, "analytic": True, "delta": 0.66}, "$.epsilon"),
         ({"epsilon": 1e-308}, "$.epsilon"),
         ({"epsilon": 1, "analytic": 0}, "$.analytic"),
