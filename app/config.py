@@ -100,6 +100,41 @@ class Settings(BaseSettings):
     )
     webhook_max_attempts: int = Field(default=12, ge=1, description="Attempts before a delivery is FAILED.")
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Timeout of one delivery request.")
+    max_request_bytes: int = Field(
+        default=24 * 2**20,
+        ge=1024,
+        description="Largest request body in bytes (uploads: upload_max_bytes); larger is 413 before parsing "
+        "and authentication. 24 MiB holds a `bound` audit of 400,000 + 400,000 scores (16.5 MB as JSON).",
+    )
+    rate_limit: str = Field(
+        default="1200/second",
+        description="Requests per tenant, in `limits` notation (`100/second;3000/minute`); over it 429 with "
+        "Retry-After. Empty: no limit.",
+    )
+    write_rate_limit: str = Field(
+        default="20/second;600/minute",
+        description="POST/PUT/PATCH/DELETE requests per tenant, on top of rate_limit. Empty: no limit.",
+    )
+    max_active_audits: int = Field(
+        default=100, ge=1, description="PENDING + RUNNING audits a tenant may have; a submit past it is 429."
+    )
+    auth_failure_limit: str = Field(
+        default="10/minute",
+        description="Failed authentications per key id before 429 (checked before scrypt runs).",
+    )
+    auth_failure_address_limit: str = Field(
+        default="30/minute", description="Failed authentications per client address before 429."
+    )
+    rate_limit_storage: str | None = Field(
+        default=None,
+        description="Where rate-limit counts live (`memory://`, `redis://…`). Absent: broker_url's Redis when "
+        "set (shared by every API process), else this process's memory.",
+    )
+    metrics_token: str | None = Field(
+        default=None,
+        description="Bearer token that GET /metrics requires. Absent: /metrics is open (keep it off the public "
+        "ingress).",
+    )
     log_level: str = Field(default="INFO")
 
     @field_validator("endpoint_allowlist", "webhook_allowlist")
@@ -107,6 +142,20 @@ class Settings(BaseSettings):
     def _parsed_urls(cls, entries: list[str], info: ValidationInfo) -> list[str]:
         parse_allowlist(entries, setting=f"ICLAUDIT_{info.field_name.upper()}")  # fails at load
         return entries
+
+    @field_validator("rate_limit", "write_rate_limit", "auth_failure_limit", "auth_failure_address_limit")
+    @classmethod
+    def _rates(cls, text: str, info: ValidationInfo) -> str:
+        from limits import parse_many
+
+        try:
+            if text.strip():
+                parse_many(text)
+        except ValueError:
+            raise ValueError(
+                f"ICLAUDIT_{info.field_name.upper()}: {text!r} is not a rate such as '20/second;600/minute'"
+            ) from None
+        return text
 
     @property
     def endpoint_egress(self) -> AllowList:
