@@ -152,10 +152,9 @@ def draw_votes(label_probs: np.ndarray, n_calls: int, rng: np.random.Generator) 
     cdf[:, -1] = 1.0
     u = rng.random((n_calls, n_parts))
     choice = (u[:, :, None] >= cdf[None, :, :]).sum(axis=2)  # 0…K, K = invalid
-    votes = np.zeros((n_calls, n_labels + 1))
-    for t in range(n_parts):
-        np.add.at(votes, (np.arange(n_calls), choice[:, t]), 1.0)
-    return votes[:, :n_labels]
+    cells = (np.arange(n_calls)[:, None] * (n_labels + 1) + choice).ravel()
+    votes = np.bincount(cells, minlength=n_calls * (n_labels + 1)).reshape(n_calls, n_labels + 1)
+    return votes[:, :n_labels].astype(np.float64)
 
 
 class CleanSource:

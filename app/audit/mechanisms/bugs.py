@@ -2,29 +2,71 @@
 
 Each is a `bug` option of the private-voting mechanism. The buggy mechanism still *claims* the
 original (ε, δ) (its `Theory` is computed for the correct σ); only its release or partitioning
-code changes, so an audit that draws noise through the mechanism's own code must flag it.
+code changes. Not every bug breaks DP everywhere, so each one declares `breaks` (where the released
+mechanism is no longer (ε, δ)-DP, δ = 1e-5, Δ₂ = √2) and `setting` (request fields of an oracle audit
+in that region; the tests and docs/results/soundness.py flag each bug there in ≥ 90 % of 20 seeds).
 
-- `noise_divided_by_t`: noise std σ/T (the per-partition noise scale mistaken for the aggregate's).
-- `sensitivity_one`: σ calibrated for Δ₂ = 1 instead of √2 (one vote moves two counts).
-- `top_class_noise_only`: Gaussian noise added only to the clean top class's count.
-- `sigma_as_variance`: σ passed where the variance is expected, so the std is √σ.
-- `fixed_noise_seed`: the noise generator re-seeded on every call — the same draw every time.
-- `canary_in_every_partition`: partitions not disjoint: the audited record lands in all T of them.
+| bug | what the code does | where it breaks DP |
+|---|---|---|
+| `noise_divided_by_t` | noise std σ/T | T > 1 (at T = 1 it is the correct σ) |
+| `sensitivity_one` | σ calibrated for Δ₂ = 1, i.e. μ·√2 | ε(√2·μ_theory) > ε: analytic σ at every ε; classic σ above ε ≈ 0.36 (classic's slack absorbs it below; at classic ε = 1 the excess is 1.10 vs 1, too thin for either threat model at 100K trials) |
+| `top_class_noise_only` | noise only on the clean top count | everywhere (the other counts are released exactly); the vote-difference score sees a √2 larger μ, so the audit flags it where `sensitivity_one` is flagged |
+| `sigma_as_variance` | std √σ | σ > 1: classic ε < 6.85, analytic ε < 6.57 (above, √σ > σ adds more noise) |
+| `fixed_noise_seed` | one noise draw for every call | wherever the canary moves the clean votes (white-box: the release is deterministic; the black-box decision only when the fixed draw sits at the argmax boundary) |
+| `canary_in_every_partition` | the audited record in all T partitions | T > 1 |
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from app.audit.mechanisms.base import Theory, calibrate
 
-BUGS: dict[str, str] = {
-    "noise_divided_by_t": "noise standard deviation σ/T instead of σ",
-    "sensitivity_one": "σ calibrated for L2 sensitivity 1 instead of √2",
-    "top_class_noise_only": "noise added only to the top class's vote count",
-    "sigma_as_variance": "σ used as the variance, so the standard deviation is √σ",
-    "fixed_noise_seed": "the same noise draw on every call",
-    "canary_in_every_partition": "partitions not disjoint: the audited record is in every partition",
+
+@dataclass(frozen=True)
+class Bug:
+    """A planted bug: what it does, where it breaks DP, and an audit setting inside that region."""
+
+    description: str
+    breaks: str
+    setting: dict = field(default_factory=dict)
+    """Request fields (epsilon, mechanism.*) of an oracle audit where the bug breaks DP."""
+
+
+_T4 = {"partitions": 4}
+BUGS: dict[str, Bug] = {
+    "noise_divided_by_t": Bug(
+        "noise standard deviation σ/T instead of σ",
+        "T > 1",
+        {"epsilon": 1.0, "mechanism": {**_T4, "calibration": "classic"}},
+    ),
+    "sensitivity_one": Bug(
+        "σ calibrated for L2 sensitivity 1 instead of √2",
+        "ε(√2·μ_theory) > ε: analytic σ at every ε; classic σ above ε ≈ 0.36 (δ = 1e-5)",
+        {"epsilon": 2.0, "mechanism": {**_T4, "calibration": "analytic"}},
+    ),
+    "top_class_noise_only": Bug(
+        "noise added only to the top class's vote count",
+        "every setting (exact non-top counts); seen by the vote-difference score as a √2 larger μ",
+        {"epsilon": 2.0, "mechanism": {**_T4, "calibration": "analytic"}},
+    ),
+    "sigma_as_variance": Bug(
+        "σ used as the variance, so the standard deviation is √σ",
+        "σ > 1: classic ε < 6.85, analytic ε < 6.57 (δ = 1e-5, Δ₂ = √2)",
+        {"epsilon": 1.0, "mechanism": {**_T4, "calibration": "classic"}},
+    ),
+    "fixed_noise_seed": Bug(
+        "the same noise draw on every call",
+        "wherever the canary moves the clean votes (the release is deterministic)",
+        {"epsilon": 1.0, "mechanism": {**_T4, "calibration": "classic"}},
+    ),
+    "canary_in_every_partition": Bug(
+        "partitions not disjoint: the audited record is in every partition",
+        "T > 1",
+        {"epsilon": 1.0, "mechanism": {**_T4, "calibration": "classic"}},
+    ),
 }
 
 _FIXED_SEED = 12345

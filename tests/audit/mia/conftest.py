@@ -11,6 +11,7 @@ import pytest
 from app.audit.runtime import RunContext
 from app.datasets.types import Dataset, Example
 from app.engines.oracle import OracleEngine
+from app.engines.simulated import SimulatedEngine, is_simulated_name, parse_simulated_name
 
 GENERATION = {"samsum", "xsum"}
 SHARED_DATASETS = Path(__file__).resolve().parents[3].parent / "shared" / "datasets"
@@ -32,7 +33,7 @@ def read_dataset(name: str, data_dir: Path = SHARED_DATASETS) -> Dataset:
 
 @dataclass
 class Engines:
-    """The oracle, plus the real SmolLM2/MiniLM when a test asks for them."""
+    """The oracle and the simulated engines, plus the real SmolLM2/MiniLM when a test asks for them."""
 
     llms: dict = field(default_factory=dict)
     embed: object | None = None
@@ -40,6 +41,8 @@ class Engines:
     def llm(self, name: str):
         if name == "oracle":
             return self.llms.setdefault("oracle", OracleEngine())
+        if is_simulated_name(name) and name not in self.llms:
+            self.llms[name] = SimulatedEngine(params=parse_simulated_name(name))
         return self.llms[name]
 
     def embedder(self, name: str | None = None):

@@ -4,6 +4,8 @@ POST / {"context": [exemplar, …], "query": "…"} → {"choices": [{"text": an
 partitions the exemplars afresh (003 Alg. 2 l.1), puts each partition in the system prompt (002 §3),
 lets the oracle engine vote over `labels`, and releases through the project's own `PrivateVoting`
 (planted bug included), so the audit sees exactly what a deployment of that code would release.
+
+`randomized_response` is the simplest endpoint of known privacy: exactly (ε, 0)-DP, not Gaussian.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pydantic import BaseModel
 from app.audit.contexts import partition_disjoint
 from app.audit.mechanisms.base import CleanSource, calibrate, draw_votes
 from app.audit.mechanisms.private_voting import DEFAULT_SENSITIVITY, PrivateVoting
-from app.audit.prompts import CANARY_BINARY_ANSWERS, SYSTEM_CONTEXT, fill
+from app.audit.prompts import CANARY_BINARY_ANSWERS, CONTEXTLEAK_CANARY, SYSTEM_CONTEXT, fill
 from app.engines.oracle import OracleEngine
 from app.engines.protocol import Prompt
 
@@ -62,6 +64,23 @@ def deployed_private_voting(
 
             raise HTTPException(503, "busy")
         return answer(ask)
+
+    return app
+
+
+def randomized_response(*, epsilon: float, canary: str = CONTEXTLEAK_CANARY, seed: int = 0) -> FastAPI:
+    """Randomized response on "the canary is in the context": the true bit ("1" present, "0" absent) with
+    probability e^ε/(1 + e^ε), the other one otherwise. Neighbouring contexts change the bit at most, so
+    the endpoint is exactly (ε, 0)-DP, and its best test has TPR = e^ε/(1 + e^ε) = 1 − FPR."""
+    keep = float(np.exp(epsilon) / (1.0 + np.exp(epsilon)))
+    rng = np.random.default_rng(seed)
+    app = FastAPI()
+
+    @app.post("/")
+    def answer(ask: Ask) -> dict:
+        present = any(canary in exemplar for exemplar in ask.context)
+        truthful = bool(rng.random() < keep)
+        return {"choices": [{"text": "1" if present == truthful else "0"}]}
 
     return app
 

@@ -7,7 +7,6 @@ from pydantic import ValidationError
 from scipy import stats
 
 from app.audit.kinds import mia
-from app.audit.mechanisms.bugs import BUGS
 
 
 def audit(ctx, **body):
@@ -37,13 +36,6 @@ def test_classic_calibration_is_looser_than_claimed(oracle_ctx) -> None:
     r = audit(oracle_ctx, epsilon=4.0, trials=100_000)
     assert r["epsilon_ceiling"] == pytest.approx(3.51, abs=0.01)
     assert r["white_box"]["epsilon_empirical"] <= r["epsilon_ceiling"] and not r["violation"]
-
-
-@pytest.mark.parametrize("bug", list(BUGS))
-def test_every_planted_bug_is_flagged(oracle_ctx, bug) -> None:
-    r = audit(oracle_ctx, epsilon=1.0, mechanism={"bug": bug})
-    assert r["violation"] is True
-    assert r["epsilon_theory"] == 1.0
 
 
 def test_correct_mechanism_is_not_flagged_in_repeated_audits(oracle_ctx) -> None:
