@@ -53,7 +53,11 @@ class Settings(BaseSettings):
     sweep_seconds: float = Field(
         default=30.0, gt=0, description="How often the API re-enqueues PENDING and stale RUNNING audits."
     )
-    preload_models: bool = Field(default=True, description="Workers load default_model once at start-up.")
+    preload_models: bool = Field(
+        default=True,
+        description="Workers (and the API process with the inline executor, in the background) load "
+        "default_model once at start-up.",
+    )
     api_concurrency: int = Field(
         default=32,
         ge=1,

@@ -13,6 +13,7 @@ The label set is the sorted set of labels seen in train ∪ test. Results are ca
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from functools import lru_cache
@@ -29,7 +30,7 @@ BUILTIN_NAMES = ("ag_news", "trec", "sst2", "dbpedia14", "subj", "isarcasmeval",
 GENERATION = frozenset({"samsum", "xsum"})
 TRAIN_CAP, TEST_CAP = 2000, 1000
 
-__all__ = ["BUILTIN_NAMES", "SYNTHETIC_NAME", "UnknownDataset", "load_builtin"]
+__all__ = ["BUILTIN_NAMES", "SYNTHETIC_NAME", "UnknownDataset", "availability", "load_builtin"]
 
 # name → (hub id, text column, label/summary column, train split, test split, label renames)
 _HUB: dict[str, tuple[str, str, str, str, str, dict[str, str]]] = {
@@ -130,6 +131,26 @@ def _from_hub(name: str) -> Dataset:
                 rows.append(Example(text=row[text_col], label=renames.get(label, label)))
         splits.append(tuple(rows))
     return _dataset(name, splits[0], splits[1])
+
+
+def availability(name: str, data_dir: Path | None) -> tuple[str | None, str]:
+    """(source, reason) for a built-in name, without loading it: source is "synthetic", "data_dir" (an
+    offline copy `data_dir/<name>/train.jsonl`), "hub" (online, with the `datasets` package) or None
+    when it cannot be loaded here; reason says why not (empty when it can)."""
+    if name == SYNTHETIC_NAME:
+        return "synthetic", ""
+    if name not in BUILTIN_NAMES:
+        return None, "not a built-in name"
+    if data_dir is not None and (Path(data_dir) / name / "train.jsonl").is_file():
+        return "data_dir", ""
+    where = f"no offline copy {name}/train.jsonl in {data_dir}" if data_dir else "no data directory is set"
+    if name not in _HUB:
+        return None, where
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
+        return None, f"{where}, and the hub is off (HF_HUB_OFFLINE)"
+    if importlib.util.find_spec("datasets") is None:
+        return None, f"{where}, and the `datasets` package (for the hub) is not installed"
+    return "hub", ""
 
 
 @lru_cache(maxsize=16)

@@ -279,7 +279,7 @@ def load_llm(name: str) -> LLMEngine:
         except ModelLoadError:
             raise
         except Exception as exc:  # any backend failure becomes a message naming model and reason
-            raise ModelLoadError(name, f"{type(exc).__name__}: {exc}") from exc
+            raise ModelLoadError(name, str(exc) or type(exc).__name__) from exc
         _LLMS[name] = engine
         return engine
 
@@ -302,6 +302,6 @@ def load_embedder(name: str | None = None) -> Embedder:
 
             embedder = build_embedder(info)
         except Exception as exc:
-            raise ModelLoadError(key, f"{type(exc).__name__}: {exc}") from exc
+            raise ModelLoadError(key, str(exc) or type(exc).__name__) from exc
         _EMBEDDERS[key] = embedder
         return embedder

@@ -3,30 +3,48 @@ per process) and datasets (built-in names from ICLAUDIT_DATA_DIR, uploaded ids f
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.audit.runtime import AuditError
+from app.audit.runtime import AuditError, ProgressFn
 from app.db import datasets
 
 if TYPE_CHECKING:
     from app.datasets.types import Dataset
     from app.engines.protocol import Embedder, LLMEngine
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _llms: dict[str, LLMEngine] = {}
 _embedders: dict[str | None, Embedder] = {}
 
 
 class RegistryEngines:
-    """EngineProvider over app.engines.registry; engines are cached for the life of the process."""
+    """EngineProvider over app.engines.registry; engines are cached for the life of the process.
+
+    A model loaded for the first time (the packaged GGUF is converted once, ~15 s) shows the stage
+    `loading model` on the audit through `progress`; loading problems are AuditErrors that say what to fix.
+    """
+
+    def __init__(self, progress: ProgressFn | None = None) -> None:
+        self._progress = progress
+
+    def _loading(self, name: str) -> None:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # no tqdm bars (weights, GGUF conversion) in the service's log
+        if self._progress is not None:
+            self._progress("loading model", 0.0, f"{name} (first use in this process)")
 
     def llm(self, name: str) -> LLMEngine:
-        from app.engines.registry import ModelLoadError, UnknownModel, load_llm
+        from app.engines.registry import ModelLoadError, ModelsFileError, UnknownModel, load_llm
 
+        if name not in _llms:
+            self._loading(name)
         with _lock:
             if name not in _llms:
                 try:
@@ -34,15 +52,26 @@ class RegistryEngines:
                 except UnknownModel as exc:
                     raise AuditError(f"unknown model {name!r} (GET /v1/models lists them)") from exc
                 except ModelLoadError as exc:
-                    raise AuditError(f"model {name!r} could not be loaded: {exc}") from exc
+                    raise AuditError(str(exc)) from exc
+                except ModelsFileError as exc:
+                    raise AuditError(f"the models file (ICLAUDIT_MODELS_FILE) is invalid: {exc}") from exc
             return _llms[name]
 
     def embedder(self, name: str | None = None) -> Embedder:
-        from app.engines.registry import load_embedder
+        from app.engines.registry import ModelLoadError, ModelsFileError, UnknownModel, load_embedder
 
+        if name not in _embedders:
+            self._loading(name or "the sentence embedder")
         with _lock:
             if name not in _embedders:
-                _embedders[name] = load_embedder() if name is None else load_embedder(name)  # type: ignore[call-arg]
+                try:
+                    _embedders[name] = load_embedder() if name is None else load_embedder(name)  # type: ignore[call-arg]
+                except UnknownModel as exc:
+                    raise AuditError(
+                        f"unknown embedder {exc.name!r}; registered: {', '.join(exc.known)}"
+                    ) from exc
+                except (ModelLoadError, ModelsFileError) as exc:
+                    raise AuditError(str(exc)) from exc
             return _embedders[name]
 
 
@@ -67,7 +96,19 @@ class TenantDatasets:
         from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME, load_builtin
 
         if name in BUILTIN_NAMES or name == SYNTHETIC_NAME:
-            return load_builtin(name, self._data_dir)
+            from app.datasets.builtin import UnknownDataset
+
+            try:
+                return load_builtin(name, self._data_dir)
+            except UnknownDataset as exc:
+                raise AuditError(
+                    f"{exc}; an operator sets ICLAUDIT_DATA_DIR to a directory holding {name}/train.jsonl "
+                    "and test.jsonl (GET /v1/datasets lists what is available)"
+                ) from exc
+            except (OSError, ValueError) as exc:
+                raise AuditError(
+                    f"the offline copy of {name!r} in ICLAUDIT_DATA_DIR cannot be read: {exc}"
+                ) from exc
         with self._sessions() as session:
             row = datasets.get_dataset(session, tenant_id=self._tenant_id, dataset_id=name)
             if row is None:
@@ -81,3 +122,20 @@ class TenantDatasets:
             return parse_dataset(content, fmt=fmt, name=ds_name, max_rows=self._max_rows)
         except DatasetValidationError as exc:
             raise AuditError(f"uploaded dataset {name!r} no longer parses: {exc.message}") from exc
+
+
+def preload_in_background(name: str) -> threading.Thread:
+    """Load model `name` in a daemon thread, as a worker does at start-up, so that the embedded default's
+    first audit does not wait for it (an audit that needs it meanwhile waits on the engine lock and shows
+    `loading model`). A failure is logged; the audit that needs the model then fails with the reason."""
+
+    def load() -> None:
+        try:
+            RegistryEngines().llm(name)
+            log.info("model %s loaded", name)
+        except AuditError as exc:
+            log.warning("could not preload the default model: %s", exc)
+
+    thread = threading.Thread(target=load, name=f"preload-{name}", daemon=True)
+    thread.start()
+    return thread

@@ -33,6 +33,18 @@ class DatasetResource(BaseModel):
     created_at: datetime
 
 
+class BuiltinDataset(BaseModel):
+    name: str = Field(description="Use it as `dataset` in an audit request.")
+    available: bool = Field(description="Whether this server can load it now.")
+    source: Literal["synthetic", "data_dir", "hub"] | None = Field(
+        description="synthetic: generated; data_dir: an offline copy in ICLAUDIT_DATA_DIR; hub: downloaded."
+    )
+    reason: str = Field(description="Why it is unavailable (empty when available).")
+
+
 class DatasetList(BaseModel):
-    datasets: list[DatasetResource]
+    datasets: list[DatasetResource] = Field(description="Your uploaded datasets.")
     next_page_token: str | None
+    builtins: list[BuiltinDataset] = Field(
+        default_factory=list, description="The built-in datasets and whether each can be loaded here."
+    )

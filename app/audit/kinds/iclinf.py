@@ -152,6 +152,14 @@ def run(request: Request, ctx: RunContext) -> dict:
         ctx.progress("iclinf", (j + 1) / m, f"query {j + 1}/{m}")
 
     summary = summarize(losses)
+    chance = 1.0 / len(dataset.labels)
+    warnings = []
+    if correct / m < chance:
+        warnings.append(
+            f"accuracy {correct / m:.3g} is below chance ({chance:.3g} = 1/{len(dataset.labels)} labels): the "
+            "model does not solve this task in context, so its ICLInf says little about what it learns from "
+            "the exemplars."
+        )
     forward_passes = engine.counters.forward_passes - passes_before
     if ctx.on_counters is not None:
         ctx.on_counters({"forward_passes": forward_passes})
@@ -171,6 +179,8 @@ def run(request: Request, ctx: RunContext) -> dict:
         "per_position": list(summary.per_position),
         "per_query": list(summary.per_query),
         "accuracy": correct / m,
+        "chance_accuracy": chance,
+        "warnings": warnings,
         "llm_forward_passes": forward_passes,
         "forward_passes_per_query": forward_passes / m,
     }
