@@ -18,6 +18,7 @@ from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import require_head
 from app.jobs.executors import Sweeper, make_executor
+from app.jobs.providers import preload_in_background
 from app.ui.routes import install_ui
 
 log = logging.getLogger("iclaudit")
@@ -47,6 +48,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.executor = executor
         sweeper = Sweeper(session_factory=session_factory, executor=executor, settings=settings)
         sweeper.start()
+        if settings.executor == "inline" and settings.preload_models:
+            preload_in_background(settings.default_model)  # as a worker does at start-up
         app.state.audit_watch = watch = AuditWatch(session_factory)  # wakes long-polls and /events
         await watch.start()
         log.info("iclaudit ready: database %s, executor %s", engine.url.render_as_string(), settings.executor)

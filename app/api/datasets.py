@@ -13,7 +13,7 @@ from starlette.datastructures import UploadFile
 from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError, validation_details
 from app.db import datasets as dataset_rows
-from app.schemas.datasets import DatasetList, DatasetResource, DatasetRows
+from app.schemas.datasets import BuiltinDataset, DatasetList, DatasetResource, DatasetRows
 from app.schemas.errors import ErrorResponse, FieldViolation
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
@@ -147,14 +147,26 @@ async def upload_dataset(
 def list_datasets(
     session: SessionDep,
     tenant: TenantDep,
+    settings: SettingsDep,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
     page_token: str | None = None,
 ) -> DatasetList:
+    """Your uploads (keyset pages), and the built-in names with whether this server can load each."""
+    from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME, availability
+
+    builtins = []
+    for name in (SYNTHETIC_NAME, *BUILTIN_NAMES):
+        source, reason = availability(name, settings.data_dir)
+        builtins.append(
+            BuiltinDataset(name=name, available=source is not None, source=source, reason=reason)  # type: ignore[arg-type]
+        )
     page = dataset_rows.list_datasets(
         session, tenant_id=tenant.id, page_size=page_size, page_token=page_token
     )
     return DatasetList(
-        datasets=[DatasetResource.model_validate(r) for r in page.items], next_page_token=page.next_page_token
+        datasets=[DatasetResource.model_validate(r) for r in page.items],
+        next_page_token=page.next_page_token,
+        builtins=builtins,
     )
 
 

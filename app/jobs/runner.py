@@ -62,7 +62,7 @@ def run_audit(
     )
     ctx = RunContext(
         progress=progress,
-        engines=engines or RegistryEngines(),
+        engines=engines or RegistryEngines(progress=progress),
         datasets=TenantDatasets(
             session_factory=session_factory,
             tenant_id=tenant_id,

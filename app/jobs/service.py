@@ -39,6 +39,23 @@ def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
     return name in BUILTIN_NAMES or name == SYNTHETIC_NAME
 
 
+def check_builtin_available(name: str, settings: Settings) -> None:
+    """A built-in dataset this server cannot load is refused at submit (422 naming ICLAUDIT_DATA_DIR),
+    not accepted and FAILED later."""
+    from app.datasets.builtin import BUILTIN_NAMES, availability
+
+    if name not in BUILTIN_NAMES:
+        return
+    source, reason = availability(name, settings.data_dir)
+    if source is None:
+        raise Rejected(
+            "$.dataset",
+            f"The built-in dataset {name!r} is not available on this server ({reason}). An operator sets "
+            f"ICLAUDIT_DATA_DIR to a directory holding {name}/train.jsonl and {name}/test.jsonl; or use "
+            "synthetic_records, or upload a dataset (POST /v1/datasets). GET /v1/datasets lists what is available.",
+        )
+
+
 def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings) -> None:
     """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist."""
     trials = getattr(request, "trials", None)
@@ -59,6 +76,8 @@ def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase
             f"Unknown dataset {request.dataset!r}: give a built-in name or the id of a dataset you uploaded "
             "(GET /v1/datasets).",
         )
+    if request.dataset is not None:
+        check_builtin_available(request.dataset, settings)
     endpoint = getattr(getattr(request, "mechanism", None), "endpoint", None)
     if endpoint is not None:
         try:
