@@ -7,6 +7,8 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import anyio
+from anyio import to_thread
 from fastapi import Depends, FastAPI
 
 from app.api import accounting, audits, datasets, health, metrics, models
@@ -31,11 +33,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.sqlalchemy_url)
+        # Requests and jobs (runner, heartbeat, sweep) never share a pool. A request holds a session only
+        # while it holds one of api_concurrency slots (app/api/deps.py), and the pool has a connection for
+        # each slot, so no thread ever waits for a connection; the rest wait for a slot, on the event loop.
+        engine = make_engine(
+            settings.sqlalchemy_url,
+            pool_size=settings.api_concurrency,
+            max_overflow=4,
+            pool_timeout=settings.api_queue_seconds,
+            connect_retry_seconds=1.0,
+            name="iclaudit-api",
+        )
         require_head(engine)
         session_factory = make_session_factory(engine)
+        jobs_engine = make_engine(
+            settings.sqlalchemy_url,
+            pool_size=2 * settings.inline_workers + 2 if settings.executor == "inline" else 2,
+            max_overflow=4,
+            connect_retry_seconds=5.0,
+            name="iclaudit-jobs",
+        )
+        jobs_session_factory = make_session_factory(jobs_engine)
         app.state.settings = settings
         app.state.session_factory = session_factory
+        app.state.jobs_session_factory = jobs_session_factory
+        app.state.db_slots = anyio.Semaphore(settings.api_concurrency)
+        to_thread.current_default_thread_limiter().total_tokens = settings.api_concurrency + 8
         if not settings.auth_enabled:
             with session_factory.begin() as session:
                 app.state.default_tenant_id = keys.get_or_create_tenant(session, DEFAULT_TENANT).id
@@ -44,9 +67,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "Never expose this server beyond localhost.",
                 DEFAULT_TENANT,
             )
-        executor = make_executor(settings=settings, session_factory=session_factory)
+        executor = make_executor(settings=settings, session_factory=jobs_session_factory)
         app.state.executor = executor
-        sweeper = Sweeper(session_factory=session_factory, executor=executor, settings=settings)
+        sweeper = Sweeper(session_factory=jobs_session_factory, executor=executor, settings=settings)
         sweeper.start()
         if settings.executor == "inline" and settings.preload_models:
             preload_in_background(settings.default_model)  # as a worker does at start-up
@@ -59,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await watch.stop()
             sweeper.stop()
             executor.close()
+            jobs_engine.dispose()
             engine.dispose()
 
     app = FastAPI(

@@ -1,23 +1,44 @@
-"""Tasks are doorways: the id in, app.jobs.runner.run_audit does the rest."""
+"""Tasks are doorways: the id in, app.jobs.runner.run_audit does the rest.
+
+The worker's engine is its own (a runner and its heartbeat thread: a pool of 2 + 2) and retries opening
+connections through a database restart. If the database stays away longer than ICLAUDIT_DB_RETRY_SECONDS
+before the audit could even be claimed, the message is sent again with a delay (Celery's retry), so the
+audit is neither lost nor failed.
+"""
 
 from __future__ import annotations
 
+import logging
 from functools import cache
 
+from celery import Task
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import get_settings
 from app.db.engine import make_engine, make_session_factory
+from app.db.retry import is_transient, short_reason
 from app.jobs.broker import TASK_NAME
 from app.jobs.runner import run_audit as run_audit_by_id
 from workers.celery_app import celery_app
 
+log = logging.getLogger(__name__)
+
 
 @cache
 def _session_factory() -> sessionmaker[Session]:
-    return make_session_factory(make_engine(get_settings().sqlalchemy_url))
+    settings = get_settings()
+    engine = make_engine(
+        settings.sqlalchemy_url, pool_size=2, max_overflow=2, connect_retry_seconds=5, name="iclaudit-worker"
+    )
+    return make_session_factory(engine)
 
 
-@celery_app.task(name=TASK_NAME)
-def run_audit(audit_id: str) -> None:
-    run_audit_by_id(audit_id, session_factory=_session_factory(), settings=get_settings())
+@celery_app.task(name=TASK_NAME, bind=True, max_retries=None)
+def run_audit(self: Task, audit_id: str) -> None:
+    try:
+        run_audit_by_id(audit_id, session_factory=_session_factory(), settings=get_settings())
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        log.warning("audit %s: database unavailable (%s); sent again in 5 s", audit_id, short_reason(exc))
+        raise self.retry(countdown=5) from exc

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
+from anyio import to_thread
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
@@ -12,16 +15,38 @@ from app.api.errors import ApiError
 from app.config import Settings
 from app.db import keys
 from app.db.models import Tenant
+from app.db.retry import short_reason
 from app.jobs.executors import Executor
+
+log = logging.getLogger(__name__)
 
 
 def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    with request.app.state.session_factory() as session:
-        yield session
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """A session, while holding one of ICLAUDIT_API_CONCURRENCY slots. Waiting for a slot costs no thread
+    and no connection; past ICLAUDIT_API_QUEUE_SECONDS the answer is 503 with Retry-After. The pool has a
+    connection per slot, so a request never waits for one while holding a thread (no pool stall)."""
+    slots: anyio.Semaphore = request.app.state.db_slots
+    acquired = False
+    with anyio.move_on_after(request.app.state.settings.api_queue_seconds):
+        await slots.acquire()
+        acquired = True
+    if not acquired:
+        raise ApiError(503, "The service is busy; retry in a moment.", headers={"Retry-After": "1"})
+    try:
+        session = request.app.state.session_factory()
+        try:
+            yield session
+        finally:
+            try:
+                await to_thread.run_sync(session.close)
+            except Exception as exc:  # a connection that died under us: the pool replaces it
+                log.warning("session close failed (%s)", short_reason(exc))
+    finally:
+        slots.release()
 
 
 def get_executor(request: Request) -> Executor:

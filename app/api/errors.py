@@ -3,17 +3,25 @@ a sentence a person understands and, for bad input, the JSON path of each offend
 
 from __future__ import annotations
 
+import logging
+import re
+import uuid
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.audit.kinds.registry import KINDS
+from app.db.retry import is_transient, short_reason
 from app.db.scoping import InvalidPageToken
 from app.jobs.service import Conflict, Rejected
 from app.schemas.errors import ErrorBody, ErrorResponse, FieldViolation
+
+log = logging.getLogger(__name__)
 
 _STATUS = {
     400: "INVALID_ARGUMENT",
@@ -31,11 +39,18 @@ _STATUS = {
 
 
 class ApiError(Exception):
-    def __init__(self, code: int, message: str, details: list[FieldViolation] | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        details: list[FieldViolation] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.details = details or []
+        self.headers = headers or {}
 
 
 def error_response(
@@ -98,7 +113,55 @@ def validation_details(errors: list[dict[str, Any]]) -> list[FieldViolation]:
     return details
 
 
+def reference(request: Request) -> str:
+    """The caller's `X-Request-Id` (if sane) or a fresh id: quoted in the answer, logged with the cause."""
+    given = request.headers.get("x-request-id", "")
+    return given if re.fullmatch(r"[A-Za-z0-9._-]{1,64}", given) else uuid.uuid4().hex[:16]
+
+
+class CloseOnServerError:
+    """`Connection: close` on every 5xx, so a client's next request on a keep-alive connection goes out on
+    a fresh one instead of being reset."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] >= 500:
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, send_closing)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    """Handlers for every error the API answers; database outages are 503 with Retry-After, any other
+    failure a 500 in the same shape. Neither ever shows SQL, parameters or a stack trace: the cause is
+    logged with the request's reference, which the answer quotes."""
+    app.add_middleware(CloseOnServerError)
+
+    @app.exception_handler(SQLAlchemyError)
+    async def _database(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        ref = reference(request)
+        if is_transient(exc):
+            log.warning("request %s %s: database unavailable (%s)", ref, request.url.path, short_reason(exc))
+            message = f"The database is unavailable for a moment; retry shortly (reference {ref})."
+            return error_response(503, message, **{"Retry-After": "1", "X-Request-Id": ref})
+        log.error("request %s %s failed", ref, request.url.path, exc_info=exc)
+        return _internal_error(ref)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        ref = reference(request)
+        log.error("request %s %s failed", ref, request.url.path, exc_info=exc)
+        return _internal_error(ref)
+
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         details = validation_details(list(exc.errors()))
@@ -125,7 +188,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.code == 401 else {}
-        return error_response(exc.code, exc.message, exc.details, **headers)
+        return error_response(exc.code, exc.message, exc.details, **headers, **exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -133,3 +196,8 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":
             message = "No such endpoint."
         return error_response(exc.status_code, message)
+
+
+def _internal_error(ref: str) -> JSONResponse:
+    message = f"Internal error (reference {ref}); the operator's log has the details."
+    return error_response(500, message, **{"Connection": "close", "X-Request-Id": ref})

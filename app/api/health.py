@@ -10,7 +10,8 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
+    """Liveness: answered on the event loop, with no thread, no slot and no database."""
     return {"status": "ok"}
 
 

@@ -182,19 +182,35 @@ def release_audit(session: Session, *, audit_id: str, attempt: int) -> bool:
     res = session.execute(
         update(Audit)
         .where(_mine(audit_id, attempt))
-        .values(state=AuditState.PENDING, enqueued_at=None, progress_stage="queued")
+        .values(state=AuditState.PENDING, enqueued_at=None, queue_epoch=None, progress_stage="queued")
         .execution_options(synchronize_session=False)
     )
     return res.rowcount == 1  # type: ignore[attr-defined]
 
 
+def holds_outcome(session: Session, *, audit_id: str, attempt: int, state: AuditState) -> bool:
+    """True when the row already shows this attempt's terminal `state`: a retried `finish_audit` whose
+    first commit got through although its answer was lost."""
+    query = select(func.count()).where(Audit.id == audit_id, Audit.attempt == attempt, Audit.state == state)
+    return session.scalar(query) == 1
+
+
 # --- the sweep ------------------------------------------------------------------------------------------
 
 
-def cancel_stale_and_list_lost(session: Session, *, stale_before: datetime, limit: int = 100) -> list[str]:
-    """The sweep's one query. Stale RUNNING audits whose cancel was asked end CANCELLED; returns the ids to
-    re-enqueue: PENDING not enqueued since `stale_before`, RUNNING with a stale heartbeat (its worker died)
-    and not re-enqueued since."""
+def cancel_stale_and_list_lost(
+    session: Session, *, stale_before: datetime, queue_epoch: str, limit: int = 100
+) -> list[str]:
+    """The sweep's one query. Stale RUNNING audits whose cancel was asked end CANCELLED; returns the ids
+    whose message is lost, to re-enqueue:
+
+    - PENDING never enqueued (the broker was down at submit, or it was released at shutdown), or enqueued
+      into another incarnation of the queue (`queue_epoch`: a broker restarted empty, a new inline process);
+      a PENDING audit waiting in the current queue is left alone however long it waits, so a backlog is
+      never duplicated;
+    - RUNNING with a heartbeat older than `stale_before` (its worker died) and not enqueued into the current
+      queue since that attempt started: one new message per dead attempt.
+    """
     now = utcnow()
     session.execute(
         update(Audit)
@@ -206,14 +222,17 @@ def cancel_stale_and_list_lost(session: Session, *, stale_before: datetime, limi
         .values(state=AuditState.CANCELLED, finished_at=now, progress_stage="cancelled")
         .execution_options(synchronize_session=False)
     )
-    not_recently_enqueued = or_(Audit.enqueued_at.is_(None), Audit.enqueued_at < stale_before)
+    other_queue = or_(Audit.queue_epoch.is_(None), Audit.queue_epoch != queue_epoch)
     query = (
         select(Audit.id)
         .where(
-            not_recently_enqueued,
             or_(
-                Audit.state == AuditState.PENDING,
-                and_(Audit.state == AuditState.RUNNING, Audit.heartbeat_at < stale_before),
+                and_(Audit.state == AuditState.PENDING, other_queue),
+                and_(
+                    Audit.state == AuditState.RUNNING,
+                    Audit.heartbeat_at < stale_before,
+                    or_(other_queue, Audit.enqueued_at.is_(None), Audit.enqueued_at < Audit.started_at),
+                ),
             ),
         )
         .order_by(Audit.created_at)
@@ -222,12 +241,13 @@ def cancel_stale_and_list_lost(session: Session, *, stale_before: datetime, limi
     return list(session.scalars(query))
 
 
-def mark_enqueued(session: Session, audit_ids: Sequence[str]) -> None:
+def mark_enqueued(session: Session, audit_ids: Sequence[str], *, queue_epoch: str) -> None:
+    """The audits' messages are now in the queue incarnation `queue_epoch`."""
     if audit_ids:
         session.execute(
             update(Audit)
             .where(Audit.id.in_(list(audit_ids)))
-            .values(enqueued_at=utcnow())
+            .values(enqueued_at=utcnow(), queue_epoch=queue_epoch)
             .execution_options(synchronize_session=False)
         )
 

@@ -2,33 +2,79 @@
 
 SQLite gets WAL journaling, foreign keys and a busy timeout on every connection so that the API and the
 in-process executor's threads can share one file.
+
+Each process opens separate engines for separate callers (the API's requests; the runner, heartbeat and
+sweep), so that one can never exhaust the other's pool. Every engine checks a pooled connection before
+use (`pool_pre_ping`), so a connection broken by a database restart is replaced instead of failing the
+next query, and retries opening a connection while the server restarts (`connect_retry_seconds`).
+Postgres sessions get `lock_timeout`, so a write stuck behind a held row lock fails (transiently) instead
+of waiting for ever.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.db.retry import retrying
 
-def make_engine(url: str) -> Engine:
-    """An engine for `url`; for a SQLite file its directory is created and the pragmas set per connection."""
+LOCK_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT_S = 5
+
+
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 5,
+    max_overflow: int = 5,
+    pool_timeout: float = 30.0,
+    connect_retry_seconds: float = 0.0,
+    name: str = "iclaudit",
+) -> Engine:
+    """An engine for `url` with a pool of `pool_size` (+ `max_overflow`) connections; for a SQLite file
+    its directory is created and the pragmas set per connection."""
     parsed = make_url(url)
+    pooling: dict[str, Any] = {
+        "pool_size": pool_size,
+        "max_overflow": max_overflow,
+        "pool_timeout": pool_timeout,
+        "pool_pre_ping": True,
+    }
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
-    if parsed.database and parsed.database != ":memory:":
-        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(
+            url,
+            connect_args={
+                "connect_timeout": CONNECT_TIMEOUT_S,
+                "application_name": name,
+                "options": f"-c lock_timeout={LOCK_TIMEOUT_MS}",
+            },
+            **pooling,
+        )
+    else:
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pooling)
 
-    @event.listens_for(engine, "connect")
-    def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
-        cursor.close()
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.close()
+
+    if connect_retry_seconds > 0:
+
+        @event.listens_for(engine, "do_connect")
+        def _connect_with_retry(dialect, _record, cargs, cparams):  # type: ignore[no-untyped-def]
+            for attempt in retrying(connect_retry_seconds, what=f"{name}: connect"):
+                with attempt:
+                    return dialect.connect(*cargs, **cparams)
+            return None  # pragma: no cover
 
     return engine
 

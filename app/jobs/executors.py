@@ -1,15 +1,21 @@
 """Where audits run: `inline` (a thread pool inside the API process, the embedded default) or `celery`
 (a task carrying only the audit id, picked up by `iclaudit worker`). Both end in app.jobs.runner.run_audit.
 
-The sweep (`requeue`) re-enqueues PENDING audits that were never (or long ago) enqueued and RUNNING ones
-whose heartbeat went stale (their worker died); the API process runs it at start-up and every
-ICLAUDIT_SWEEP_SECONDS. Re-enqueueing is safe: the runner's claim lets only one attempt run.
+Every executor has a queue epoch, a name for the incarnation of its queue: a fresh id per inline process,
+and for Celery a key kept in the broker's Redis (`iclaudit:queue-epoch`; a broker restarted empty has a new
+one). `enqueue` records the epoch on each audit it sends. The sweep (`requeue`) re-enqueues only what is
+lost — PENDING audits never enqueued or enqueued into another epoch, and RUNNING ones whose heartbeat went
+stale (their worker died) and were not re-enqueued since — so a backlog waiting in a live queue is never
+duplicated. The API process runs it at start-up and every ICLAUDIT_SWEEP_SECONDS. Re-enqueueing is safe:
+the runner's claim lets only one attempt run.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
@@ -17,12 +23,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import audits
+from app.db.retry import in_transaction, is_transient, short_reason
 from app.jobs.broker import TASK_NAME
 
 log = logging.getLogger(__name__)
 
 
+EPOCH_KEY = "iclaudit:queue-epoch"
+
+
 class Executor(Protocol):
+    def epoch(self) -> str:
+        """The current incarnation of the queue (raises while the broker is unreachable)."""
+        ...
+
     def submit(self, audit_id: str) -> None: ...
 
     def close(self) -> None: ...
@@ -37,17 +51,30 @@ class InlineExecutor:
         self._settings = settings
         self._stopping = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=settings.inline_workers, thread_name_prefix="audit")
+        self._epoch = f"inline-{uuid.uuid4().hex}"
+
+    def epoch(self) -> str:
+        return self._epoch
 
     def submit(self, audit_id: str) -> None:
+        self._pool.submit(self._run, audit_id)
+
+    def _run(self, audit_id: str) -> None:
+        """run_audit, tried again every 2 s while the database keeps its claim from being made."""
         from app.jobs.runner import run_audit
 
-        self._pool.submit(
-            run_audit,
-            audit_id,
-            session_factory=self._sessions,
-            settings=self._settings,
-            stopping=self._stopping,
-        )
+        while not self._stopping.is_set():
+            try:
+                run_audit(
+                    audit_id, session_factory=self._sessions, settings=self._settings, stopping=self._stopping
+                )
+                return
+            except Exception as exc:
+                if not is_transient(exc):
+                    log.exception("audit %s: the runner failed", audit_id)
+                    return
+                log.warning("audit %s: database unavailable (%s); trying again", audit_id, short_reason(exc))
+                self._stopping.wait(2.0)
 
     def close(self) -> None:
         self._stopping.set()
@@ -61,6 +88,17 @@ class CeleryExecutor:
         from app.jobs.broker import create_celery
 
         self._celery = create_celery(settings)
+        self._broker_url = settings.broker_url
+
+    def epoch(self) -> str:
+        import redis
+
+        client = redis.Redis.from_url(self._broker_url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            client.set(EPOCH_KEY, uuid.uuid4().hex, nx=True)
+            return client.get(EPOCH_KEY).decode()  # type: ignore[union-attr]
+        finally:
+            client.close()
 
     def submit(self, audit_id: str) -> None:
         self._celery.send_task(TASK_NAME, args=[audit_id])
@@ -77,21 +115,56 @@ def make_executor(*, settings: Settings, session_factory: sessionmaker[Session])
     return InlineExecutor(session_factory=session_factory, settings=settings)
 
 
+def _send(executor: Executor, audit_ids: Sequence[str]) -> list[str]:
+    sent = []
+    for audit_id in audit_ids:
+        try:
+            executor.submit(audit_id)
+        except Exception:
+            log.exception("could not enqueue audit %s; the sweep will retry", audit_id)
+            continue
+        sent.append(audit_id)
+    return sent
+
+
+def enqueue(session: Session, executor: Executor, audit_ids: Sequence[str]) -> list[str]:
+    """Send each audit's message and record the queue epoch that holds it (the caller commits). A send
+    that fails leaves the audit unmarked, for the sweep. Returns the ids sent. The epoch is read before
+    sending: if the queue restarts in between, the audit is at worst sent twice, never lost."""
+    try:
+        epoch = executor.epoch()
+    except Exception as exc:
+        log.warning("queue unreachable (%s); the sweep will enqueue %d audit(s)", exc, len(audit_ids))
+        return []
+    sent = _send(executor, audit_ids)
+    audits.mark_enqueued(session, sent, queue_epoch=epoch)
+    return sent
+
+
 def requeue(
-    *, session_factory: sessionmaker[Session], executor: Executor, stale_after_seconds: float
+    *,
+    session_factory: sessionmaker[Session],
+    executor: Executor,
+    stale_after_seconds: float,
+    retry_seconds: float = 10.0,
 ) -> list[str]:
-    """One sweep: enqueue every PENDING/stale-RUNNING audit not enqueued within `stale_after_seconds`."""
-    with session_factory.begin() as session:
-        ids = audits.cancel_stale_and_list_lost(
-            session, stale_before=audits.stale_cutoff(stale_after_seconds)
-        )
-    for audit_id in ids:
-        executor.submit(audit_id)
-        with session_factory.begin() as session:
-            audits.mark_enqueued(session, [audit_id])
-    if ids:
-        log.info("sweep re-enqueued %d audit(s): %s", len(ids), ", ".join(ids))
-    return ids
+    """One sweep: enqueue every audit whose message is lost (`audits.cancel_stale_and_list_lost`)."""
+    epoch = executor.epoch()
+
+    def lost(session: Session) -> list[str]:
+        stale_before = audits.stale_cutoff(stale_after_seconds)
+        return audits.cancel_stale_and_list_lost(session, stale_before=stale_before, queue_epoch=epoch)
+
+    sent = _send(executor, in_transaction(session_factory, lost, max_seconds=retry_seconds, what="sweep"))
+    in_transaction(
+        session_factory,
+        lambda session: audits.mark_enqueued(session, sent, queue_epoch=epoch),
+        max_seconds=retry_seconds,
+        what="sweep: mark enqueued",
+    )
+    if sent:
+        log.info("sweep re-enqueued %d audit(s): %s", len(sent), ", ".join(sent))
+    return sent
 
 
 class Sweeper:
@@ -121,7 +194,12 @@ class Sweeper:
                     executor=self._executor,
                     stale_after_seconds=self._settings.stale_after_seconds,
                 )
-            except Exception:
-                log.exception("sweep failed; retrying in %.0f s", self._settings.sweep_seconds)
+            except Exception as exc:
+                log.warning(
+                    "sweep failed (%s); retrying in %.0f s",
+                    short_reason(exc),
+                    self._settings.sweep_seconds,
+                    exc_info=not is_transient(exc),
+                )
             if self._done.wait(self._settings.sweep_seconds):
                 return

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,7 +21,15 @@ from app.audit.runtime import AuditCancelled, AuditError, EngineProvider, RunCon
 from app.config import Settings
 from app.db import audits
 from app.db.models import Audit, AuditState
-from app.jobs.progress import ClaimLost, DbProgress, DeadlineExceeded, Heartbeat, ServiceStopping
+from app.db.retry import in_transaction, is_transient, short_reason
+from app.jobs.progress import (
+    ClaimLost,
+    DbProgress,
+    DeadlineExceeded,
+    Heartbeat,
+    ServiceStopping,
+    lease_seconds,
+)
 from app.jobs.providers import RegistryEngines, TenantDatasets
 
 log = logging.getLogger(__name__)
@@ -41,16 +51,23 @@ def run_audit(
     stopping: threading.Event | None = None,
 ) -> AuditState | None:
     """Run one audit to a terminal state. Returns that state, or None when it was not ours to run
-    (already finished, cancelled, or held by a live attempt) or the service stopped mid-way."""
-    with session_factory.begin() as session:
-        attempt = audits.claim_audit(
-            session, audit_id=audit_id, stale_before=audits.stale_cutoff(settings.stale_after_seconds)
-        )
+    (already finished, cancelled, or held by a live attempt), or the service stopped or the database went
+    away mid-way (the audit is back to PENDING, or its stale heartbeat gets it re-run). Raises a transient
+    database error only when the claim itself failed for ICLAUDIT_DB_RETRY_SECONDS (the executor retries)."""
+
+    def claim(session: Session) -> tuple[int, str, str, dict[str, Any]] | None:
+        stale_before = audits.stale_cutoff(settings.stale_after_seconds)
+        attempt = audits.claim_audit(session, audit_id=audit_id, stale_before=stale_before)
         audit = session.get(Audit, audit_id) if attempt is not None else None
-        if audit is None or attempt is None:
-            log.info("audit %s not claimed (finished, cancelled or held by a live attempt)", audit_id)
-            return None
-        kind, tenant_id, request_json = audit.kind, audit.tenant_id, audit.request
+        return None if audit is None or attempt is None else (attempt, audit.kind, audit.tenant_id, audit.request)
+
+    claimed = in_transaction(
+        session_factory, claim, max_seconds=settings.db_retry_seconds, what=f"audit {audit_id}: claim"
+    )
+    if claimed is None:
+        log.info("audit %s not claimed (finished, cancelled or held by a live attempt)", audit_id)
+        return None
+    attempt, kind, tenant_id, request_json = claimed
     log.info("audit %s (%s) claimed, attempt %d", audit_id, kind, attempt)
 
     progress = DbProgress(
@@ -59,6 +76,9 @@ def run_audit(
         attempt=attempt,
         max_seconds=settings.max_audit_seconds,
         stopping=stopping,
+        lease=lease_seconds(
+            stale_after_seconds=settings.stale_after_seconds, heartbeat_seconds=settings.heartbeat_seconds
+        ),
     )
     ctx = RunContext(
         progress=progress,
@@ -71,40 +91,44 @@ def run_audit(
         ),
         egress=settings.endpoint_egress,
     )
-    state, result, error = AuditState.FAILED, None, None
-    try:
-        with Heartbeat(
-            session_factory=session_factory,
-            audit_id=audit_id,
-            attempt=attempt,
-            interval=settings.heartbeat_seconds,
-            progress=progress,
-        ):
-            module = kind_module(kind)
-            request = module.Request.model_validate(request_json)
-            result = _json_result(module.run(request, ctx))
-            state = AuditState.SUCCEEDED
-    except ClaimLost:
-        log.warning("audit %s attempt %d lost its claim; another attempt owns it", audit_id, attempt)
-        return None
-    except ServiceStopping:
-        with session_factory.begin() as session:
-            audits.release_audit(session, audit_id=audit_id, attempt=attempt)
-        log.warning("audit %s attempt %d interrupted by shutdown; back to PENDING", audit_id, attempt)
-        return None
-    except DeadlineExceeded as exc:
-        error = {"code": "DEADLINE_EXCEEDED", "message": str(exc)}
-    except AuditCancelled:
-        state = AuditState.CANCELLED
-    except AuditError as exc:
-        error = {"code": "AUDIT_ERROR", "message": str(exc)}
-    except Exception as exc:
-        log.exception("audit %s attempt %d failed", audit_id, attempt)
-        error = {"code": "INTERNAL", "message": f"{type(exc).__name__}: {exc}"}
-    with session_factory.begin() as session:
-        written = audits.finish_audit(
-            session, audit_id=audit_id, attempt=attempt, state=state, result=result, error=error
-        )
+    def release(session: Session) -> bool:
+        return audits.release_audit(session, audit_id=audit_id, attempt=attempt)
+
+    with Heartbeat(
+        session_factory=session_factory,
+        audit_id=audit_id,
+        attempt=attempt,
+        interval=settings.heartbeat_seconds,
+        progress=progress,
+    ):
+        try:
+            state, result, error = _compute(kind, request_json, ctx)
+        except ClaimLost:
+            log.warning("audit %s attempt %d lost its claim; another attempt owns it", audit_id, attempt)
+            return None
+        except ServiceStopping:
+            _write(session_factory, settings, audit_id, attempt, "release", release)
+            log.warning("audit %s attempt %d interrupted by shutdown; back to PENDING", audit_id, attempt)
+            return None
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            # not the audit's fault: give it back for a fresh attempt (the sweep re-enqueues it)
+            log.warning(
+                "audit %s attempt %d: database unavailable (%s); back to PENDING",
+                audit_id,
+                attempt,
+                short_reason(exc),
+            )
+            _write(session_factory, settings, audit_id, attempt, "release", release)
+            return None
+
+        def finish(session: Session) -> bool:
+            return audits.finish_audit(
+                session, audit_id=audit_id, attempt=attempt, state=state, result=result, error=error
+            ) or audits.holds_outcome(session, audit_id=audit_id, attempt=attempt, state=state)
+
+        written = _write(session_factory, settings, audit_id, attempt, "finish", finish)
     if not written:
         log.warning(
             "audit %s attempt %d finished but no longer held the claim; outcome dropped", audit_id, attempt
@@ -112,3 +136,50 @@ def run_audit(
         return None
     log.info("audit %s attempt %d → %s", audit_id, attempt, state)
     return state
+
+
+def _compute(
+    kind: str, request_json: dict[str, Any], ctx: RunContext
+) -> tuple[AuditState, dict[str, Any] | None, dict[str, Any] | None]:
+    """(state, result, error) for the audit's own outcome. Raises ClaimLost, ServiceStopping and transient
+    database errors, which are not the audit's outcome."""
+    try:
+        module = kind_module(kind)
+        request = module.Request.model_validate(request_json)
+        return AuditState.SUCCEEDED, _json_result(module.run(request, ctx)), None
+    except (ClaimLost, ServiceStopping):
+        raise
+    except DeadlineExceeded as exc:
+        return AuditState.FAILED, None, {"code": "DEADLINE_EXCEEDED", "message": str(exc)}
+    except AuditCancelled:
+        return AuditState.CANCELLED, None, None
+    except AuditError as exc:
+        return AuditState.FAILED, None, {"code": "AUDIT_ERROR", "message": str(exc)}
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        reference = uuid.uuid4().hex[:12]
+        log.exception("audit failed with an internal error (reference %s)", reference)
+        message = f"The audit failed with an internal error (reference {reference}); the operator's log has it."
+        return AuditState.FAILED, None, {"code": "INTERNAL", "message": message}
+
+
+def _write(
+    session_factory: sessionmaker[Session],
+    settings: Settings,
+    audit_id: str,
+    attempt: int,
+    what: str,
+    write: Callable[[Session], bool],
+) -> bool:
+    """An attempt-guarded write, retried through transient errors for ICLAUDIT_DB_RETRY_SECONDS; False
+    when the claim is lost or the database stayed away (the stale heartbeat then gets it re-run)."""
+    try:
+        return in_transaction(
+            session_factory, write, max_seconds=settings.db_retry_seconds, what=f"audit {audit_id}: {what}"
+        )
+    except Exception as exc:
+        if not is_transient(exc):
+            raise
+        log.error("audit %s attempt %d: %s not written (%s)", audit_id, attempt, what, short_reason(exc))
+        return False

@@ -13,7 +13,7 @@ from app.config import Settings
 from app.db import audits, datasets
 from app.db.models import Audit, AuditState
 from app.egress import EgressRefused, check_url
-from app.jobs.executors import Executor
+from app.jobs.executors import Executor, enqueue
 
 log = logging.getLogger(__name__)
 
@@ -104,14 +104,9 @@ def submit_audit(
     body: dict[str, Any] = request.model_dump(mode="json")
     audit = audits.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
     session.commit()
-    try:
-        executor.submit(audit.id)
-    except Exception:
-        log.exception("could not enqueue audit %s; the sweep will retry", audit.id)
-        return audit
-    audits.mark_enqueued(session, [audit.id])
-    session.commit()
-    session.refresh(audit)
+    if enqueue(session, executor, [audit.id]):
+        session.commit()
+        session.refresh(audit)
     return audit
 
 

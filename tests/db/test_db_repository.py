@@ -45,21 +45,30 @@ def test_claim_is_exclusive_until_the_heartbeat_goes_stale(database_url: str) ->
     engine.dispose()
 
 
-def test_sweep_picks_unenqueued_pending_and_stale_running(database_url: str) -> None:
-    engine, sessions, tenant_id, pending_id = _setup(database_url)
+def test_sweep_picks_only_audits_whose_message_is_lost(database_url: str) -> None:
+    engine, sessions, tenant_id, never_sent = _setup(database_url)
     cutoff = utcnow() - timedelta(seconds=30)
+
+    def lost(s) -> set[str]:
+        return set(audits.cancel_stale_and_list_lost(s, stale_before=cutoff, queue_epoch="e1"))
+
     with sessions.begin() as s:
-        running = audits.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id
-        recent = audits.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id
-        audits.mark_enqueued(s, [recent])
+        running, waiting, old_queue = (
+            audits.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id for _ in range(3)
+        )
+        audits.mark_enqueued(s, [running, waiting], queue_epoch="e1")
+        audits.mark_enqueued(s, [old_queue], queue_epoch="e0")  # a broker since restarted empty
         audits.claim_audit(s, audit_id=running, stale_before=cutoff)
-    with sessions.begin() as s:
-        assert set(audits.cancel_stale_and_list_lost(s, stale_before=cutoff)) == {pending_id}
+    with sessions.begin() as s:  # `waiting` is in the live queue however long it waits: never duplicated
+        assert lost(s) == {never_sent, old_queue}
         s.execute(
             update(Audit).where(Audit.id == running).values(heartbeat_at=utcnow() - timedelta(minutes=5))
         )
-    with sessions.begin() as s:
-        assert set(audits.cancel_stale_and_list_lost(s, stale_before=cutoff)) == {pending_id, running}
+    with sessions.begin() as s:  # its worker died: sent once more ...
+        assert lost(s) == {never_sent, old_queue, running}
+        audits.mark_enqueued(s, [running], queue_epoch="e1")
+    with sessions.begin() as s:  # ... and not again while that attempt stays dead
+        assert lost(s) == {never_sent, old_queue}
     engine.dispose()
 
 
