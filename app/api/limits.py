@@ -1,0 +1,222 @@
+"""Request limits: body size (413), per-tenant rate and failed-authentication throttling (429 with
+Retry-After), each answered in the API's error shape with the setting that sets it.
+
+- `BodyLimit` (pure ASGI, outside the routes): a `Content-Length` over the limit is answered 413 before a
+  byte of the body is read, so before parsing and before authentication; a body without one is counted
+  as it streams, and the read that crosses the limit raises `RequestTooLarge` (an HTTPException, which
+  FastAPI re-raises and the error handler renders). `POST /v1/datasets` has ICLAUDIT_UPLOAD_MAX_BYTES
+  plus multipart room; everything else ICLAUDIT_MAX_REQUEST_BYTES.
+- `Guard`: moving-window limits from the `limits` library, keyed by tenant, key id and client address.
+  Storage: ICLAUDIT_RATE_LIMIT_STORAGE, else the broker's Redis when there is one (so every API process
+  shares the counts), else this process's memory (the embedded default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from limits import RateLimitItem, parse_many
+from limits.storage import Storage, storage_from_string
+from limits.strategies import MovingWindowRateLimiter
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from app.config import Settings
+
+log = logging.getLogger(__name__)
+
+MULTIPART_ROOM = 2**20  # boundaries and part headers around an upload of ICLAUDIT_UPLOAD_MAX_BYTES
+QUOTA_RETRY_SECONDS = 10  # Retry-After when ICLAUDIT_MAX_ACTIVE_AUDITS is reached (a polling hint)
+_WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class RequestTooLarge(HTTPException):
+    def __init__(self, limit: int, setting: str) -> None:
+        super().__init__(
+            413, f"The request body is larger than this service's limit of {limit} bytes ({setting})."
+        )
+
+
+class TooManyRequests(Exception):
+    """Answered 429 with `Retry-After: seconds`; `message` says which limit and its setting."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after = max(1, retry_after)
+
+
+class BodyLimit:
+    """413 for a request body over `limit_for(scope)` = (bytes, setting name); see the module docstring."""
+
+    def __init__(self, app: ASGIApp, limit_for: Callable[[Scope], tuple[int, str]]) -> None:
+        self.app = app
+        self.limit_for = limit_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit, setting = self.limit_for(scope)
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            from app.api.errors import error_response
+
+            response = error_response(413, RequestTooLarge(limit, setting).detail, Connection="close")
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise RequestTooLarge(limit, setting)
+            return message
+
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except RequestTooLarge as exc:  # raised outside the routes (a middleware buffering the body)
+            if started:
+                raise
+            from app.api.errors import error_response
+
+            await error_response(413, exc.detail, Connection="close")(scope, receive, send)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    items: tuple[RateLimitItem, ...]
+    setting: str
+
+    @classmethod
+    def of(cls, text: str, setting: str) -> _Rule:
+        return cls(tuple(parse_many(text)) if text.strip() else (), setting)
+
+
+class Guard:
+    """Per-tenant rate limits and failed-authentication throttles (moving windows)."""
+
+    _GOOD_KEYS_MAX = 4096
+
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        rate: str,
+        write_rate: str,
+        auth_failures_per_key: str,
+        auth_failures_per_address: str,
+    ) -> None:
+        self._limiter = MovingWindowRateLimiter(storage)
+        self._rate = _Rule.of(rate, "ICLAUDIT_RATE_LIMIT")
+        self._write_rate = _Rule.of(write_rate, "ICLAUDIT_WRITE_RATE_LIMIT")
+        self._per_key = _Rule.of(auth_failures_per_key, "ICLAUDIT_AUTH_FAILURE_LIMIT")
+        self._per_address = _Rule.of(auth_failures_per_address, "ICLAUDIT_AUTH_FAILURE_ADDRESS_LIMIT")
+        # sha256 of keys that authenticated here: they skip the failure throttles, so someone guessing
+        # secrets for a key id cannot lock its owner out (the key is still verified on every request).
+        self._good: OrderedDict[bytes, None] = OrderedDict()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Guard:
+        url = settings.rate_limit_storage or settings.broker_url or "memory://"
+        return cls(
+            storage=storage_from_string(url),
+            rate=settings.rate_limit,
+            write_rate=settings.write_rate_limit,
+            auth_failures_per_key=settings.auth_failure_limit,
+            auth_failures_per_address=settings.auth_failure_address_limit,
+        )
+
+    def _retry_after(self, item: RateLimitItem, *keys: str) -> int:
+        reset_at = self._limiter.get_window_stats(item, *keys).reset_time
+        return math.ceil(reset_at - time.time())
+
+    def _check(self, rule: _Rule, keys: tuple[str, ...], consume: bool, message: str) -> None:
+        """Hit (or only test) every window of `rule`; a storage outage lets the request through (logged)."""
+        for item in rule.items:
+            try:
+                allowed = self._limiter.hit(item, *keys) if consume else self._limiter.test(item, *keys)
+                retry_after = 0 if allowed else self._retry_after(item, *keys)
+            except Exception as exc:  # Redis down: limits are protection, not availability
+                log.warning("rate-limit storage unavailable (%s: %s); not limiting", type(exc).__name__, exc)
+                return
+            if not allowed:
+                raise TooManyRequests(
+                    f"{message} is limited to {item} ({rule.setting}); retry after Retry-After seconds.",
+                    retry_after,
+                )
+
+    def request(self, tenant_id: str, method: str) -> None:
+        """Count one request of the tenant; TooManyRequests when over ICLAUDIT_RATE_LIMIT (or the write limit)."""
+        self._check(self._rate, ("tenant", tenant_id), True, "Too many requests: this tenant")
+        if method in _WRITES:
+            self._check(self._write_rate, ("tenant-writes", tenant_id), True, "Too many writes: this tenant")
+
+    @staticmethod
+    def _digest(key: str) -> bytes:
+        return hashlib.sha256(key.encode()).digest()
+
+    def before_authentication(self, key: str, key_id: str | None, address: str) -> None:
+        """TooManyRequests when this key id or address has failed too often (checked before any scrypt)."""
+        if self._digest(key) in self._good:
+            return
+        failures = "Too many failed authentications"
+        self._check(self._per_address, ("auth-address", address), False, f"{failures} from this address")
+        if key_id:
+            self._check(self._per_key, ("auth-key", key_id), False, f"{failures} for this key id")
+
+    def authentication_failed(self, key: str, key_id: str | None, address: str) -> None:
+        """Count a failure against the address and the key id (the next check refuses once over)."""
+        self._good.pop(self._digest(key), None)
+        counted = [(self._per_address, ("auth-address", address))]
+        if key_id:
+            counted.append((self._per_key, ("auth-key", key_id)))
+        for rule, keys in counted:  # already over: this request is answered 401, the next one 429
+            with contextlib.suppress(TooManyRequests):
+                self._check(rule, keys, True, "Too many failed authentications")
+
+    def authenticated(self, key: str) -> None:
+        digest = self._digest(key)
+        self._good[digest] = None
+        self._good.move_to_end(digest)
+        while len(self._good) > self._GOOD_KEYS_MAX:
+            self._good.popitem(last=False)
+
+
+def install_limits(app: FastAPI, settings: Settings) -> None:
+    """The guard on app.state, and the middleware (outermost last): strict JSON inside the body limit, the
+    security headers around everything."""
+    from app.api.headers import SecurityHeaders
+    from app.api.strict_json import StrictJSON
+
+    def limit_for(scope: Scope) -> tuple[int, str]:
+        if scope["method"] == "POST" and scope["path"].rstrip("/") == "/v1/datasets":
+            return settings.upload_max_bytes + MULTIPART_ROOM, "ICLAUDIT_UPLOAD_MAX_BYTES"
+        return settings.max_request_bytes, "ICLAUDIT_MAX_REQUEST_BYTES"
+
+    app.state.guard = Guard.from_settings(settings)
+    app.add_middleware(StrictJSON)
+    app.add_middleware(BodyLimit, limit_for=limit_for)
+    app.add_middleware(SecurityHeaders)
