@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI
 from app.api import accounting, audits, datasets, health, metrics, models
 from app.api.deps import get_tenant
 from app.api.errors import install_error_handlers
+from app.api.limits import install_limits
 from app.api.watch import AuditWatch
 from app.config import Settings, get_settings
 from app.db import keys
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     install_error_handlers(app)
+    install_limits(app, settings)
     app.include_router(health.router)
     app.include_router(audits.router)
     app.include_router(datasets.router)

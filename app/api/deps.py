@@ -12,6 +12,7 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from app.api.errors import ApiError
+from app.api.limits import Guard
 from app.config import Settings
 from app.db import keys
 from app.db.models import Tenant
@@ -67,18 +68,28 @@ def get_tenant(
     ] = None,
 ) -> Tenant:
     """The caller's tenant from `Authorization: Bearer <key>`; the single default tenant when auth is off."""
+    guard: Guard = request.app.state.guard
     if not settings.auth_enabled:
         tenant = session.get(Tenant, request.app.state.default_tenant_id)
         assert tenant is not None
+        guard.request(tenant.id, request.method)
         return tenant
     scheme, _, key = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
         raise ApiError(
             401, "Send `Authorization: Bearer <API key>`; `iclaudit keys create --tenant NAME` makes one."
         )
-    tenant = keys.authenticate(session, key.strip())
+    parsed = keys.parse_api_key(key)
+    key_id = parsed[0] if parsed else None
+    address = request.client.host if request.client else "unknown"
+    guard.before_authentication(key, key_id, address)  # 429 before scrypt once over the failure limits
+    tenant = keys.authenticate(session, key)
     if tenant is None:
+        guard.authentication_failed(key, key_id, address)
         raise ApiError(401, "This API key is unknown or revoked.")
+    guard.authenticated(key)
+    guard.request(tenant.id, request.method)  # 429 over ICLAUDIT_RATE_LIMIT / ICLAUDIT_WRITE_RATE_LIMIT
     return tenant
 
 

@@ -15,10 +15,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.api.limits import QUOTA_RETRY_SECONDS, TooManyRequests
 from app.audit.kinds.registry import KINDS
 from app.db.retry import is_transient, short_reason
 from app.db.scoping import InvalidPageToken
-from app.jobs.service import Conflict, Rejected
+from app.jobs.service import Conflict, QuotaExceeded, Rejected
 from app.schemas.errors import ErrorBody, ErrorResponse, FieldViolation
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ _STATUS = {
     413: "PAYLOAD_TOO_LARGE",
     415: "UNSUPPORTED_MEDIA_TYPE",
     422: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
     503: "UNAVAILABLE",
 }
@@ -195,7 +197,18 @@ def install_error_handlers(app: FastAPI) -> None:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         if exc.status_code == 404 and message == "Not Found":
             message = "No such endpoint."
-        return error_response(exc.status_code, message)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405 and "Allow" in headers:
+            message = f"This path does not take that method; it allows {headers['Allow']}."
+        return error_response(exc.status_code, message, **headers)
+
+    @app.exception_handler(TooManyRequests)
+    async def _too_many(_: Request, exc: TooManyRequests) -> JSONResponse:
+        return error_response(429, exc.message, **{"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(QuotaExceeded)
+    async def _quota(_: Request, exc: QuotaExceeded) -> JSONResponse:
+        return error_response(429, str(exc), **{"Retry-After": str(QUOTA_RETRY_SECONDS)})
 
 
 def _internal_error(ref: str) -> JSONResponse:

@@ -33,6 +33,14 @@ def add_audit(session: Session, *, tenant_id: str, kind: str, request: dict[str,
     return audit
 
 
+def count_active(session: Session, *, tenant_id: str) -> int:
+    """The tenant's PENDING + RUNNING audits (ICLAUDIT_MAX_ACTIVE_AUDITS caps them)."""
+    query = select(func.count()).where(
+        Audit.tenant_id == tenant_id, Audit.state.in_([AuditState.PENDING, AuditState.RUNNING])
+    )
+    return int(session.scalar(query) or 0)
+
+
 def list_audits(
     session: Session,
     *,

@@ -31,6 +31,21 @@ class Conflict(Exception):
     """The operation does not apply to the resource in its current state."""
 
 
+class QuotaExceeded(Exception):
+    """The tenant has ICLAUDIT_MAX_ACTIVE_AUDITS audits PENDING or RUNNING; answered 429 with Retry-After."""
+
+
+def check_active_quota(session: Session, *, tenant_id: str, settings: Settings, adding: int = 1) -> None:
+    """QuotaExceeded unless `adding` more audits keep the tenant within ICLAUDIT_MAX_ACTIVE_AUDITS. A soft
+    cap: submits racing each other can pass it by the number in flight."""
+    active = audits.count_active(session, tenant_id=tenant_id)
+    if active + adding > settings.max_active_audits:
+        raise QuotaExceeded(
+            f"This tenant has {active} audits PENDING or RUNNING; at most {settings.max_active_audits} may be "
+            f"(ICLAUDIT_MAX_ACTIVE_AUDITS). Wait for some to finish or cancel some, then retry."
+        )
+
+
 def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
     if datasets.get_dataset(session, tenant_id=tenant_id, dataset_id=name) is not None:
         return True
@@ -64,6 +79,7 @@ def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase
             "$.trials",
             f"trials is {trials}, above this service's maximum of {settings.max_trials} (ICLAUDIT_MAX_TRIALS).",
         )
+    check_active_quota(session, tenant_id=tenant_id, settings=settings)
     llm_calls = getattr(request, "llm_calls", None)
     if isinstance(llm_calls, int) and llm_calls > settings.max_llm_calls:
         raise Rejected(
