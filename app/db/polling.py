@@ -79,9 +79,11 @@ def summary_page(
     kind: str | None = None,
     page_size: int = 50,
     page_token: str | None = None,
+    where: Sequence[Any] = (),
 ) -> Page:
-    """`audits.list_audits` without the request bodies: the same filters, order and page tokens."""
-    query = select(*_SUMMARY).where(Audit.tenant_id == tenant_id)
+    """`audits.list_audits` without the request bodies: the same filters, order and page tokens; `where`:
+    further conditions on `Audit` (e.g. labels)."""
+    query = select(*_SUMMARY).where(Audit.tenant_id == tenant_id, *where)
     if state:
         query = query.where(Audit.state == state)
     if kind:
