@@ -7,6 +7,8 @@ When the engine exposes each partition's probability of voting each label, nothi
   over the T partitions;
 - white-box (003 App. D): D = Ṽ[target] − Ṽ[other] = V[target] − V[other] + N(0, 2σ²) is a finite Gaussian
   mixture, so TPR(τ) = P(D ≥ τ | C1) and FPR(τ) = P(D ≥ τ | C0) are closed-form at every threshold τ;
+  against the strongest other label (GAP, `other=None`), D ≥ τ iff the target wins the noisy argmax with
+  its count lowered by τ, the black-box integral below at a shifted vote vector;
 - black-box: P(argmax Ṽ = target | V = v) = ∫ φ(z) Π_{j≠target} Φ((v_target − v_j)/σ + z) dz, a 1-D
   integral computed by adaptive Gauss-Hermite quadrature in log space (centred on the integrand's mode,
   which is unique because the log-integrand is concave).
@@ -20,6 +22,7 @@ cannot see bugs in a mechanism's own release code; only the bootstrap, which run
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +34,8 @@ from app.audit.accounting.gdp import epsilon_for_mu
 MAX_VOTE_VECTORS = 2_000_000
 _NODES, _WEIGHTS = hermgauss(48)
 _GRID_POINTS = 801
+_MIN_GRID_POINTS = 41
+_GRID_ROWS = 5_000  # (vote vectors × thresholds) per white-box curve against the strongest other label
 _TAIL_SDS = 10.0
 
 
@@ -79,10 +84,13 @@ def exact_vote_audit(
     *,
     sigma: float,
     target: int,
-    other: int,
+    other: int | None,
     delta: float,
 ) -> ExactAudit:
-    """Exact black- and white-box audit of private voting with C1 (`label_probs_in`) vs C0 (`_out`), (T, K)."""
+    """Exact black- and white-box audit of private voting with C1 (`label_probs_in`) vs C0 (`_out`), (T, K).
+
+    The white-box score is Ṽ_target − Ṽ_other, or Ṽ_target − max_{k≠target} Ṽ_k when `other` is None
+    (GAP's strongest other label) — the same score `PrivateVoting.binary_view` gives the bootstrap."""
     p_in, p_out = (
         _check_probs(label_probs_in, "label_probs_in"),
         _check_probs(label_probs_out, "label_probs_out"),
@@ -90,7 +98,7 @@ def exact_vote_audit(
     if p_in.shape[1] != p_out.shape[1]:
         raise ValueError(f"C1 and C0 have different label counts: {p_in.shape[1]} vs {p_out.shape[1]}")
     k = p_in.shape[1]
-    if not (0 <= target < k and 0 <= other < k and target != other):
+    if not (0 <= target < k and (other is None or (0 <= other < k and target != other))):
         raise ValueError(f"target and other must be two different labels in 0…{k - 1}, got {target}, {other}")
     if not sigma > 0:
         raise ValueError(f"sigma must be > 0, got {sigma}")
@@ -101,19 +109,18 @@ def exact_vote_audit(
     log_fpr_bb = special.logsumexp(np.log(w_out) + log_prob_argmax(votes_out, target, sigma))
     mu_bb = max(0.0, float(special.ndtri_exp(log_tpr_bb) - special.ndtri_exp(log_fpr_bb)))
 
-    scale = np.sqrt(2.0) * sigma
-    d_in, wd_in = _merge(votes_in[:, target] - votes_in[:, other], w_in)
-    d_out, wd_out = _merge(votes_out[:, target] - votes_out[:, other], w_out)
-    lo = min(d_in.min(), d_out.min()) - _TAIL_SDS * scale
-    hi = max(d_in.max(), d_out.max()) + _TAIL_SDS * scale
-    thresholds = np.linspace(lo, hi, _GRID_POINTS)
+    tail_in, tail_out, lo, hi = _white_box_tails(votes_in, w_in, votes_out, w_out, target, other, sigma)
+    n_grid = _GRID_POINTS
+    if other is None:  # each threshold costs one quadrature per vote vector
+        n_grid = int(np.clip(_GRID_ROWS // max(len(w_in), len(w_out)), _MIN_GRID_POINTS, 201))
+    thresholds = np.linspace(lo, hi, n_grid)
 
     def mu_at(tau: np.ndarray) -> np.ndarray:
-        return _probit_tpr(d_in, wd_in, tau, scale) - _probit_tpr(d_out, wd_out, tau, scale)
+        return _probit(*tail_in(tau)) - _probit(*tail_out(tau))
 
     curve = mu_at(thresholds)
     best = int(np.argmax(curve))
-    left, right = thresholds[max(best - 1, 0)], thresholds[min(best + 1, _GRID_POINTS - 1)]
+    left, right = thresholds[max(best - 1, 0)], thresholds[min(best + 1, n_grid - 1)]
     refined = optimize.minimize_scalar(
         lambda t: -float(mu_at(np.array([t]))[0]), bounds=(left, right), method="bounded"
     )
@@ -130,8 +137,8 @@ def exact_vote_audit(
         fpr_black_box=float(np.exp(log_fpr_bb)),
         best_threshold=float(best_tau),
         thresholds=thresholds,
-        tpr_white_box=np.exp(_log_sf(d_in, wd_in, thresholds, scale)),
-        fpr_white_box=np.exp(_log_sf(d_out, wd_out, thresholds, scale)),
+        tpr_white_box=np.exp(tail_in(thresholds)[0]),
+        fpr_white_box=np.exp(tail_out(thresholds)[0]),
         sigma=float(sigma),
         delta=float(delta),
     )
@@ -193,6 +200,57 @@ def log_prob_argmax(votes: np.ndarray, target: int, sigma: float) -> np.ndarray:
     return np.log(spread / np.sqrt(np.pi)) + special.logsumexp(log_terms, axis=1)
 
 
+Tail = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _white_box_tails(
+    votes_in: np.ndarray,
+    w_in: np.ndarray,
+    votes_out: np.ndarray,
+    w_out: np.ndarray,
+    target: int,
+    other: int | None,
+    sigma: float,
+) -> tuple[Tail, Tail, float, float]:
+    """(log P(D ≥ τ), log P(D < τ)) as functions of τ for C1 and C0, and the τ range to search.
+
+    Fixed `other`: D = V_t − V_o + N(0, 2σ²), a Gaussian mixture. `other` None: D ≥ τ iff the target still
+    wins the noisy argmax after its count is lowered by τ, so P(D ≥ τ | v) = P(argmax(v − τ·e_t + noise) = t)
+    (`log_prob_argmax`)."""
+    if other is not None:
+        scale = np.sqrt(2.0) * sigma
+        d_in, wd_in = _merge(votes_in[:, target] - votes_in[:, other], w_in)
+        d_out, wd_out = _merge(votes_out[:, target] - votes_out[:, other], w_out)
+        lo = min(d_in.min(), d_out.min()) - _TAIL_SDS * scale
+        hi = max(d_in.max(), d_out.max()) + _TAIL_SDS * scale
+
+        def mixture(d: np.ndarray, w: np.ndarray):
+            return lambda tau: (_log_sf(d, w, tau, scale), _log_cdf(d, w, tau, scale))
+
+        return mixture(d_in, wd_in), mixture(d_out, wd_out), lo, hi
+
+    def strongest_other(votes: np.ndarray, w: np.ndarray):
+        def tails(tau: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            shifted = np.repeat(votes[None, :, :], tau.size, axis=0).astype(np.float64)
+            shifted[:, :, target] -= tau[:, None]
+            rows = shifted.reshape(-1, votes.shape[1])
+
+            def log_tail(labels: list[int]) -> np.ndarray:
+                log_p = special.logsumexp([log_prob_argmax(rows, j, sigma) for j in labels], axis=0)
+                return special.logsumexp(np.log(w)[None, :] + log_p.reshape(tau.size, -1), axis=1)
+
+            others = [j for j in range(votes.shape[1]) if j != target]
+            return log_tail([target]), log_tail(others)  # each accurate in its own tail
+
+        return tails
+
+    margins = [v[:, target] - np.delete(v, target, axis=1).max(axis=1) for v in (votes_in, votes_out)]
+    spread = (_TAIL_SDS + 2.0) * np.sqrt(2.0) * sigma
+    lo = min(m.min() for m in margins) - spread
+    hi = max(m.max() for m in margins) + spread
+    return strongest_other(votes_in, w_in), strongest_other(votes_out, w_out), lo, hi
+
+
 def _merge(values: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values of a discrete law and their total probabilities."""
     distinct, inverse = np.unique(values, return_inverse=True)
@@ -211,12 +269,15 @@ def _log_sf(d: np.ndarray, w: np.ndarray, tau: np.ndarray, scale: float) -> np.n
     )
 
 
-def _probit_tpr(d: np.ndarray, w: np.ndarray, tau: np.ndarray, scale: float) -> np.ndarray:
-    """Φ⁻¹(P(D ≥ τ)) stable in both tails: from log P(D ≥ τ), or −Φ⁻¹ of log P(D < τ) when P(D ≥ τ) > ½."""
-    log_sf = _log_sf(d, w, tau, scale)
-    log_cdf = special.logsumexp(
+def _log_cdf(d: np.ndarray, w: np.ndarray, tau: np.ndarray, scale: float) -> np.ndarray:
+    """log P(d + N(0, scale²) < τ) for the mixture Σ w_i δ_{d_i}."""
+    return special.logsumexp(
         np.log(w)[None, :] + special.log_ndtr((tau[:, None] - d[None, :]) / scale), axis=1
     )
+
+
+def _probit(log_sf: np.ndarray, log_cdf: np.ndarray) -> np.ndarray:
+    """Φ⁻¹(P(D ≥ τ)) stable in both tails: from log P(D ≥ τ), or −Φ⁻¹ of log P(D < τ) when P(D ≥ τ) > ½."""
     return np.where(log_sf < np.log(0.5), special.ndtri_exp(log_sf), -special.ndtri_exp(log_cdf))
 
 

@@ -148,3 +148,25 @@ def test_exact_audit_validates_its_input() -> None:
         exact_vote_audit(good * 2, good, sigma=1.0, target=0, other=1, delta=1e-5)
     with pytest.raises(ValueError, match="sigma"):
         exact_vote_audit(good, good, sigma=0.0, target=0, other=1, delta=1e-5)
+
+
+def test_exact_against_the_strongest_other_label_matches_the_release() -> None:
+    """GAP's white-box score Ṽ_t − max_{k≠t} Ṽ_k (other=None), target label index 2 of 4: the exact TPR/FPR
+    curves equal a Monte Carlo of `PrivateVoting`'s own release and binary view (the bootstrap's score)."""
+    from app.audit.mechanisms.base import BinaryTarget, calibrate
+    from app.audit.mechanisms.private_voting import PrivateVoting
+
+    rng = np.random.default_rng(0)
+    p_out = rng.dirichlet(np.ones(4), size=2) * 0.9
+    p_in = p_out.copy()
+    p_in[0] = [0.0, 0.0, 1.0, 0.0]
+    mech = PrivateVoting(partitions=2, theory=calibrate(2.0, 1e-5, np.sqrt(2), "analytic"))
+    exact = exact_vote_audit(p_in, p_out, sigma=mech.std, target=2, other=None, delta=1e-5)
+    assert exact.mu_white_box > 0.1
+    i = int(np.argmin(np.abs(exact.thresholds - exact.best_threshold)))
+    n = 200_000
+    for probs, curve in ((p_in, exact.tpr_white_box), (p_out, exact.fpr_white_box)):
+        votes = _sample_votes(probs, n, rng)
+        _, score = mech.binary_view(mech.release(votes, rng), BinaryTarget(positive=2, negative=None))
+        rate = float((score >= exact.thresholds[i]).mean())
+        assert abs(rate - curve[i]) < 5 * math.sqrt(curve[i] * (1 - curve[i]) / n) + 1e-9
