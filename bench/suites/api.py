@@ -1,6 +1,8 @@
 """Service spine speed on the embedded default (SQLite file, inline executor, auth on), in process
 through the ASGI app: request latencies, a `bound` audit end to end, and authentication with the
-process's verified-key memo against scrypt on every request (the baseline, same run)."""
+process's verified-key memo against scrypt on every request (the baseline, same run). Then the load
+figures on real servers (bench/suites/api_load.py: pollers in open and closed loop, submit bursts, on the
+embedded default and on PostgreSQL + Celery)."""
 
 from __future__ import annotations
 
@@ -84,3 +86,7 @@ def run() -> Iterator[dict]:
                 "baseline": scrypt_each_time,
                 "ratio": scrypt_each_time / memo,
             }
+
+    from bench.suites import api_load
+
+    yield from api_load.run()

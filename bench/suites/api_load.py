@@ -1,0 +1,261 @@
+"""Load on the real servers over loopback (part of `bench/run.py api`): status pollers in open loop (300 and
+1,000 req/s for 20 s) and closed loop (200 and 500 clients, plain and with If-None-Match), and submit
+bursts, while `mia` audits run; `/healthz` probed every 0.5 s throughout; at the end every audit that ran
+during the load must have SUCCEEDED.
+
+Two stacks, each with authentication on: the embedded default (`iclaudit serve`: SQLite, inline executor)
+and PostgreSQL + Redis + one `iclaudit worker` (Celery), started as tests/service/servers.py starts them.
+The load generator (bench/loadgen.py) runs in this process and shares the machine's cores with the server.
+`ICLAUDIT_BENCH_LOAD_SECONDS` shortens every phase (default 20).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+
+from app.audit.kinds.registry import kind_module
+from app.db import keys
+from app.db.engine import make_engine, make_session_factory
+from app.db.migrate import upgrade
+from bench import loadgen
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from service.servers import (  # noqa: E402 - the tests' real-server helpers
+    _die_with_parent,
+    create_database,
+    free_port,
+    start_postgres,
+    start_redis,
+    wait_for_port,
+)
+
+ICLAUDIT = Path(sys.executable).parent / "iclaudit"
+SECONDS = float(os.environ.get("ICLAUDIT_BENCH_LOAD_SECONDS", "20"))
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+MIA = {
+    "kind": "mia",
+    "dataset": "ag_news",
+    "model": "oracle",
+    "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 2},
+    "epsilon": 1.0,
+    "delta": 1e-5,
+    "attack": {"name": "inquiry", "threat_model": "both"},
+    "llm_calls": 200,
+    "trials": 2_000_000,
+    "estimator": "bootstrap",
+}
+
+
+def _key(url: str) -> str:
+    upgrade(url)
+    engine = make_engine(url)
+    with make_session_factory(engine).begin() as session:
+        key = keys.create_api_key(session, "bench")[1]
+    engine.dispose()
+    return key
+
+
+def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        args,
+        env={**os.environ, **env},
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
+    )
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _stack(name: str, workdir: Path) -> Iterator[tuple[str, str]]:
+    """(base URL, API key) of a running stack, stopped after the block."""
+    env = {
+        "ICLAUDIT_STATE_DIR": str(workdir),
+        "ICLAUDIT_DATA_DIR": str(ROOT.parent / "shared" / "datasets"),
+        "ICLAUDIT_AUTH_ENABLED": "true",
+        "ICLAUDIT_DEFAULT_MODEL": "oracle",
+        "HF_HUB_OFFLINE": "1",
+    }
+    servers, procs = [], []
+    try:
+        if name == "postgres_celery":
+            postgres, redis = start_postgres(), start_redis()
+            servers += [postgres, redis]
+            env |= {
+                "ICLAUDIT_DATABASE_URL": create_database(postgres.url, "iclaudit_bench"),
+                "ICLAUDIT_BROKER_URL": redis.url,
+                "ICLAUDIT_EXECUTOR": "celery",
+            }
+        key = _key(env.get("ICLAUDIT_DATABASE_URL") or f"sqlite:///{workdir / 'iclaudit.db'}")
+        if name == "postgres_celery":
+            log = workdir / "worker.log"
+            procs.append(_start([str(ICLAUDIT), "worker", "--loglevel", "INFO"], env, log))
+            deadline = time.monotonic() + 120
+            while b" ready." not in log.read_bytes():
+                if procs[-1].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"worker did not start:\n{log.read_text()[-2000:]}")
+                time.sleep(0.2)
+        port = free_port()
+        procs.append(_start([str(ICLAUDIT), "serve", "--port", str(port)], env, workdir / "api.log"))
+        wait_for_port(port, procs[-1], "iclaudit serve", timeout=120)
+        yield f"http://127.0.0.1:{port}", key
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        for server in servers:
+            server.stop()
+
+
+async def _submit(client: aiohttp.ClientSession, base: str, body: dict) -> tuple[str | None, float, str]:
+    start = time.perf_counter()
+    try:
+        async with client.post(f"{base}/v1/audits", json=body) as response:
+            data = await response.json(content_type=None)
+            return data.get("id"), time.perf_counter() - start, str(response.status)
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        return None, time.perf_counter() - start, type(exc).__name__
+
+
+async def _states(client: aiohttp.ClientSession, base: str, ids: list[str]) -> dict[str, str]:
+    states = {}
+    for audit_id in ids:
+        async with client.get(f"{base}/v1/audits/{audit_id}") as response:
+            states[audit_id] = (await response.json())["state"]
+    return states
+
+
+async def _until_done(client: aiohttp.ClientSession, base: str, ids: list[str], timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        states = await _states(client, base, ids)
+        if all(s in TERMINAL for s in states.values()) or time.monotonic() > deadline:
+            return states
+        await asyncio.sleep(1.0)
+
+
+async def _scenarios(stack: str, base: str, key: str) -> list[dict]:
+    auth = {"Authorization": f"Bearer {key}"}
+    rows: list[dict] = []
+    async with aiohttp.ClientSession(headers=auth, timeout=loadgen.TIMEOUT) as admin:
+        bound = kind_module("bound").EXAMPLE
+        finished = [i for i, _, _ in await asyncio.gather(*(_submit(admin, base, bound) for _ in range(20)))]
+        await _until_done(admin, base, finished, 120)
+        running: list[str] = []
+
+        async def keep_audits_running() -> int:
+            """Two mia audits queued or running when a phase starts; returns how many run now."""
+            states = await _states(admin, base, running)
+            live = [i for i, s in states.items() if s not in TERMINAL]
+            for _ in range(max(0, 2 - len(live))):
+                audit_id, _, status = await _submit(admin, base, MIA)
+                assert audit_id, f"mia submit answered {status}"
+                running.append(audit_id)
+            await asyncio.sleep(0.5)
+            return sum(s == "RUNNING" for s in (await _states(admin, base, running)).values())
+
+        def targets() -> list[str]:
+            return running[-2:] + finished
+
+        async def phase(name: str, load) -> None:
+            running_now = await keep_audits_running()
+            ids = targets()
+            urls = [f"{base}/v1/audits/{i}" for i in ids]
+            async with loadgen.probe(base) as health:
+                stats = await load(lambda i: urls[i % len(urls)])
+            rows.append(
+                {
+                    "name": f"{stack}/{name}",
+                    "value": stats.summary()["p99_ms"],
+                    "unit": "ms (p99)",
+                    **stats.summary(),
+                    "healthz_max_ms": round(1000 * max(health.latencies, default=float("nan")), 1),
+                    "healthz_errors": health.errors,
+                    "audits_running": running_now,
+                }
+            )
+            print(f"# {rows[-1]}", file=sys.stderr, flush=True)
+
+        for rate in (300, 1000):
+            async with loadgen.session(1024) as client:
+                await phase(
+                    f"open_loop_{rate}rps",
+                    lambda url, c=client, r=rate: loadgen.open_loop(c, url, auth, r, SECONDS),
+                )
+        for inm in (False, True):
+            for clients in (200, 500):
+                async with loadgen.session(clients) as client:
+                    await phase(
+                        f"closed_loop_{clients}" + ("_if_none_match" if inm else ""),
+                        lambda url, c=client, n=clients, e=inm: loadgen.closed_loop(
+                            c, url, auth, n, SECONDS, e
+                        ),
+                    )
+
+        for burst in (100, 300):
+            await keep_audits_running()
+            async with loadgen.session(burst, auth) as client, loadgen.probe(base) as health:
+                start = time.perf_counter()
+                submitted = await asyncio.gather(*(_submit(client, base, bound) for _ in range(burst)))
+                stats = loadgen.Stats(
+                    latencies=[t for _, t, _ in submitted], elapsed=time.perf_counter() - start
+                )
+                stats.statuses.update(s for _, _, s in submitted)
+                ids = [i for i, _, _ in submitted if i]
+                states = await _until_done(admin, base, ids, 300)
+            rows.append(
+                {
+                    "name": f"{stack}/submit_burst_{burst}",
+                    "value": stats.summary()["p99_ms"],
+                    "unit": "ms (p99)",
+                    **stats.summary(),
+                    "healthz_max_ms": round(1000 * max(health.latencies, default=float("nan")), 1),
+                    "succeeded": sum(s == "SUCCEEDED" for s in states.values()),
+                    "drained_s": round(time.perf_counter() - start, 1),
+                }
+            )
+            print(f"# {rows[-1]}", file=sys.stderr, flush=True)
+
+        states = await _until_done(admin, base, running, 600)
+        rows.append(
+            {
+                "name": f"{stack}/audits_during_load_succeeded",
+                "value": sum(s == "SUCCEEDED" for s in states.values()),
+                "unit": "audits",
+                "of": len(states),
+                "states": sorted(states.values()),
+            }
+        )
+    return rows
+
+
+def run(stacks: tuple[str, ...] = ("embedded", "postgres_celery")) -> Iterator[dict]:
+    for stack in stacks:
+        with (
+            tempfile.TemporaryDirectory(prefix=f"iclaudit-load-{stack}-") as tmp,
+            _stack(stack, Path(tmp)) as (
+                base,
+                key,
+            ),
+        ):
+            yield from asyncio.run(_scenarios(stack, base, key))
