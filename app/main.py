@@ -11,7 +11,7 @@ import anyio
 from anyio import to_thread
 from fastapi import Depends, FastAPI
 
-from app.api import accounting, audits, datasets, health, metrics, models
+from app.api import accounting, audits, datasets, health, metrics, models, schedules, sweeps, webhooks
 from app.api.deps import get_tenant
 from app.api.errors import install_error_handlers
 from app.api.limits import install_limits
@@ -20,6 +20,7 @@ from app.config import Settings, get_settings
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import require_head
+from app.integrations.dispatch import IntegrationsTicker
 from app.jobs.executors import Sweeper, make_executor
 from app.jobs.providers import preload_in_background
 from app.ui.routes import install_ui
@@ -74,13 +75,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sweeper.start()
         if settings.executor == "inline" and settings.preload_models:
             preload_in_background(settings.default_model)  # as a worker does at start-up
-        app.state.audit_watch = watch = AuditWatch(session_factory)  # wakes long-polls and /events
+        # webhook events and deliveries, schedules (app/integrations/dispatch.py)
+        integrations = IntegrationsTicker(sessions=jobs_session_factory, settings=settings, executor=executor)
+        integrations.start()
+        app.state.audit_watch = watch = AuditWatch(jobs_session_factory)  # wakes long-polls, /events
         await watch.start()
         log.info("iclaudit ready: database %s, executor %s", engine.url.render_as_string(), settings.executor)
         try:
             yield
         finally:
             await watch.stop()
+            integrations.stop()
             sweeper.stop()
             executor.close()
             jobs_engine.dispose()
@@ -99,6 +104,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(audits.router)
     app.include_router(datasets.router)
+    app.include_router(sweeps.router)
+    app.include_router(webhooks.router)
+    app.include_router(schedules.router)
     # Every /v1 resource needs a caller; the calculators too, so a public deployment is not a free CPU.
     app.include_router(models.router, dependencies=[Depends(get_tenant)])
     app.include_router(accounting.router, dependencies=[Depends(get_tenant)])

@@ -16,6 +16,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
+from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.watch import CACHE_CONTROL, WaitDep, etag_of, matches, watch_of
 from app.db import audits as audit_rows
 from app.db import polling
@@ -79,11 +80,34 @@ def submit_audit(
     tenant: TenantDep,
     settings: SettingsDep,
     executor: ExecutorDep,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> AuditResource:
-    """Start an audit. The body's `kind` picks the audit; answer 202 with the audit to poll."""
-    audit = service.submit_audit(
-        session=session, tenant_id=tenant.id, request=body, settings=settings, executor=executor
+    """Start an audit. The body's `kind` picks the audit; answer 202 with the audit to poll. With an
+    `Idempotency-Key`, a retry gets the first audit back (`Idempotent-Replayed: true`)."""
+
+    def create(remember: Remember | None) -> str:
+        return service.submit_audit(
+            session=session,
+            tenant_id=tenant.id,
+            request=body,
+            settings=settings,
+            executor=executor,
+            on_stored=None if remember is None else lambda s, audit: remember(s, audit.id),
+        ).id
+
+    audit_id = create_once(
+        session=session,
+        tenant_id=tenant.id,
+        key=idempotency_key,
+        operation="submitAudit",
+        body=body.model_dump(mode="json"),
+        status_code=202,
+        settings=settings,
+        response=response,
+        create=create,
     )
+    audit = audit_rows.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
+    assert audit is not None  # audits are never deleted
     response.headers["Location"] = f"/v1/audits/{audit.id}"
     return AuditResource.of(audit)
 

@@ -3,6 +3,7 @@ read, delete. Parsed by app.datasets.validate; nothing is stored when a line is 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ from starlette.datastructures import UploadFile
 
 from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError, validation_details
+from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.db import datasets as dataset_rows
 from app.schemas.datasets import BuiltinDataset, DatasetList, DatasetResource, DatasetRows
 from app.schemas.errors import ErrorResponse, FieldViolation
@@ -107,10 +109,19 @@ async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, st
     status_code=201,
     response_model=DatasetResource,
     openapi_extra=_UPLOAD_DOC,
-    responses={422: {"model": ErrorResponse}, 413: {"model": ErrorResponse}},
+    responses={
+        404: {"model": ErrorResponse, "description": "A replayed key whose dataset was deleted since."},
+        413: {"model": ErrorResponse},
+        422: {"model": ErrorResponse},
+    },
 )
 async def upload_dataset(
-    request: Request, response: Response, session: SessionDep, tenant: TenantDep, settings: SettingsDep
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    tenant: TenantDep,
+    settings: SettingsDep,
+    idempotency_key: IdempotencyKeyHeader = None,
 ) -> DatasetResource:
     from app.datasets.validate import DatasetValidationError, parse_dataset
 
@@ -126,19 +137,41 @@ async def upload_dataset(
         raise ApiError(
             422, f"The dataset was not stored: {exc}.", [FieldViolation(path=path, message=str(exc))]
         ) from exc
-    row = dataset_rows.add_dataset(
-        session,
+
+    def create(remember: Remember | None) -> str:
+        row = dataset_rows.add_dataset(
+            session,
+            tenant_id=tenant.id,
+            name=name,
+            format=fmt,
+            task=dataset.task,
+            labels=list(dataset.labels),
+            n_train=len(dataset.train),
+            n_test=len(dataset.test),
+            size_bytes=len(content),
+            content=content,
+        )
+        if remember is not None:
+            remember(session, row.id)
+        session.commit()
+        return row.id
+
+    dataset_id = create_once(
+        session=session,
         tenant_id=tenant.id,
-        name=name,
-        format=fmt,
-        task=dataset.task,
-        labels=list(dataset.labels),
-        n_train=len(dataset.train),
-        n_test=len(dataset.test),
-        size_bytes=len(content),
-        content=content,
+        key=idempotency_key,
+        operation="uploadDataset",
+        body={"name": name, "format": fmt, "sha256": hashlib.sha256(content).hexdigest()},
+        status_code=201,
+        settings=settings,
+        response=response,
+        create=create,
     )
-    session.commit()
+    row = dataset_rows.get_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id)
+    if row is None:  # the key's first upload was deleted since
+        raise ApiError(
+            404, f"Dataset {dataset_id} made with this Idempotency-Key was deleted; send a new key."
+        )
     response.headers["Location"] = f"/v1/datasets/{row.id}"
     return DatasetResource.model_validate(row)
 

@@ -4,13 +4,14 @@ logic (the routes only parse and answer)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from app.audit.kinds.base import AuditRequestBase
 from app.config import Settings
-from app.db import audits, datasets
+from app.db import audits, datasets, labels
 from app.db.models import Audit, AuditState
 from app.egress import EgressRefused, check_url
 from app.jobs.executors import Executor, enqueue
@@ -72,7 +73,13 @@ def check_builtin_available(name: str, settings: Settings) -> None:
 
 
 def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings) -> None:
-    """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist."""
+    """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist,
+    a `notify` URL this service may call."""
+    if request.notify is not None:
+        try:
+            check_url(request.notify, settings.webhook_egress)
+        except EgressRefused as exc:
+            raise Rejected("$.notify", f"notify: {exc.reason}.") from exc
     trials = getattr(request, "trials", None)
     if isinstance(trials, int) and trials > settings.max_trials:
         raise Rejected(
@@ -112,13 +119,23 @@ def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase
 
 
 def submit_audit(
-    *, session: Session, tenant_id: str, request: AuditRequestBase, settings: Settings, executor: Executor
+    *,
+    session: Session,
+    tenant_id: str,
+    request: AuditRequestBase,
+    settings: Settings,
+    executor: Executor,
+    on_stored: Callable[[Session, Audit], None] | None = None,
 ) -> Audit:
-    """Check, store (PENDING), commit, enqueue. If the broker is down the audit stays PENDING and the
-    sweep enqueues it later."""
+    """Check, store (PENDING, with its labels), commit, enqueue. If the broker is down the audit stays
+    PENDING and the sweep enqueues it later. `on_stored` writes in the same transaction (an idempotency
+    key, a schedule's run) and may raise to store nothing."""
     check_request(session, tenant_id=tenant_id, request=request, settings=settings)
     body: dict[str, Any] = request.model_dump(mode="json")
     audit = audits.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
+    labels.add_labels(session, audit_id=audit.id, labels=request.labels)
+    if on_stored is not None:
+        on_stored(session, audit)
     session.commit()
     if enqueue(session, executor, [audit.id]):
         session.commit()

@@ -1,0 +1,179 @@
+"""Webhook endpoints, the tenant's notify secret, and the deliveries outbox (one row per event and
+target; claimed by a conditional UPDATE whose `next_attempt_at` is the lease of the attempt in flight)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from app.db.models import TERMINAL_STATES, Audit, NotifySecret, WebhookDelivery, WebhookEndpoint, utcnow
+from app.db.scoping import Page, keyset_page, owned
+
+PENDING, SUCCEEDED, FAILED = "PENDING", "SUCCEEDED", "FAILED"
+
+
+# --- endpoints and secrets (tenant-facing) ------------------------------------------------------------
+
+
+def add_endpoint(session: Session, **fields: Any) -> WebhookEndpoint:
+    row = WebhookEndpoint(**fields)
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_endpoint(session: Session, *, tenant_id: str, endpoint_id: str) -> WebhookEndpoint | None:
+    return session.scalar(owned(WebhookEndpoint, tenant_id).where(WebhookEndpoint.id == endpoint_id))  # type: ignore[type-var]
+
+
+def list_endpoints(
+    session: Session, *, tenant_id: str, page_size: int = 50, page_token: str | None = None
+) -> Page:
+    return keyset_page(session, owned(WebhookEndpoint, tenant_id), WebhookEndpoint, page_size, page_token)  # type: ignore[type-var]
+
+
+def delete_endpoint(session: Session, *, tenant_id: str, endpoint_id: str) -> bool:
+    result = session.execute(
+        delete(WebhookEndpoint).where(
+            WebhookEndpoint.tenant_id == tenant_id, WebhookEndpoint.id == endpoint_id
+        )
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def endpoints_for(session: Session, *, tenant_id: str, event_type: str) -> list[WebhookEndpoint]:
+    rows = session.scalars(select(WebhookEndpoint).where(WebhookEndpoint.tenant_id == tenant_id))
+    return [r for r in rows if not r.events or event_type in r.events]
+
+
+def notify_secret(session: Session, *, tenant_id: str, make: Callable[[], str]) -> str:
+    """The tenant's notify secret, created by `make()` on first use and committed at once (race-safe: the
+    tenant id is the primary key; a second creator rolls back and reads the first one's)."""
+    row = session.get(NotifySecret, tenant_id)
+    if row is not None:
+        return row.secret
+    session.add(NotifySecret(tenant_id=tenant_id, secret=make()))
+    try:
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+    return session.get(NotifySecret, tenant_id, populate_existing=True).secret  # type: ignore[union-attr]
+
+
+# --- deliveries -------------------------------------------------------------------------------------
+
+
+def add_delivery(session: Session, **fields: Any) -> None:
+    session.add(WebhookDelivery(**fields))
+
+
+def get_delivery(session: Session, *, tenant_id: str, delivery_id: str) -> WebhookDelivery | None:
+    return session.scalar(owned(WebhookDelivery, tenant_id).where(WebhookDelivery.id == delivery_id))  # type: ignore[type-var]
+
+
+def list_deliveries(
+    session: Session, *, tenant_id: str, endpoint_id: str, page_size: int = 50, page_token: str | None = None
+) -> Page:
+    query = owned(WebhookDelivery, tenant_id).where(WebhookDelivery.endpoint_id == endpoint_id)  # type: ignore[type-var]
+    return keyset_page(session, query, WebhookDelivery, page_size, page_token)
+
+
+def claim_due(
+    session: Session, *, now: datetime, lease_until: datetime, limit: int = 50
+) -> list[tuple[str, int]]:
+    """(id, attempt) of due PENDING deliveries this caller now holds until `lease_until`."""
+    due = session.scalars(
+        select(WebhookDelivery.id)
+        .where(WebhookDelivery.state == PENDING, WebhookDelivery.next_attempt_at <= now)
+        .order_by(WebhookDelivery.next_attempt_at)
+        .limit(limit)
+    ).all()
+    claimed = []
+    for delivery_id in due:
+        result = session.execute(
+            update(WebhookDelivery)
+            .where(
+                WebhookDelivery.id == delivery_id,
+                WebhookDelivery.state == PENDING,
+                WebhookDelivery.next_attempt_at <= now,
+            )
+            .values(attempts=WebhookDelivery.attempts + 1, next_attempt_at=lease_until)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount == 1:  # type: ignore[attr-defined]
+            claimed.append(delivery_id)
+    if not claimed:
+        return []
+    rows = session.execute(
+        select(WebhookDelivery.id, WebhookDelivery.attempts).where(WebhookDelivery.id.in_(claimed))
+    )
+    return [(delivery_id, attempts) for delivery_id, attempts in rows.tuples()]
+
+
+def record_attempt(
+    session: Session,
+    *,
+    delivery_id: str,
+    attempt: int,
+    state: str,
+    status: int | None,
+    error: str,
+    next_attempt_at: datetime | None,
+) -> bool:
+    """The outcome of attempt `attempt`; ignored if another attempt claimed the delivery since."""
+    values: dict[str, Any] = {"state": state, "last_status": status, "last_error": error[:2000]}
+    if state == SUCCEEDED:
+        values["delivered_at"] = utcnow()
+    if next_attempt_at is not None:
+        values["next_attempt_at"] = next_attempt_at
+    result = session.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.id == delivery_id, WebhookDelivery.attempts == attempt)
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def redeliver(session: Session, *, delivery_id: str) -> None:
+    """Back to PENDING, due now (the same webhook-id, so a receiver that got it can drop the repeat)."""
+    session.execute(
+        update(WebhookDelivery)
+        .where(WebhookDelivery.id == delivery_id)
+        .values(state=PENDING, next_attempt_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+
+
+# --- terminal audits whose events are not written yet -------------------------------------------------
+
+
+def audits_without_events(session: Session, *, limit: int = 100) -> list[str]:
+    return list(
+        session.scalars(
+            select(Audit.id)
+            .where(
+                Audit.events_at.is_(None),
+                Audit.finished_at.is_not(None),
+                Audit.state.in_([str(s) for s in TERMINAL_STATES]),
+            )
+            .order_by(Audit.finished_at)
+            .limit(limit)
+        )
+    )
+
+
+def mark_events_written(session: Session, *, audit_id: str) -> bool:
+    """Conditional: True for the one caller that set events_at (it writes the events, same transaction)."""
+    result = session.execute(
+        update(Audit)
+        .where(Audit.id == audit_id, Audit.events_at.is_(None))
+        .values(events_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]

@@ -1,0 +1,127 @@
+"""The integrations tick, a daemon thread in every API process (like the requeue sweep): every
+ICLAUDIT_WEBHOOK_TICK_SECONDS it writes the events of audits and sweeps that finished, fires due
+schedules, and hands each due webhook delivery to the executor's kind of worker — a thread pool here in
+the embedded default, a Celery task (`iclaudit.deliver_webhook`, queue `webhooks`) on the real stack.
+Several API processes may tick at once: every step claims its rows with a conditional write first.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+from app.db import idempotency as idempotency_rows
+from app.db.models import utcnow
+from app.integrations import webhooks
+from app.jobs.executors import Executor
+
+log = logging.getLogger(__name__)
+
+WEBHOOK_TASK = "iclaudit.deliver_webhook"
+WEBHOOK_QUEUE = "webhooks"
+_PURGE_EVERY_SECONDS = 600.0
+
+
+class Sender(Protocol):
+    lease_seconds: float
+
+    def send(self, delivery_id: str, attempt: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class InlineSender:
+    """Deliveries on a small thread pool of this process."""
+
+    def __init__(self, *, sessions: sessionmaker[Session], settings: Settings) -> None:
+        self._sessions, self._settings = sessions, settings
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook")
+        self.lease_seconds = 2 * settings.webhook_timeout_seconds + 10
+
+    def send(self, delivery_id: str, attempt: int) -> None:
+        self._pool.submit(self._deliver, delivery_id, attempt)
+
+    def _deliver(self, delivery_id: str, attempt: int) -> None:
+        try:
+            webhooks.deliver(delivery_id, attempt, sessions=self._sessions, settings=self._settings)
+        except Exception:  # the lease expires and the tick hands it out again
+            log.exception("webhook %s attempt %d crashed", delivery_id, attempt)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class CelerySender:
+    """One Celery message per attempt, on the `webhooks` queue (`iclaudit worker` consumes it)."""
+
+    def __init__(self, *, settings: Settings) -> None:
+        from app.jobs.broker import create_celery
+
+        self._celery = create_celery(settings)
+        self.lease_seconds = 300.0  # a busy worker may take a while to pick the message up
+
+    def send(self, delivery_id: str, attempt: int) -> None:
+        self._celery.send_task(WEBHOOK_TASK, args=[delivery_id, attempt], queue=WEBHOOK_QUEUE)
+
+    def close(self) -> None:
+        self._celery.close()
+
+
+def make_sender(*, sessions: sessionmaker[Session], settings: Settings) -> Sender:
+    if settings.executor == "celery":
+        return CelerySender(settings=settings)
+    return InlineSender(sessions=sessions, settings=settings)
+
+
+def tick(*, sessions: sessionmaker[Session], settings: Settings, sender: Sender, executor: Executor) -> int:
+    """One pass: write due events, fire due schedules, send due deliveries. Returns deliveries sent."""
+    from app.integrations import schedules
+
+    webhooks.write_due_events(sessions)
+    schedules.fire_due(sessions=sessions, settings=settings, executor=executor)
+    claimed = webhooks.claim_due(sessions, lease_seconds=sender.lease_seconds)
+    for delivery_id, attempt in claimed:
+        sender.send(delivery_id, attempt)
+    return len(claimed)
+
+
+class IntegrationsTicker:
+    def __init__(self, *, sessions: sessionmaker[Session], settings: Settings, executor: Executor) -> None:
+        self._sessions, self._settings = sessions, settings
+        self._executor = executor
+        self.sender = make_sender(sessions=sessions, settings=settings)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="integrations", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self.sender.close()
+
+    def _loop(self) -> None:
+        last_purge = float("-inf")
+        while not self._done.wait(self._settings.webhook_tick_seconds):
+            try:
+                tick(
+                    sessions=self._sessions,
+                    settings=self._settings,
+                    sender=self.sender,
+                    executor=self._executor,
+                )
+                if time.monotonic() - last_purge > _PURGE_EVERY_SECONDS:
+                    with self._sessions.begin() as session:
+                        idempotency_rows.purge_expired_keys(session, now=utcnow())
+                    last_purge = time.monotonic()
+            except Exception:
+                log.exception(
+                    "integrations tick failed; retrying in %.1f s", self._settings.webhook_tick_seconds
+                )

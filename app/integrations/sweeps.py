@@ -1,0 +1,245 @@
+"""Sweeps: a base audit request, a grid of dotted paths into it (`"mechanism.partitions": [4, 16]`) and a
+number of seeds. Every combination × seed is one child audit, validated like a submitted one (a bad point
+is 422 naming its grid key, and nothing is stored), stored in one transaction with the sweep and enqueued
+as one message each, so N workers run N points at once. The sweep's state, progress and cancel are its
+children's; its result is the table of verdict fields per child and per point.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import io
+import itertools
+import logging
+import statistics
+from collections import Counter
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.db import audits, labels
+from app.db import sweeps as store
+from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
+from app.integrations.verdict import verdict_of
+from app.jobs.executors import Executor, enqueue
+from app.jobs.service import Rejected, check_request
+from app.schemas.audits import request_adapter
+from app.schemas.sweeps import (
+    SweepChildResource,
+    SweepPoint,
+    SweepProgress,
+    SweepRequest,
+    SweepResource,
+    SweepResult,
+    SweepRow,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _key_path(key: str) -> str:
+    return f'$.grid["{key}"]'
+
+
+def set_path(body: dict[str, Any], key: str, value: Any) -> None:
+    """body[a][b] = value for key "a.b"; every step but the last must already be an object."""
+    *parents, last = key.split(".")
+    node: Any = body
+    for i, part in enumerate(parents):
+        node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            where = ".".join(parents[: i + 1])
+            raise Rejected(
+                _key_path(key), f"grid key {key!r}: base has no object at {where!r} to set {last!r} in."
+            )
+    node[last] = value
+
+
+def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every combination, the first key varying slowest."""
+    keys = list(grid)
+    return [dict(zip(keys, values, strict=True)) for values in itertools.product(*grid.values())]
+
+
+def expand(request: SweepRequest, *, max_audits: int) -> list[tuple[dict[str, Any], int, Any]]:
+    """(point, seed, validated child request) for every point and seed; Rejected names the bad grid key."""
+    grid = request.grid
+    total = len(points(grid)) * request.seeds
+    if total > max_audits:
+        raise Rejected(
+            "$.grid",
+            f"the sweep would create {total} audits, above this service's maximum of {max_audits} "
+            "(ICLAUDIT_SWEEP_MAX_AUDITS); split it.",
+        )
+    if "seed" in grid and request.seeds > 1:
+        raise Rejected("$.seeds", "the grid sets `seed` itself; leave seeds at 1.")
+    base = request.base.model_dump(mode="json")
+    out = []
+    for point in points(grid):
+        for s in range(request.seeds):
+            body = copy.deepcopy(base)
+            body["seed"] = base["seed"] + s
+            for key, value in point.items():
+                set_path(body, key, value)
+            try:
+                child = request_adapter().validate_python(body)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"][1:]) or "request"
+                culprit = next(
+                    (k for k in point if where == k or where.startswith(k + ".")), next(iter(point))
+                )
+                raise Rejected(
+                    _key_path(culprit), f"grid point {point}: {where}: {err['msg'].rstrip('.')}."
+                ) from exc
+            out.append((point, body["seed"], child))
+    return out
+
+
+def submit_sweep(
+    *,
+    session: Session,
+    tenant_id: str,
+    request: SweepRequest,
+    settings: Settings,
+    executor: Executor,
+    remember: Any = None,
+) -> Sweep:
+    """Check every child, store the sweep and its children (one transaction), then enqueue each child."""
+    children = expand(request, max_audits=settings.sweep_max_audits)
+    for point, _, child in children:
+        try:
+            check_request(session, tenant_id=tenant_id, request=child, settings=settings)
+        except Rejected as exc:
+            key = next((k for k in point if exc.path == f"$.{k}"), None)
+            raise Rejected(_key_path(key) if key else "$.base" + exc.path[1:], exc.message) from exc
+    sweep = store.add_sweep(
+        session,
+        tenant_id=tenant_id,
+        base=request.base.model_dump(mode="json"),
+        grid=request.grid,
+        seeds=request.seeds,
+        labels=request.labels,
+        notify=request.notify,
+    )
+    ids = []
+    for position, (point, seed, child) in enumerate(children):
+        body = child.model_dump(mode="json")
+        audit = audits.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
+        labels.add_labels(session, audit_id=audit.id, labels=body.get("labels") or {})
+        store.add_child(
+            session, sweep_id=sweep.id, position=position, audit_id=audit.id, point=point, seed=seed
+        )
+        ids.append(audit.id)
+    if remember is not None:
+        remember(session, sweep.id)
+    session.commit()
+    enqueue(session, executor, ids)  # one message each; one not sent stays PENDING for the requeue sweep
+    session.commit()
+    return sweep
+
+
+def sweep_state(states: list[str], cancel_requested: bool) -> AuditState:
+    if states and all(s in TERMINAL_STATES for s in states):
+        if all(s == AuditState.SUCCEEDED for s in states):
+            return AuditState.SUCCEEDED
+        if cancel_requested or (AuditState.CANCELLED in states and AuditState.FAILED not in states):
+            return AuditState.CANCELLED
+        return AuditState.FAILED
+    if all(s == AuditState.PENDING for s in states):
+        return AuditState.PENDING
+    return AuditState.RUNNING
+
+
+def resource(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResource:
+    states = [a.state for _, a in rows]
+    fractions = [1.0 if a.state in TERMINAL_STATES else a.progress_fraction for _, a in rows]
+    return SweepResource(
+        id=sweep.id,
+        state=sweep_state(states, sweep.cancel_requested),
+        progress=SweepProgress(
+            fraction=statistics.fmean(fractions) if fractions else 0.0,
+            total=len(rows),
+            counts={AuditState(s): n for s, n in Counter(states).items()},
+        ),
+        grid=sweep.grid,
+        seeds=sweep.seeds,
+        base=sweep.base,
+        labels=sweep.labels,
+        cancel_requested=sweep.cancel_requested,
+        created_at=sweep.created_at,
+        completed_at=sweep.completed_at,
+        children=[
+            SweepChildResource(
+                position=c.position, point=c.point, seed=c.seed, audit_id=a.id, state=AuditState(a.state)
+            )
+            for c, a in rows
+        ],
+    )
+
+
+def cancel_sweep(session: Session, *, sweep: Sweep) -> None:
+    """Cancel cascades: every child not yet finished is cancelled (PENDING at once, RUNNING at its next batch)."""
+    store.request_cancel(session, sweep_id=sweep.id)
+    for _, audit in store.children(session, sweep_id=sweep.id):
+        if audit.state not in TERMINAL_STATES:
+            audits.request_cancel(session, tenant_id=sweep.tenant_id, audit_id=audit.id)
+    session.commit()
+    session.refresh(sweep)
+
+
+def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
+    """Verdict fields per child, and per point over its seeds."""
+    table = []
+    for child, audit in rows:
+        v = verdict_of(audit.kind, audit.result if audit.state == AuditState.SUCCEEDED else None)
+        table.append(
+            SweepRow(
+                position=child.position,
+                point=child.point,
+                seed=child.seed,
+                audit_id=audit.id,
+                state=AuditState(audit.state),
+                epsilon_empirical=v.epsilon_empirical,
+                epsilon_theory=v.epsilon_theory,
+                violation=v.violation,
+            )
+        )
+    grouped: dict[str, list[SweepRow]] = {}
+    for row in table:
+        grouped.setdefault(repr(sorted(row.point.items())), []).append(row)
+    summary = []
+    for group in grouped.values():
+        eps = [r.epsilon_empirical for r in group if r.epsilon_empirical is not None]
+        theory = [r.epsilon_theory for r in group if r.epsilon_theory is not None]
+        summary.append(
+            SweepPoint(
+                point=group[0].point,
+                audits=len(group),
+                epsilon_empirical_mean=statistics.fmean(eps) if eps else None,
+                epsilon_empirical_min=min(eps) if eps else None,
+                epsilon_empirical_max=max(eps) if eps else None,
+                epsilon_theory=theory[0] if theory else None,
+                violations=sum(1 for r in group if r.violation),
+            )
+        )
+    return SweepResult(sweep_id=sweep.id, grid=sweep.grid, rows=table, points=summary)
+
+
+def result_csv(res: SweepResult) -> str:
+    """One line per child: position, each grid key, seed, audit id, state, ε_empirical, ε_theory, violation."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    keys = list(res.grid)
+    writer.writerow(
+        ["position", *keys, "seed", "audit_id", "state", "epsilon_empirical", "epsilon_theory", "violation"]
+    )
+    for r in res.rows:
+        writer.writerow(
+            [r.position, *(r.point[k] for k in keys), r.seed, r.audit_id, r.state.value]
+            + ["" if x is None else x for x in (r.epsilon_empirical, r.epsilon_theory, r.violation)]
+        )
+    return out.getvalue()

@@ -1,0 +1,279 @@
+"""Webhooks per the Standard Webhooks specification (standardwebhooks.com): every delivery is a POST of
+`{"type", "timestamp", "data"}` with the headers `webhook-id` (the same on every attempt of one delivery,
+so a receiver drops repeats), `webhook-timestamp` and `webhook-signature` = `v1,` base64(HMAC-SHA256(
+secret, "{id}.{timestamp}.{body}")), signed by the `standardwebhooks` package.
+
+Events: audit.succeeded, audit.failed, audit.cancelled, audit.violation, sweep.completed. They are written
+as rows of the deliveries outbox (one per event and target) in the same transaction that marks the audit
+(`audits.events_at`) or the sweep (`sweeps.completed_at`) as done, so each is written exactly once, whoever
+moved the audit to its terminal state (runner, cancel, the stale sweep). Delivery is at least once: a due
+row is claimed (attempts + 1, `next_attempt_at` = lease), POSTed through app.egress (internal addresses
+refused unless ICLAUDIT_WEBHOOK_ALLOWLIST names them), and on a non-2xx answer or an error retried after
+backoff = ICLAUDIT_WEBHOOK_BACKOFF_SECONDS · 2^(attempt − 1) (at most 1 h), up to
+ICLAUDIT_WEBHOOK_MAX_ATTEMPTS; a refused target fails at once.
+
+`audit.violation` fires for a SUCCEEDED audit whose verdict is a violation; for a scheduled run it fires
+instead when the verdict differs from the schedule's previous run (either way; `previous_violation` says
+which).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import secrets
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from standardwebhooks import Webhook
+
+from app.config import Settings
+from app.db import sweeps as sweep_rows
+from app.db import webhooks as store
+from app.db.models import Audit, AuditState, ScheduleRun, Sweep, WebhookDelivery, WebhookEndpoint, utcnow
+from app.egress import EgressRefused, check_url, egress_client
+from app.integrations.verdict import verdict_of
+
+log = logging.getLogger(__name__)
+
+AUDIT_EVENTS = {
+    AuditState.SUCCEEDED: "audit.succeeded",
+    AuditState.FAILED: "audit.failed",
+    AuditState.CANCELLED: "audit.cancelled",
+}
+EVENT_TYPES = (*AUDIT_EVENTS.values(), "audit.violation", "sweep.completed")
+MAX_BACKOFF_SECONDS = 3600.0
+
+
+def new_secret() -> str:
+    """`whsec_` + base64 of 24 random bytes, the Standard Webhooks secret format."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def new_message_id() -> str:
+    return "msg_" + secrets.token_hex(16)
+
+
+def backoff_seconds(attempt: int, base: float) -> float:
+    return min(base * 2 ** (attempt - 1), MAX_BACKOFF_SECONDS)
+
+
+# --- writing events (the outbox) ----------------------------------------------------------------------
+
+
+def _event(event_type: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"type": event_type, "timestamp": utcnow().isoformat(), "data": data}
+
+
+def enqueue_event(
+    session: Session, *, tenant_id: str, event_type: str, data: dict[str, Any], notify: str | None
+) -> int:
+    """One delivery per endpoint of the tenant subscribed to `event_type`, and one to `notify`."""
+    payload = _event(event_type, data)
+    targets: list[tuple[str | None, str]] = [
+        (e.id, e.url) for e in store.endpoints_for(session, tenant_id=tenant_id, event_type=event_type)
+    ]
+    if notify:
+        targets.append((None, notify))
+    for endpoint_id, url in targets:
+        store.add_delivery(
+            session,
+            id=new_message_id(),
+            tenant_id=tenant_id,
+            endpoint_id=endpoint_id,
+            url=url,
+            event_type=event_type,
+            payload=payload,
+        )
+    return len(targets)
+
+
+def audit_data(audit: Audit) -> dict[str, Any]:
+    v = verdict_of(audit.kind, audit.result if audit.state == AuditState.SUCCEEDED else None)
+    return {
+        "id": audit.id,
+        "kind": audit.kind,
+        "state": audit.state,
+        "labels": (audit.request or {}).get("labels") or {},
+        "verdict": {
+            "epsilon_empirical": v.epsilon_empirical,
+            "epsilon_theory": v.epsilon_theory,
+            "violation": v.violation,
+        },
+        "error": audit.error,
+        "created_at": audit.created_at.isoformat(),
+        "finished_at": audit.finished_at.isoformat() if audit.finished_at else None,
+        "links": {"self": f"/v1/audits/{audit.id}", "result": f"/v1/audits/{audit.id}/result"},
+    }
+
+
+def _previous_verdict(session: Session, audit_id: str) -> tuple[str, bool | None] | None:
+    """(schedule id, the verdict of its previous finished run) for a scheduled run; None otherwise."""
+    run = session.scalar(select(ScheduleRun).where(ScheduleRun.audit_id == audit_id))
+    if run is None:
+        return None
+    previous = session.execute(
+        select(Audit.kind, Audit.result)
+        .join(ScheduleRun, ScheduleRun.audit_id == Audit.id)
+        .where(
+            ScheduleRun.schedule_id == run.schedule_id,
+            ScheduleRun.fire_time < run.fire_time,
+            Audit.state == AuditState.SUCCEEDED,
+        )
+        .order_by(ScheduleRun.fire_time.desc())
+        .limit(1)
+    ).first()
+    return run.schedule_id, verdict_of(*previous).violation if previous is not None else None
+
+
+def write_audit_events(session: Session, audit: Audit) -> int:
+    """The events of one audit that reached a terminal state (the caller holds its events_at mark)."""
+    data = audit_data(audit)
+    notify = (audit.request or {}).get("notify")
+    n = enqueue_event(
+        session,
+        tenant_id=audit.tenant_id,
+        event_type=AUDIT_EVENTS[AuditState(audit.state)],
+        data=data,
+        notify=notify,
+    )
+    violation = data["verdict"]["violation"]
+    if audit.state != AuditState.SUCCEEDED or violation is None:
+        return n
+    scheduled = _previous_verdict(session, audit.id)
+    if scheduled is None:
+        fire = violation
+    else:
+        schedule_id, previous = scheduled
+        data = {**data, "schedule_id": schedule_id, "previous_violation": previous}
+        fire = violation if previous is None else previous != violation
+    if fire:
+        n += enqueue_event(
+            session, tenant_id=audit.tenant_id, event_type="audit.violation", data=data, notify=notify
+        )
+    return n
+
+
+def sweep_data(session: Session, sweep: Sweep) -> dict[str, Any]:
+    from app.integrations.sweeps import resource, result
+
+    rows = sweep_rows.children(session, sweep_id=sweep.id)
+    res = resource(sweep, rows)
+    table = result(sweep, rows)
+    return {
+        "id": sweep.id,
+        "state": res.state,
+        "labels": sweep.labels,
+        "counts": {str(k): v for k, v in res.progress.counts.items()},
+        "violations": sum(p.violations for p in table.points),
+        "links": {"self": f"/v1/sweeps/{sweep.id}", "result": f"/v1/sweeps/{sweep.id}/result"},
+    }
+
+
+def write_due_events(sessions: sessionmaker[Session], *, limit: int = 100) -> int:
+    """Events for every audit and sweep that finished since the last call; each written exactly once."""
+    written = 0
+    with sessions() as session:
+        audit_ids = store.audits_without_events(session, limit=limit)
+    for audit_id in audit_ids:
+        with sessions.begin() as session:
+            if store.mark_events_written(session, audit_id=audit_id):
+                audit = session.get(Audit, audit_id)
+                assert audit is not None
+                written += write_audit_events(session, audit)
+    with sessions() as session:
+        sweep_ids = sweep_rows.finished_sweeps(session, limit=limit)
+    for sweep_id in sweep_ids:
+        with sessions.begin() as session:
+            if sweep_rows.mark_completed(session, sweep_id=sweep_id):
+                sweep = session.get(Sweep, sweep_id)
+                assert sweep is not None
+                written += enqueue_event(
+                    session,
+                    tenant_id=sweep.tenant_id,
+                    event_type="sweep.completed",
+                    data=sweep_data(session, sweep),
+                    notify=sweep.notify,
+                )
+    return written
+
+
+# --- delivering ---------------------------------------------------------------------------------------
+
+
+def claim_due(sessions: sessionmaker[Session], *, lease_seconds: float) -> list[tuple[str, int]]:
+    now = utcnow()
+    with sessions.begin() as session:
+        return store.claim_due(session, now=now, lease_until=now + timedelta(seconds=lease_seconds))
+
+
+def sign(secret: str, message_id: str, body: str, when: datetime | None = None) -> dict[str, str]:
+    """The Standard Webhooks headers for `body`."""
+    when = when or datetime.now(UTC)
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(int(when.timestamp())),
+        "webhook-signature": Webhook(secret).sign(message_id, when, body),
+    }
+
+
+def _secret_of(sessions: sessionmaker[Session], delivery: WebhookDelivery) -> str | None:
+    with sessions() as session:
+        if delivery.endpoint_id is None:
+            return store.notify_secret(session, tenant_id=delivery.tenant_id, make=new_secret)
+        endpoint = session.get(WebhookEndpoint, delivery.endpoint_id)
+        return endpoint.secret if endpoint is not None else None
+
+
+def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], settings: Settings) -> str:
+    """POST attempt `attempt` of one delivery and record the outcome; returns the delivery's new state."""
+    with sessions() as session:
+        delivery = session.get(WebhookDelivery, delivery_id)
+        if delivery is None or delivery.state != store.PENDING or delivery.attempts != attempt:
+            return "skipped"  # deleted, done, or claimed again since this attempt was sent
+        session.expunge(delivery)
+    secret = _secret_of(sessions, delivery)
+    status: int | None = None
+    if secret is None:
+        state, error = store.FAILED, "the webhook endpoint was deleted"
+    else:
+        body = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False)
+        headers = {
+            **sign(secret, delivery.id, body),
+            "content-type": "application/json",
+            "user-agent": "iclaudit-webhooks/1",
+        }
+        try:
+            allow = settings.webhook_egress
+            check_url(delivery.url, allow)
+            with egress_client(allow, timeout=settings.webhook_timeout_seconds) as client:
+                reply = client.post(delivery.url, content=body.encode(), headers=headers)
+            status = reply.status_code
+            ok = 200 <= status < 300
+            state, error = (store.SUCCEEDED, "") if ok else (store.PENDING, f"the receiver answered {status}")
+        except EgressRefused as exc:
+            state, error = store.FAILED, f"refused: {exc.reason}"
+        except httpx.HTTPError as exc:
+            state, error = store.PENDING, f"{type(exc).__name__}: {exc}"[:500]
+    next_at = None
+    if state == store.PENDING:
+        if attempt >= settings.webhook_max_attempts:
+            state, error = store.FAILED, f"gave up after {attempt} attempts; last: {error}"
+        else:
+            next_at = utcnow() + timedelta(seconds=backoff_seconds(attempt, settings.webhook_backoff_seconds))
+    with sessions.begin() as session:
+        store.record_attempt(
+            session,
+            delivery_id=delivery_id,
+            attempt=attempt,
+            state=state,
+            status=status,
+            error=error,
+            next_attempt_at=next_at,
+        )
+    log.info("webhook %s (%s) attempt %d → %s %s", delivery_id, delivery.event_type, attempt, state, error)
+    return state

@@ -1,0 +1,64 @@
+"""Schedules: an audit request or a sweep, re-run at every cron time or every interval (UTC)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.db.models import AuditState
+from app.schemas.audits import request_union
+from app.schemas.sweeps import SweepRequest
+
+
+class ScheduleCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    request: Annotated[request_union(), Field(description="The audit to re-run.")] | None = None  # type: ignore[valid-type]
+    sweep: SweepRequest | None = Field(default=None, description="Or a sweep to re-run.")
+    cron: str | None = Field(
+        default=None,
+        max_length=200,
+        description='Cron in UTC: five fields ("0 3 * * *": nightly at 03:00), or six with seconds last.',
+    )
+    interval_seconds: float | None = Field(
+        default=None, ge=1, le=366 * 86400, description="Or: every N seconds."
+    )
+
+    @model_validator(mode="after")
+    def _one_each(self) -> ScheduleCreate:
+        if (self.request is None) == (self.sweep is None):
+            raise ValueError("give either request or sweep (not both, not neither)")
+        if (self.cron is None) == (self.interval_seconds is None):
+            raise ValueError("give either cron or interval_seconds (not both, not neither)")
+        return self
+
+
+class ScheduleResource(BaseModel):
+    id: str
+    target: Literal["audit", "sweep"]
+    body: dict[str, Any] = Field(description="The audit request or sweep that each run starts.")
+    cron: str | None
+    interval_seconds: float | None
+    next_fire_at: datetime
+    created_at: datetime
+
+
+class ScheduleList(BaseModel):
+    schedules: list[ScheduleResource]
+    next_page_token: str | None
+
+
+class ScheduleRunResource(BaseModel):
+    fire_time: datetime
+    audit_id: str | None
+    sweep_id: str | None
+    state: AuditState | None = Field(
+        description="The run's audit state (null for a sweep or a run not started)."
+    )
+    violation: bool | None = Field(description="The run's verdict, once its audit SUCCEEDED.")
+
+
+class ScheduleRunList(BaseModel):
+    runs: list[ScheduleRunResource] = Field(description="Newest first (at most 100).")

@@ -1,0 +1,127 @@
+"""A sweep: one base audit request, a grid of dotted paths into it, and seeds; one child audit per point."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.audit.kinds.base import Labels
+from app.db.models import AuditState
+from app.schemas.audits import request_union
+
+GridValue = str | int | float | bool
+MAX_GRID_VALUES = 64
+
+
+class SweepRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base: Annotated[request_union(), Field(description="The audit every point starts from.")]  # type: ignore[valid-type]
+    grid: dict[
+        Annotated[
+            str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+        ],
+        Annotated[list[GridValue], Field(min_length=1, max_length=MAX_GRID_VALUES)],
+    ] = Field(
+        min_length=1,
+        max_length=8,
+        description='Dotted paths into `base` and the values each takes, e.g. {"epsilon": [1, 2, 4, 8], '
+        '"mechanism.partitions": [4, 16]}; every combination is a point.',
+    )
+    seeds: int = Field(
+        default=1, ge=1, le=100, description="Audits per point, with seeds base.seed, base.seed + 1, …"
+    )
+    labels: Labels = Field(default_factory=dict, description="Labels of the sweep (children keep base's).")
+    notify: str | None = Field(
+        default=None,
+        max_length=2000,
+        description="URL that gets `sweep.completed` (signed, see /v1/webhooks).",
+    )
+
+
+EXAMPLE: dict[str, Any] = {
+    "base": {
+        "kind": "mia",
+        "dataset": "ag_news",
+        "model": "oracle",
+        "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 2},
+        "epsilon": 1.0,
+        "attack": {"name": "inquiry", "threat_model": "both"},
+        "llm_calls": 200,
+        "trials": 100_000,
+    },
+    "grid": {"epsilon": [1, 2, 4, 8], "mechanism.partitions": [4, 16]},
+    "seeds": 2,
+}
+
+
+class SweepChildResource(BaseModel):
+    position: int
+    point: dict[str, GridValue]
+    seed: int
+    audit_id: str
+    state: AuditState
+
+
+class SweepProgress(BaseModel):
+    fraction: float = Field(ge=0.0, le=1.0, description="Mean progress of the children.")
+    total: int
+    counts: dict[AuditState, int] = Field(description="Children per state.")
+
+
+class SweepResource(BaseModel):
+    id: str
+    state: AuditState = Field(
+        description="PENDING until a child starts; SUCCEEDED when all did; FAILED or CANCELLED when every "
+        "child finished and one failed or was cancelled; RUNNING otherwise."
+    )
+    progress: SweepProgress
+    grid: dict[str, list[GridValue]]
+    seeds: int
+    base: dict[str, Any]
+    labels: dict[str, str]
+    cancel_requested: bool
+    created_at: datetime
+    completed_at: datetime | None = Field(description="When the last child finished (sweep.completed).")
+    children: list[SweepChildResource]
+
+
+class SweepList(BaseModel):
+    sweeps: list[SweepResource]
+    next_page_token: str | None
+
+
+class SweepRow(BaseModel):
+    """One child: the point, its seed, and the verdict fields of its result."""
+
+    position: int
+    point: dict[str, GridValue]
+    seed: int
+    audit_id: str
+    state: AuditState
+    epsilon_empirical: float | None = Field(
+        description="The lower bound the verdict used (max over threat models)."
+    )
+    epsilon_theory: float | None = Field(description="The ε the mechanism claims (the verdict's bound).")
+    violation: bool | None
+
+
+class SweepPoint(BaseModel):
+    """The seeds of one grid point together."""
+
+    point: dict[str, GridValue]
+    audits: int
+    epsilon_empirical_mean: float | None
+    epsilon_empirical_min: float | None
+    epsilon_empirical_max: float | None
+    epsilon_theory: float | None
+    violations: int = Field(description="Children whose verdict is a violation.")
+
+
+class SweepResult(BaseModel):
+    sweep_id: str
+    grid: dict[str, list[GridValue]]
+    rows: list[SweepRow]
+    points: list[SweepPoint]

@@ -1,0 +1,69 @@
+"""Webhook endpoints and their delivery log (Standard Webhooks; app/integrations/webhooks.py)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+EventType = Literal[
+    "audit.succeeded", "audit.failed", "audit.cancelled", "audit.violation", "sweep.completed"
+]
+
+
+class WebhookCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(min_length=1, max_length=2000, description="http(s) URL that receives the POSTs.")
+    events: list[EventType] = Field(
+        default_factory=list, max_length=5, description="Events to send; empty: all of them."
+    )
+    description: str = Field(default="", max_length=200)
+
+
+class WebhookResource(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    url: str
+    events: list[EventType]
+    description: str
+    created_at: datetime
+
+
+class WebhookCreated(WebhookResource):
+    secret: str = Field(
+        description="`whsec_…`: verifies `webhook-signature` (Standard Webhooks). Shown only in this answer."
+    )
+
+
+class WebhookList(BaseModel):
+    webhooks: list[WebhookResource]
+    next_page_token: str | None
+
+
+class NotifySecret(BaseModel):
+    secret: str = Field(description="`whsec_…` that signs deliveries to a request's `notify` URL.")
+
+
+class DeliveryResource(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str = Field(description="The `webhook-id` header: the same on every attempt of this delivery.")
+    endpoint_id: str | None
+    url: str
+    event_type: str
+    payload: dict[str, Any]
+    state: Literal["PENDING", "SUCCEEDED", "FAILED"]
+    attempts: int
+    next_attempt_at: datetime
+    last_status: int | None = Field(description="HTTP status of the last answer (null: no answer).")
+    last_error: str
+    created_at: datetime
+    delivered_at: datetime | None
+
+
+class DeliveryList(BaseModel):
+    deliveries: list[DeliveryResource]
+    next_page_token: str | None

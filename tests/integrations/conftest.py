@@ -1,0 +1,158 @@
+"""Integration tests (issue 12): the real app over a migrated SQLite file or the session's PostgreSQL,
+auth on, a fast integrations tick; a real HTTP webhook receiver on 127.0.0.1 that can go down and come
+back; a real uvicorn server in a thread for concurrent clients."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from fastapi.testclient import TestClient
+from service.servers import database_url, free_port, postgres_server  # noqa: F401 - fixtures
+
+from app.config import Settings
+from app.db import keys
+from app.db.engine import make_engine, make_session_factory
+from app.main import create_app
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """Records every POST; `down()` closes the port (connection refused), `up()` listens again."""
+
+    port: int
+    got: list[Received] = field(default_factory=list)
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def up(self) -> None:
+        got = self.got
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                got.append(Received({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def down(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def wait_for(self, n: int, timeout: float = 30.0) -> list[Received]:
+        deadline = time.monotonic() + timeout
+        while len(self.got) < n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"receiver got {len(self.got)} of {n} deliveries in {timeout}s")
+            time.sleep(0.05)
+        return self.got
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver(port=free_port())
+    r.up()
+    yield r
+    r.down()
+
+
+@pytest.fixture
+def settings(database_url: str, tmp_path: Path, data_dir: Path, receiver: Receiver) -> Settings:  # noqa: F811
+    return Settings(
+        database_url=database_url,
+        state_dir=tmp_path,
+        data_dir=data_dir,
+        executor="inline",
+        inline_workers=2,
+        auth_enabled=True,
+        heartbeat_seconds=0.5,
+        stale_after_seconds=5,
+        sweep_seconds=60,
+        preload_models=False,
+        webhook_tick_seconds=0.1,
+        webhook_backoff_seconds=0.2,
+        webhook_allowlist=[f"http://127.0.0.1:{receiver.port}/"],
+    )
+
+
+@pytest.fixture
+def make_key(settings: Settings) -> Iterator[Callable[[str], str]]:
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = make_session_factory(engine)
+
+    def make(tenant: str) -> str:
+        with sessions.begin() as session:
+            return keys.create_api_key(session, tenant)[1]
+
+    yield make
+    engine.dispose()
+
+
+@pytest.fixture
+def app_client(settings: Settings) -> Callable[..., Any]:
+    """`with app_client(**setting_changes) as client:` a TestClient around a fresh app."""
+
+    @contextmanager
+    def open_client(**changes: Any) -> Iterator[TestClient]:
+        with TestClient(create_app(settings.model_copy(update=changes))) as client:
+            yield client
+
+    return open_client
+
+
+@pytest.fixture
+def client(app_client: Callable[..., Any], make_key: Callable[[str], str]) -> Iterator[TestClient]:
+    """Authenticated as tenant `alice`."""
+    with app_client() as c:
+        c.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        yield c
+
+
+@contextmanager
+def live_server(settings: Settings) -> Iterator[str]:
+    """The app under a real uvicorn (its own thread and event loop); yields the base URL."""
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise AssertionError("uvicorn did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

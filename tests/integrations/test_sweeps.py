@@ -1,0 +1,134 @@
+"""POST /v1/sweeps: one real mia audit (oracle engine) per grid point and seed, progress, cancel, the
+aggregate table, CSV and PNG; a bad point is 422 naming its grid key; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+
+
+def mia_base(**changes: Any) -> dict[str, Any]:
+    """A real membership audit of private voting on the oracle engine, exact estimator (under a second)."""
+    return {
+        "kind": "mia",
+        "dataset": "ag_news",
+        "model": "oracle",
+        "seed": 0,
+        "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 1},
+        "epsilon": 1.0,
+        "attack": {"name": "inquiry", "threat_model": "black_box"},
+        "estimator": "exact",
+        **changes,
+    }
+
+
+def wait_sweep(client: TestClient, sweep_id: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        sweep = client.get(f"/v1/sweeps/{sweep_id}").json()
+        if sweep["completed_at"] is not None or all(
+            c["state"] in ("SUCCEEDED", "FAILED", "CANCELLED") for c in sweep["children"]
+        ):
+            return sweep
+        assert time.monotonic() < deadline, sweep["progress"]
+        time.sleep(0.1)
+
+
+def test_a_16_point_sweep_finishes_with_its_table_csv_and_plot(client: TestClient) -> None:
+    body = {"base": mia_base(), "grid": {"epsilon": [1, 2, 4, 8], "mechanism.partitions": [2, 4]}, "seeds": 2}
+    answer = client.post("/v1/sweeps", json=body, headers={"Idempotency-Key": "sweep-16"})
+    assert answer.status_code == 202, answer.text
+    sweep = answer.json()
+    assert answer.headers["Location"] == f"/v1/sweeps/{sweep['id']}"
+    assert sweep["progress"]["total"] == 16 and len(sweep["children"]) == 16
+    points = [
+        (c["point"]["epsilon"], c["point"]["mechanism.partitions"], c["seed"]) for c in sweep["children"]
+    ]
+    assert points == [(e, p, s) for e in (1, 2, 4, 8) for p in (2, 4) for s in (0, 1)]
+    # a retry of the submit gives the same sweep, not 16 more audits
+    again = client.post("/v1/sweeps", json=body, headers={"Idempotency-Key": "sweep-16"})
+    assert again.json()["id"] == sweep["id"] and again.headers["Idempotent-Replayed"] == "true"
+
+    done = wait_sweep(client, sweep["id"])
+    assert done["state"] == "SUCCEEDED" and done["progress"]["fraction"] == 1.0
+    assert done["progress"]["counts"] == {"SUCCEEDED": 16}
+    child = client.get(f"/v1/audits/{done['children'][7]['audit_id']}").json()
+    assert child["request"]["epsilon"] == 2 and child["request"]["mechanism"]["partitions"] == 4
+    assert child["request"]["seed"] == 1
+
+    table = client.get(f"/v1/sweeps/{sweep['id']}/result").json()
+    assert len(table["rows"]) == 16 and len(table["points"]) == 8
+    for row in table["rows"]:
+        audit = client.get(f"/v1/audits/{row['audit_id']}").json()
+        bound = audit["result"]["black_box"]
+        assert row["epsilon_theory"] == audit["result"]["epsilon_theory"] == row["point"]["epsilon"]
+        assert row["violation"] == audit["result"]["violation"]
+        used = (
+            bound["epsilon_empirical"]
+            if bound["assumption"] == "gdp"
+            else bound["epsilon_empirical_assumption_free"]
+        )
+        assert row["epsilon_empirical"] == pytest.approx(used, rel=1e-12)
+    for point in table["points"]:
+        mine = [r["epsilon_empirical"] for r in table["rows"] if r["point"] == point["point"]]
+        assert point["audits"] == 2 and point["epsilon_empirical_max"] == max(mine)
+        assert abs(point["epsilon_empirical_mean"] - sum(mine) / 2) < 1e-12
+
+    lines = list(csv.reader(io.StringIO(client.get(f"/v1/sweeps/{sweep['id']}/result.csv").text)))
+    assert lines[0][:4] == ["position", "epsilon", "mechanism.partitions", "seed"] and len(lines) == 17
+    assert float(lines[1][6]) == pytest.approx(table["rows"][0]["epsilon_empirical"], rel=1e-12)
+
+    png = client.get(f"/v1/sweeps/{sweep['id']}/result.png")
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png"
+    image = Image.open(io.BytesIO(png.content))
+    assert image.size[0] > 500 and len(set(image.convert("RGB").getdata())) > 50  # drawn, not blank
+
+
+def test_a_bad_point_is_422_naming_its_grid_key_and_stores_nothing(client: TestClient) -> None:
+    bad = {"base": mia_base(), "grid": {"epsilon": [1, -2]}}
+    answer = client.post("/v1/sweeps", json=bad)
+    assert answer.status_code == 422
+    assert answer.json()["error"]["details"][0]["path"] == '$.grid["epsilon"]'
+    assert "-2" in answer.json()["error"]["message"]
+    missing = client.post("/v1/sweeps", json={"base": mia_base(), "grid": {"attack.nothing.here": [1]}})
+    assert (
+        missing.status_code == 422
+        and missing.json()["error"]["details"][0]["path"] == '$.grid["attack.nothing.here"]'
+    )
+    too_many = client.post(
+        "/v1/sweeps", json={"base": mia_base(), "grid": {"seed": list(range(64)), "epsilon": [1, 2, 3, 4, 5]}}
+    )
+    assert too_many.status_code == 422 and "ICLAUDIT_SWEEP_MAX_AUDITS" in too_many.json()["error"]["message"]
+    assert client.get("/v1/sweeps").json()["sweeps"] == []
+    assert client.get("/v1/audits").json()["audits"] == []
+
+
+def test_cancel_cascades_to_every_child(client: TestClient) -> None:
+    slow = mia_base(estimator="bootstrap", llm_calls=50, trials=400_000)
+    sweep = client.post(
+        "/v1/sweeps", json={"base": slow, "grid": {"epsilon": [1, 2, 4, 8]}, "seeds": 2}
+    ).json()
+    cancelled = client.post(f"/v1/sweeps/{sweep['id']}/cancel")
+    assert cancelled.status_code == 200 and cancelled.json()["cancel_requested"]
+    done = wait_sweep(client, sweep["id"], timeout=60)
+    assert done["state"] == "CANCELLED"
+    assert (
+        set(done["progress"]["counts"]) <= {"CANCELLED", "SUCCEEDED"}
+        and done["progress"]["counts"]["CANCELLED"] >= 6
+    )
+    assert client.post(f"/v1/sweeps/{sweep['id']}/cancel").status_code == 409
+    assert client.get(f"/v1/sweeps/{sweep['id']}/result").status_code == 200
+
+
+def test_a_sweep_is_the_tenants_own(client: TestClient, make_key: Any) -> None:
+    sweep = client.post("/v1/sweeps", json={"base": mia_base(), "grid": {"epsilon": [1]}}).json()
+    bob = {"Authorization": f"Bearer {make_key('bob')}"}
+    assert client.get(f"/v1/sweeps/{sweep['id']}", headers=bob).status_code == 404
+    assert client.get("/v1/sweeps", headers=bob).json()["sweeps"] == []
+    assert client.get(f"/v1/sweeps/{sweep['id']}/result", headers=bob).status_code == 404

@@ -1,0 +1,214 @@
+"""Webhooks (Standard Webhooks) on the embedded default, SQLite and PostgreSQL: a receiver on 127.0.0.1
+(allow-listed) gets each event once, signed so that `standardwebhooks` verifies it, and gets it after an
+outage; targets are checked by app/egress.py."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from integrations.conftest import Receiver
+from service.client import bound_request, long_mia_request, wait_for
+from service.servers import free_port
+from standardwebhooks import Webhook
+
+# the outage the receiver has in test_a_delivery_survives_a_receiver_outage; the issue's 30 s case is run as
+# ICLAUDIT_TEST_OUTAGE_SECONDS=30 ICLAUDIT_TEST_BACKOFF_SECONDS=2 (docs/results/integrations.md)
+OUTAGE_SECONDS = float(os.environ.get("ICLAUDIT_TEST_OUTAGE_SECONDS", "1.5"))
+BACKOFF_SECONDS = float(os.environ.get("ICLAUDIT_TEST_BACKOFF_SECONDS", "0.2"))
+
+
+def violating_mia() -> dict[str, Any]:
+    """A private-voting mechanism with a planted bug (noise divided by the number of partitions): the
+    audit measures ε above the claimed 1 (a violation)."""
+    return {
+        "kind": "mia",
+        "dataset": "ag_news",
+        "model": "oracle",
+        "mechanism": {
+            "name": "private_voting",
+            "partitions": 4,
+            "shots_per_partition": 1,
+            "bug": "noise_divided_by_t",
+        },
+        "epsilon": 1.0,
+        "attack": {"name": "inquiry", "threat_model": "black_box"},
+        "llm_calls": 20,
+        "trials": 2000,
+        "labels": {"model-version": "v7", "git.sha": "abc123"},
+    }
+
+
+def failing_endpoint_mia(port: int) -> dict[str, Any]:
+    """An http_endpoint audit of an allow-listed address where nothing listens: it ends FAILED."""
+    return {
+        "kind": "mia",
+        "dataset": "ag_news",
+        "mechanism": {
+            "name": "http_endpoint",
+            "partitions": 2,
+            "shots_per_partition": 1,
+            "endpoint": {
+                "url": f"http://127.0.0.1:{port}/",
+                "body": {"q": "{query}"},
+                "answer_path": "$.a",
+                "timeout_s": 1,
+                "retries": 0,
+            },
+        },
+        "epsilon": 1,
+        "attack": {"name": "canary_prompt", "threat_model": "black_box"},
+        "estimator": "direct",
+        "trials": 10,
+    }
+
+
+def deliveries(client: TestClient, webhook_id: str) -> list[dict[str, Any]]:
+    return client.get(f"/v1/webhooks/{webhook_id}/deliveries").json()["deliveries"]
+
+
+def test_each_event_reaches_the_receiver_once_signed(
+    app_client: Any, make_key: Any, receiver: Receiver
+) -> None:
+    closed = free_port()
+    with app_client(endpoint_allowlist=[f"http://127.0.0.1:{closed}/"]) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        created = client.post("/v1/webhooks", json={"url": receiver.url, "description": "ci"})
+        assert created.status_code == 201, created.text
+        hook = created.json()
+        assert hook["secret"].startswith("whsec_") and hook["events"] == []
+        assert "secret" not in client.get(f"/v1/webhooks/{hook['id']}").json()
+        assert [w["id"] for w in client.get("/v1/webhooks").json()["webhooks"]] == [hook["id"]]
+        notify_secret = client.get("/v1/webhooks/notify-secret").json()["secret"]
+        assert client.get("/v1/webhooks/notify-secret").json()["secret"] == notify_secret
+
+        ok = client.post("/v1/audits", json=bound_request(notify=receiver.url + "?via=notify")).json()
+        failed = client.post("/v1/audits", json=failing_endpoint_mia(closed)).json()
+        violated = client.post("/v1/audits", json=violating_mia()).json()
+        cancelled = client.post("/v1/audits", json=long_mia_request()).json()
+        assert client.post(f"/v1/audits/{cancelled['id']}/cancel").status_code == 200
+        for audit, state in (
+            (ok, "SUCCEEDED"),
+            (failed, "FAILED"),
+            (violated, "SUCCEEDED"),
+            (cancelled, "CANCELLED"),
+        ):
+            assert wait_for(client.get, audit["id"], (state,), timeout=60)["state"] == state
+
+        got = receiver.wait_for(6)
+        time.sleep(1.0)  # ten more ticks: nothing is sent twice
+        assert len(receiver.got) == 6
+        by_id = {}
+        for message in got:
+            try:
+                payload = Webhook(hook["secret"]).verify(message.body, message.headers)
+                to = "endpoint"
+            except Exception:
+                payload = Webhook(notify_secret).verify(message.body, message.headers)
+                to = "notify"
+            by_id[message.headers["webhook-id"]] = (to, payload)
+        assert len(by_id) == 6  # every delivery its own webhook-id
+        seen = Counter((to, p["type"], p["data"]["id"]) for to, p in by_id.values())
+        assert seen == Counter(
+            {
+                ("endpoint", "audit.succeeded", ok["id"]): 1,
+                ("notify", "audit.succeeded", ok["id"]): 1,
+                ("endpoint", "audit.failed", failed["id"]): 1,
+                ("endpoint", "audit.succeeded", violated["id"]): 1,
+                ("endpoint", "audit.violation", violated["id"]): 1,
+                ("endpoint", "audit.cancelled", cancelled["id"]): 1,
+            }
+        )
+        violation = next(p for _, p in by_id.values() if p["type"] == "audit.violation")["data"]
+        assert violation["labels"] == {"model-version": "v7", "git.sha": "abc123"}
+        assert violation["verdict"]["violation"] is True and violation["verdict"]["epsilon_theory"] == 1.0
+        assert violation["verdict"]["epsilon_empirical"] > 1.0
+
+        log = deliveries(client, hook["id"])
+        assert len(log) == 5 and {(d["state"], d["attempts"], d["last_status"]) for d in log} == {
+            ("SUCCEEDED", 1, 204)
+        }
+        one = log[0]
+        again = client.post(f"/v1/webhooks/{hook['id']}/deliveries/{one['id']}/redeliver")
+        assert again.status_code == 202
+        receiver.wait_for(7)
+        assert receiver.got[6].headers["webhook-id"] == one["id"]
+        Webhook(hook["secret"]).verify(receiver.got[6].body, receiver.got[6].headers)
+
+        assert client.delete(f"/v1/webhooks/{hook['id']}").status_code == 204
+        assert client.get(f"/v1/webhooks/{hook['id']}/deliveries").status_code == 404
+
+
+def test_a_delivery_survives_a_receiver_outage(app_client: Any, make_key: Any, receiver: Receiver) -> None:
+    with app_client(webhook_backoff_seconds=BACKOFF_SECONDS) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        hook = client.post("/v1/webhooks", json={"url": receiver.url, "events": ["audit.succeeded"]}).json()
+        receiver.down()
+        audit = client.post("/v1/audits", json=bound_request()).json()
+        wait_for(client.get, audit["id"], ("SUCCEEDED",))
+        down_since = time.monotonic()
+        while time.monotonic() - down_since < OUTAGE_SECONDS:
+            time.sleep(0.1)
+        failing = deliveries(client, hook["id"])[0]
+        assert (
+            failing["state"] == "PENDING"
+            and failing["attempts"] >= 2
+            and "ConnectError" in failing["last_error"]
+        )
+        receiver.up()
+        got = receiver.wait_for(1, timeout=OUTAGE_SECONDS + 60)
+        payload = Webhook(hook["secret"]).verify(got[0].body, got[0].headers)
+        assert payload["type"] == "audit.succeeded" and payload["data"]["id"] == audit["id"]
+        time.sleep(0.5)
+        assert len(receiver.got) == 1
+        done = deliveries(client, hook["id"])[0]
+        assert (
+            done["state"] == "SUCCEEDED"
+            and done["attempts"] >= failing["attempts"]
+            and done["id"] == failing["id"]
+        )
+
+
+def test_internal_targets_are_refused_unless_allow_listed(client: TestClient, receiver: Receiver) -> None:
+    for url in (
+        "http://169.254.169.254/latest/meta-data",
+        "http://10.0.0.7/hook",
+        f"http://127.0.0.1:{free_port()}/",
+    ):
+        refused = client.post("/v1/webhooks", json={"url": url})
+        assert refused.status_code == 422 and refused.json()["error"]["details"][0]["path"] == "$.url", url
+    assert client.post("/v1/webhooks", json={"url": "https://user:pw@example.com/"}).status_code == 422
+    bad_notify = client.post("/v1/audits", json=bound_request(notify="http://192.168.1.1/"))
+    assert bad_notify.status_code == 422 and bad_notify.json()["error"]["details"][0]["path"] == "$.notify"
+    # a name that resolves to loopback passes the URL check but is refused at connect time (the entry
+    # names 127.0.0.1 at the receiver's port only)
+    hook = client.post("/v1/webhooks", json={"url": f"http://localhost:{free_port()}/hook"}).json()
+    client.post("/v1/audits", json=bound_request())
+    deadline = time.monotonic() + 30
+    while not (log := deliveries(client, hook["id"])) or log[0]["state"] == "PENDING":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert (
+        log[0]["state"] == "FAILED"
+        and log[0]["last_error"].startswith("refused:")
+        and log[0]["attempts"] == 1
+    )
+    assert receiver.got == []
+
+
+@pytest.mark.parametrize("events", [["sweep.completed"]])
+def test_sweep_completed_is_sent_once(client: TestClient, receiver: Receiver, events: list[str]) -> None:
+    hook = client.post("/v1/webhooks", json={"url": receiver.url, "events": events}).json()
+    body = {"base": bound_request(), "grid": {"confidence": [0.9, 0.95]}, "labels": {"run": "nightly"}}
+    sweep = client.post("/v1/sweeps", json=body).json()
+    got = receiver.wait_for(1)
+    time.sleep(0.5)
+    assert len(receiver.got) == 1
+    payload = Webhook(hook["secret"]).verify(got[0].body, got[0].headers)
+    assert payload["type"] == "sweep.completed" and payload["data"]["id"] == sweep["id"]
+    assert payload["data"]["state"] == "SUCCEEDED" and payload["data"]["labels"] == {"run": "nightly"}
+    assert payload["data"]["counts"] == {"SUCCEEDED": 2}
