@@ -52,8 +52,9 @@ class Verdict(BaseModel):
     """What the result concludes, in two numbers (the result holds the rest)."""
 
     epsilon_lower: float | None = Field(
-        description="The largest empirical ε lower bound in the result (`epsilon_empirical`; for `mia` the "
-        "larger of the black-box and white-box bounds); null when the kind reports none."
+        description="The largest empirical ε lower bound the verdict used (`epsilon_lower` — the GDP or the "
+        "assumption-free bound, as `assumption` says — else `epsilon_empirical`; for `mia` the larger of the "
+        "black-box and white-box bounds); null when the kind reports none."
     )
     violation: bool | None = Field(
         description="True when a lower bound exceeds the claimed ε; null when the kind makes no such comparison."
@@ -65,9 +66,10 @@ def verdict_of(result: dict[str, Any] | None) -> Verdict | None:
         return None
     sides = [result, *(result.get(tm) for tm in ("black_box", "white_box"))]
     lows = [
-        float(side["epsilon_empirical"])
+        float(value)
         for side in sides
-        if isinstance(side, dict) and isinstance(side.get("epsilon_empirical"), int | float)
+        if isinstance(side, dict)
+        and isinstance(value := side.get("epsilon_lower", side.get("epsilon_empirical")), int | float)
     ]
     violation = result.get("violation")
     return Verdict(
