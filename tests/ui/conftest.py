@@ -1,0 +1,44 @@
+"""Fixtures of the browser tests (helpers in ui/served.py)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from ui.served import CHROMIUM, CHROMIUM_ARGS, Served, make_key, offline_context, serve, stop
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Served]:
+    state = tmp_path_factory.mktemp("dashboard")
+    proc, url, _ = serve(state, auth=True, extra_env={"ICLAUDIT_DATA_DIR": str(data_dir)})
+    try:
+        yield Served(url, make_key(state, "alice"), make_key(state, "bob"), state / "serve.log")
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not shutil.which(CHROMIUM) and not Path(CHROMIUM).is_file():
+        pytest.fail(f"Chromium not found at {CHROMIUM}; `.ci/run` installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, served: Served):
+    context = offline_context(browser, served.url)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.errors = errors  # type: ignore[attr-defined]
+    yield page
+    context.close()
+    assert errors == [], errors

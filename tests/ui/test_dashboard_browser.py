@@ -1,0 +1,135 @@
+"""The dashboard in real headless Chromium against a real server (auth on, SQLite): log in once with a key,
+submit from the page, watch the progress bar move and the state become SUCCEEDED without a reload, see
+the charts drawn, filter the list, cancel a running audit, be refused another tenant's audit; /docs and
+/redoc render offline."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from ui.served import Served
+
+from app.audit.kinds.registry import kind_module
+
+
+def _mia(trials: int, seed: int = 0) -> dict[str, Any]:
+    """A real membership audit of private voting against the exact oracle, on the synthetic records."""
+    return {**kind_module("mia").EXAMPLE, "dataset": "synthetic_records", "trials": trials, "seed": seed}
+
+
+def _login(page, served: Served, key: str, path: str = "/ui") -> None:
+    page.goto(path)
+    page.locator("#login-key").fill(key)  # the dialog opens on the first 401
+    page.locator("#login-form button[type=submit]").click()
+    page.locator("#login").wait_for(state="hidden")
+
+
+def _drawn_pixels(page, selector: str) -> int:
+    """Non-blank pixels of the chart's canvas (uPlot draws there): proof the chart was drawn, not just named."""
+    return page.eval_on_selector(
+        f"{selector} canvas",
+        """c => { const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                  let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++; return n; }""",
+    )
+
+
+def test_submit_from_the_page_watch_it_live_and_see_the_charts(page, served: Served) -> None:
+    _login(page, served, served.alice)
+    page.get_by_role("link", name="Submit an audit").click()
+    page.locator("#request").fill(json.dumps(_mia(trials=1_000_000)))
+    page.locator("#submit").click()
+    page.wait_for_url("**/ui/audits/*")
+    page.evaluate("window.__sameDocument = true")  # survives only if the page is never reloaded
+
+    fractions: list[float] = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        bar = page.locator("#progress .progress")
+        if bar.count():
+            fractions.append(float(bar.get_attribute("data-fraction") or 0))
+        if page.locator("#summary [data-state=SUCCEEDED]").count():
+            break
+        time.sleep(0.1)
+    assert page.locator("#summary [data-state=SUCCEEDED]").count() == 1, page.locator("#summary").inner_text()
+    assert page.evaluate("window.__sameDocument") is True
+    assert any(0 < f < 1 for f in fractions) and len(set(fractions)) >= 3, (
+        f"the bar did not move: {fractions}"
+    )
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+
+    page.locator("#chart-roc[data-drawn=true]").wait_for()
+    page.locator("#chart-epsilon[data-drawn=true]").wait_for()
+    assert _drawn_pixels(page, "#chart-roc") > 2000
+    assert _drawn_pixels(page, "#chart-epsilon") > 2000
+    rows = page.locator("#threat-models tbody tr")
+    assert rows.count() >= 8 and "ε empirical" in page.locator("#threat-models").inner_text()
+    assert "iclaudit submit" in page.locator("#reproduce-cli").inner_text()
+    assert "/v1/audits" in page.locator("#reproduce-curl").inner_text()
+    with page.expect_download() as download:
+        page.locator("#download-png").click()
+    assert download.value.suggested_filename.endswith(".png")
+
+
+def test_a_422_is_shown_beside_the_field_it_names(page, served: Served) -> None:
+    _login(page, served, served.alice, "/ui/submit")
+    body = {**_mia(trials=1000), "epsilon": -1}
+    page.locator("#request").fill(json.dumps(body, indent=2))
+    page.locator("#submit").click()
+    problem = page.locator("#problems li[data-path='$.epsilon']")
+    problem.wait_for()
+    assert "line" in problem.inner_text()
+    selected = page.evaluate(
+        "() => { const t = document.getElementById('request'); return t.value.slice(t.selectionStart, t.selectionEnd); }"
+    )
+    assert '"epsilon": -1' in selected  # the named field's line is selected in the editor
+
+
+def test_filter_the_list_and_cancel_a_running_audit(page, served: Served) -> None:
+    with served.client(served.alice) as api:
+        bound = api.post("/v1/audits", json=kind_module("bound").EXAMPLE).json()["id"]
+        running = api.post("/v1/audits", json=_mia(trials=2_000_000, seed=3)).json()["id"]
+    _login(page, served, served.alice)
+    page.locator(f"tr[data-id='{bound}']").wait_for()
+
+    page.locator("#f-kind").select_option("bound")
+    page.locator(f"tr[data-id='{running}']").wait_for(state="detached")
+    page.locator(f"tr[data-id='{bound}']").wait_for()
+    kinds = page.locator("#audits tbody tr td:nth-child(3)").all_inner_texts()
+    assert kinds and set(kinds) == {"bound"}
+    assert "kind=bound" in page.url
+    page.locator("#f-kind").select_option("")
+
+    row = page.locator(f"tr[data-id='{running}']")
+    row.get_by_role("button", name=f"Cancel audit {running}").click()
+    row.locator("[data-state=CANCELLED]").wait_for(timeout=60_000)  # live, without a reload
+
+    page.locator("#f-state").select_option("CANCELLED")
+    page.locator(f"tr[data-id='{running}'] [data-state=CANCELLED]").wait_for()
+    assert page.locator(f"tr[data-id='{bound}']").count() == 0
+    assert set(page.locator("#audits tbody [data-state]").all_inner_texts()) == {"CANCELLED"}
+
+
+def test_another_tenants_audit_is_refused(page, served: Served) -> None:
+    with served.client(served.alice) as api:
+        alices = api.post("/v1/audits", json=kind_module("bound").EXAMPLE).json()["id"]
+    _login(page, served, served.bob)
+    page.locator("#audits tbody tr").first.wait_for()
+    assert page.locator(f"tr[data-id='{alices}']").count() == 0
+    page.goto(f"/ui/audits/{alices}")  # the key is kept for the tab: no second login
+    page.locator("#not-found").wait_for()
+    assert "No audit" in page.locator("#not-found").inner_text()
+    assert page.locator("#login").is_hidden()
+    assert page.evaluate("sessionStorage.getItem('iclaudit.apiKey')") == served.bob
+    assert served.bob not in page.url
+
+
+def test_docs_and_redoc_render_offline(page, served: Served) -> None:
+    page.goto("/docs")
+    page.locator(".swagger-ui .info .title").wait_for(timeout=60_000)
+    assert "iclaudit" in page.locator(".swagger-ui .info .title").inner_text()
+    page.goto("/redoc")
+    page.locator("h1").filter(has_text="iclaudit").wait_for(timeout=60_000)
+    page.goto("/")
+    assert page.url.endswith("/ui")
