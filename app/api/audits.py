@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep
+from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep, get_tenant
 from app.api.errors import ApiError
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
-from app.api.watch import CACHE_CONTROL, WaitDep, etag_of, matches, watch_of
+from app.api.watch import CACHE_CONTROL, WaitDep, brief_session, etag_of, matches, watch_of
 from app.db import audits as audit_rows
 from app.db import polling
 from app.db.models import TERMINAL_STATES, Audit, AuditState
@@ -66,10 +66,16 @@ def _not_modified(etag: str) -> Response:
     return Response(status_code=304, headers={"ETag": etag, "Cache-Control": CACHE_CONTROL})
 
 
-def _in_new_session(request: Request, read: Callable[..., Any], *args: Any) -> Any:
-    """`read(session, *args)` in a short session of its own (a long-poll's or a stream's later reads)."""
-    with request.app.state.session_factory() as session:
-        return read(session, *args)
+Authorization = Annotated[str | None, Header(description="`Bearer ica_…` (from `iclaudit keys create`).")]
+
+
+def _authenticated(
+    request: Request, session: Session, authorization: str | None, read: Callable[..., Any], *args: Any
+) -> tuple[str, Any]:
+    """(tenant id, `read(session, tenant_id, *args)`): app.api.deps.get_tenant and the first read in one
+    thread hop, for the routes that cannot hold TenantDep's session while they wait."""
+    tenant = get_tenant(request, session, request.app.state.settings, authorization)
+    return tenant.id, read(session, tenant.id, *args)
 
 
 @router.post("", status_code=202, response_model=AuditResource, responses=_ERRORS)
@@ -160,27 +166,29 @@ def _read_audit(
 async def get_audit(
     audit_id: str,
     request: Request,
-    session: SessionDep,
-    tenant: TenantDep,
     wait: WaitDep,
     if_none_match: IfNoneMatch = None,
+    authorization: Authorization = None,
 ) -> Response:
     """The audit, with a strong `ETag` that changes with its state, progress and result. `If-None-Match`
     → 304 while unchanged. `wait=30s` → long-poll: the answer comes when the audit changes (or the wait
-    ends); no thread or database connection is held meanwhile."""
+    ends); no thread, database connection or request slot is held meanwhile."""
     watch = watch_of(request.app)
     since = watch.wakes
     # A long-poll without If-None-Match waits for a change from what the audit is now ("*": mark only).
     held = if_none_match or ("*" if wait > 0 else None)
-    etag, state, answer = await run_in_threadpool(_read_audit, session, tenant.id, audit_id, held)
-    if answer is None and wait > 0 and state not in TERMINAL_STATES:
-        await run_in_threadpool(session.close)  # hold no connection while waiting
-        await watch.changed(audit_id, etag, timeout=wait, since=since)
-        etag, state, answer = await run_in_threadpool(
-            _in_new_session, request, _read_audit, tenant.id, audit_id, if_none_match
+    async with brief_session(request) as session:
+        tenant_id, (etag, state, answer) = await run_in_threadpool(
+            _authenticated, request, session, authorization, _read_audit, audit_id, held
         )
-    elif answer is None and held != if_none_match:  # "*" on a finished audit: answer it whole now
-        etag, state, answer = await run_in_threadpool(_read_audit, session, tenant.id, audit_id, None)
+        if answer is None and held != if_none_match and state in TERMINAL_STATES:
+            etag, state, answer = await run_in_threadpool(_read_audit, session, tenant_id, audit_id, None)
+    if answer is None and wait > 0 and state not in TERMINAL_STATES:
+        await watch.changed(audit_id, etag, timeout=wait, since=since)
+        async with brief_session(request) as session:
+            etag, state, answer = await run_in_threadpool(
+                _read_audit, session, tenant_id, audit_id, if_none_match
+            )
     return answer if answer is not None else _not_modified(etag)
 
 
@@ -200,17 +208,19 @@ async def get_audit(
 async def audit_events(
     audit_id: str,
     request: Request,
-    session: SessionDep,
-    tenant: TenantDep,
     last_event_id: Annotated[str | None, Header(description="The `id` of the last event received.")] = None,
+    authorization: Authorization = None,
 ) -> EventSourceResponse:
-    """Server-Sent Events of the audit's state and progress until it finishes."""
+    """Server-Sent Events of the audit's state and progress until it finishes (each read in a brief
+    session; nothing is held between events)."""
     watch = watch_of(request.app)
     since = watch.wakes
-    row = await run_in_threadpool(_summary, session, tenant.id, audit_id)
+    async with brief_session(request) as session:
+        tenant_id, row = await run_in_threadpool(
+            _authenticated, request, session, authorization, _summary, audit_id
+        )
     if row is None:
         raise _not_found(audit_id)
-    await run_in_threadpool(session.close)
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         nonlocal row, since
@@ -220,7 +230,11 @@ async def audit_events(
         while row is not None and row.state not in TERMINAL_STATES:
             await watch.changed(audit_id, etag, timeout=None, since=since)
             since = watch.wakes
-            row = await run_in_threadpool(_in_new_session, request, _summary, tenant.id, audit_id)
+            try:
+                async with brief_session(request) as session:
+                    row = await run_in_threadpool(_summary, session, tenant_id, audit_id)
+            except ApiError:  # no slot within ICLAUDIT_API_QUEUE_SECONDS: end; the client reconnects
+                return
             if row is not None and etag_of(row) != etag:
                 etag = etag_of(row)
                 yield ServerSentEvent(AuditSummary.of(row).model_dump_json(), event="audit", id=etag)

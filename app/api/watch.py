@@ -18,14 +18,15 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Annotated, Any
 
 from anyio import to_thread
-from fastapi import Depends, Query
+from fastapi import Depends, Query, Request
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.api.deps import get_session
 from app.api.errors import ApiError
 from app.db import polling
 from app.schemas.errors import FieldViolation
@@ -73,6 +74,19 @@ def wait_seconds(
 
 
 WaitDep = Annotated[float, Depends(wait_seconds)]
+
+
+@contextlib.asynccontextmanager
+async def brief_session(request: Request) -> AsyncIterator[Session]:
+    """A session for one short step, under app.api.deps.get_session's rules (one of the request slots;
+    503 past the queue), given back at the end of the block: a route that waits between steps (long-poll,
+    event stream) holds no slot, connection or thread while it waits."""
+    steps = get_session(request)
+    session = await anext(steps)
+    try:
+        yield session
+    finally:
+        await steps.aclose()
 
 
 class AuditWatch:

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import Any
 
+import pytest
 from service.client import bound_request, long_mia_request, wait_for
 
 
@@ -182,3 +183,41 @@ def test_other_tenant_gets_404_on_every_polling_route(client, make_key) -> None:
     for view in ("summary", "full"):
         assert client.get("/v1/audits", params={"view": view}, headers=bob).json()["audits"] == []
     assert done.status_code == 200
+
+
+def test_waiting_holds_no_request_slot(app_client, make_key, settings) -> None:
+    """With 2 request slots (a request waits 0.5 s for one, then 503), 3 long-polls and an event stream
+    waiting at once leave other requests free. (Slots are the API's, not the dialect's: SQLite only.)"""
+    if settings.database_url.startswith("postgresql"):
+        pytest.skip("slots do not depend on the dialect")
+    with app_client(api_concurrency=2, api_queue_seconds=0.5) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        running = _hold_the_worker(client)
+        queued = client.post("/v1/audits", json=bound_request()).json()
+        path = f"/v1/audits/{queued['id']}"
+        etag = client.get(path).headers["ETag"]
+        answers: list[Any] = []
+        waiters = [
+            threading.Thread(
+                target=lambda: answers.append(
+                    client.get(path, params={"wait": "2s"}, headers={"If-None-Match": etag})
+                )
+            )
+            for _ in range(3)
+        ]
+        waiters.append(threading.Thread(target=lambda: answers.append(_events(client, queued["id"]))))
+        for thread in waiters:
+            thread.start()
+        time.sleep(0.5)
+        start = time.monotonic()
+        for _ in range(5):
+            assert client.get("/v1/audits").status_code == 200
+        assert time.monotonic() - start < 2 and not answers  # all answered 200 before the waits ended
+        for _ in range(3):  # the long-polls time out unchanged
+            waiters.pop(0).join(timeout=10)
+        assert [a.status_code for a in answers] == [304, 304, 304]
+        client.post(f"{path}/cancel")  # ends the stream
+        waiters.pop().join(timeout=10)
+        assert [e["state"] for e in answers[-1]] == ["PENDING", "CANCELLED"]
+        client.post(f"/v1/audits/{running['id']}/cancel")
+        wait_for(client.get, running["id"])
