@@ -446,10 +446,12 @@ def run(request: Request, ctx: RunContext) -> dict:
     for bound in bounds.values():
         bound["assumption"] = assumption
         bound["confidence"] = confidence["per_test"]
-        eps = verdict_epsilon(_lower_bounds(bound), assumption)
-        bound["violation"] = claimed is not None and eps > claimed + (
-            1e-9 if request.estimator == "exact" else 0
-        )
+        lower = verdict_epsilon(_lower_bounds(bound), assumption)  # the verdict's bound
+        bound["epsilon_lower"] = lower if math.isfinite(lower) else None
+        if not math.isfinite(lower):
+            bound["epsilon_lower_unbounded"] = True
+        slack = 1e-9 if request.estimator == "exact" else 0.0  # exact: population values, float noise only
+        bound["violation"] = claimed is not None and lower > claimed + slack
 
     result: dict = {"estimator": request.estimator, **bounds}
     if theory is not None:

@@ -129,6 +129,7 @@ def test_requests_choose_the_assumption(oracle_ctx) -> None:
     for tm in ("black_box", "white_box"):
         assert r[tm]["assumption"] == "none"
         assert r[tm]["epsilon_empirical_assumption_free"] <= r[tm]["epsilon_empirical"] + 1e-9
+        assert r[tm]["epsilon_lower"] == r[tm]["epsilon_empirical_assumption_free"]
     endpoint = {
         "name": "http_endpoint",
         "endpoint": {"url": "http://127.0.0.1:9/"},
