@@ -160,6 +160,12 @@ def test_kind_reports_both_bounds_and_the_verdict_of_its_assumption() -> None:
         )
         assert r["assumption"] == "none" and 0 <= r["epsilon_empirical_assumption_free"] == r["epsilon_lower"]
         json.dumps(r)
+    claimed = {"kind": "bound", **scores, "epsilon": 0.01}
+    assert bound.run(bound.Request.model_validate(claimed), RunContext())["violation"] is True
+    biased = bound.run(
+        bound.Request.model_validate(claimed | {"threshold_strategy": "in_sample"}), RunContext()
+    )
+    assert biased["violation"] is None and "no violation verdict" in biased["note"]
 
 
 def test_cli_bound_shows_both_bounds() -> None:

@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.audit.accounting import MAX_EPSILON
 from app.audit.bounds import Assumption, Counts, gdp_bound_from_counts
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import RunContext
@@ -81,9 +82,9 @@ class Request(AuditRequestBase):
     epsilon: float | None = Field(
         default=None,
         gt=0,
-        le=100,
+        le=MAX_EPSILON,
         description="The ε the audited system claims; with it, `violation` says whether the chosen lower "
-        "bound exceeds it (null without a claim).",
+        "bound exceeds it (null without a claim, or with the biased in_sample threshold).",
     )
 
     @model_validator(mode="after")
@@ -102,7 +103,7 @@ class Request(AuditRequestBase):
 
 def run(request: Request, ctx: RunContext) -> dict:
     """Compute both bounds; `epsilon_lower` is the one `assumption` names, `violation` compares it with the
-    claimed `epsilon`; `biased: true` and a note when the threshold was chosen in-sample."""
+    claimed `epsilon`; `biased: true`, a note and no verdict when the threshold was chosen in-sample."""
     ctx.progress("bound", 0.0, "computing the privacy lower bound")
     common = {"confidence": request.confidence, "delta": request.delta, "assumption": request.assumption}
     if request.counts is not None:
@@ -117,11 +118,14 @@ def run(request: Request, ctx: RunContext) -> dict:
         )
     result = bound.as_dict()
     result["epsilon_claimed"] = request.epsilon
-    result["violation"] = None if request.epsilon is None else bound.epsilon_lower > request.epsilon
+    result["violation"] = None
+    if request.epsilon is not None and not bound.biased:
+        result["violation"] = bound.epsilon_lower > request.epsilon
     if bound.biased:
         result["note"] = (
             "The threshold was chosen on the same scores the bound is computed from (in_sample), so the "
-            "bound is optimistic; use split or bonferroni for a bound that keeps its confidence."
+            "bound is optimistic and gives no violation verdict; use split or bonferroni for a bound that "
+            "keeps its confidence."
         )
     ctx.progress("bound", 1.0, "done")
     return result
