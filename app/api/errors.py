@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.limits import QUOTA_RETRY_SECONDS, TooManyRequests
@@ -142,6 +143,28 @@ class CloseOnServerError:
         await self.app(scope, receive, send_closing)
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes at this path (Starlette's own Allow names only the first route's)."""
+    scope = {
+        "type": "http",
+        "method": request.method,
+        "path": request.url.path,
+        "root_path": "",
+        "headers": [],
+    }
+
+    def walk(routes: list[Any]) -> set[str]:
+        methods: set[str] = set()
+        for route in routes:
+            if hasattr(route, "effective_candidates"):  # FastAPI's included router
+                methods |= walk(route.effective_candidates())
+            elif hasattr(route, "matches") and route.matches(scope)[0] != Match.NONE:
+                methods |= set(getattr(route, "methods", None) or ())
+        return methods
+
+    return sorted(walk(request.app.router.routes))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Handlers for every error the API answers; database outages are 503 with Retry-After, any other
     failure a 500 in the same shape. Neither ever shows SQL, parameters or a stack trace: the cause is
@@ -193,13 +216,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.code, exc.message, exc.details, **headers, **exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         message = exc.detail if isinstance(exc.detail, str) else "request failed"
         if exc.status_code == 404 and message == "Not Found":
             message = "No such endpoint."
         headers = dict(exc.headers or {})
-        if exc.status_code == 405 and "Allow" in headers:
-            message = f"This path does not take that method; it allows {headers['Allow']}."
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+            message = f"This path does not take {request.method}; it allows {headers['Allow']}."
         return error_response(exc.status_code, message, **headers)
 
     @app.exception_handler(TooManyRequests)
