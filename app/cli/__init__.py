@@ -1,4 +1,5 @@
-"""The `iclaudit` command: service commands (app/cli/service.py) and calculators (app/cli/science.py)."""
+"""The `iclaudit` command: service commands (app/cli/service.py), client commands (app/cli/audits.py, through
+app.client) and calculators (app/cli/science.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ app = typer.Typer(name="iclaudit", help="Audit privacy leakage of in-context lea
 
 
 def _register() -> None:
-    from app.cli import science, service
+    from app.cli import audits, science, service
 
     service.register(app)
+    audits.register(app)
     science.register(app)
 
 

@@ -1,21 +1,13 @@
-"""Service commands: serve, worker, migrate, keys create|revoke, submit [--watch], status, result
-(JSON, CSV or a PNG plot)."""
+"""Service commands: serve, worker, migrate, keys create|revoke. The client commands (submit, watch,
+status, result, list, cancel, datasets, models) are in app/cli/audits.py."""
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import logging
-import sys
-import time
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-from rich.table import Table
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 console = Console()
@@ -117,171 +109,8 @@ def keys_revoke(
     console.print(f"revoked {key_id}")
 
 
-# --- client commands ------------------------------------------------------------------------------------
-
-
-def _client(url: str, api_key: str | None):  # type: ignore[no-untyped-def]
-    import httpx
-
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30)
-
-
-def _check(response: Any) -> Any:
-    if response.status_code >= 400:
-        try:
-            error = response.json()["error"]
-            err_console.print(f"[red]{response.status_code}[/] {error['message']}")
-            for detail in error.get("details", [])[1:]:
-                err_console.print(f"  {detail['path']}: {detail['message']}")
-        except (ValueError, KeyError, TypeError):
-            err_console.print(f"[red]{response.status_code}[/] {response.text}")
-        raise typer.Exit(2)
-    return response.json()
-
-
-def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    """Nested JSON → (dotted.path, scalar) rows; list items are indexed (`bounds.0.epsilon`)."""
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list):
-        items = ((str(i), v) for i, v in enumerate(value))
-    else:
-        return [(prefix, value)]
-    rows: list[tuple[str, Any]] = []
-    for key, item in items:
-        rows.extend(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-    return rows
-
-
-def result_table(result: dict[str, Any], title: str) -> Table:
-    table = Table(title=title)
-    table.add_column("field")
-    table.add_column("value", overflow="fold")
-    for key, value in flatten(result):
-        table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
-    return table
-
-
-def _eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "ETA –"
-    return f"ETA {int(seconds) // 60}:{int(seconds) % 60:02d}"
-
-
-def watch(client: Any, audit_id: str, poll_seconds: float = 0.5) -> dict[str, Any]:
-    """Poll until a terminal state, drawing stage, % and ETA; returns the final audit."""
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.fields[eta]}"),
-    )
-    with Progress(*columns, console=err_console, transient=False) as bar:
-        task = bar.add_task("queued", total=1.0, eta="ETA –")
-        while True:
-            audit = _check(client.get(f"/v1/audits/{audit_id}"))
-            p = audit["progress"]
-            stage = p["stage"] + (f" · {p['message']}" if p["message"] else "")
-            bar.update(task, completed=p["fraction"], description=stage, eta=_eta(p["eta_seconds"]))
-            if audit["state"] in TERMINAL:
-                return audit
-            time.sleep(poll_seconds)
-
-
-def _finish(audit: dict[str, Any]) -> None:
-    if audit["state"] == "SUCCEEDED":
-        console.print(result_table(audit["result"], f"{audit['kind']} audit {audit['id']}"))
-        return
-    error = audit.get("error") or {}
-    err_console.print(f"[red]audit {audit['id']} {audit['state']}[/] {error.get('message', '')}")
-    raise typer.Exit(1)
-
-
-def submit(
-    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="A request body (JSON).")],
-    watch_: Annotated[
-        bool, typer.Option("--watch", help="Show progress until it ends, then the result.")
-    ] = False,
-    url: UrlOpt = DEFAULT_URL,
-    api_key: KeyOpt = None,
-) -> None:
-    """POST FILE to /v1/audits; print the audit id (and with --watch, follow it to the end)."""
-    try:
-        body = json.loads(file.read_text())
-    except json.JSONDecodeError as exc:
-        err_console.print(f"[red]{file} is not valid JSON:[/] {exc}")
-        raise typer.Exit(2) from exc
-    with _client(url, api_key) as client:
-        audit = _check(client.post("/v1/audits", json=body))
-        err_console.print(f"submitted {audit['kind']} audit [bold]{audit['id']}[/] ({audit['state']})")
-        if not watch_:
-            print(audit["id"])
-            return
-        _finish(watch(client, audit["id"]))
-
-
-def status(audit_id: str, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None) -> None:
-    """Show an audit's state and progress."""
-    with _client(url, api_key) as client:
-        audit = _check(client.get(f"/v1/audits/{audit_id}"))
-    p = audit["progress"]
-    console.print(
-        f"{audit['id']} {audit['kind']} [bold]{audit['state']}[/] attempt {audit['attempt']} · "
-        f"{p['stage']} {100 * p['fraction']:.0f}% {_eta(p['eta_seconds'])} {p['message']}"
-    )
-    if audit.get("error"):
-        console.print(f"[red]{audit['error']['code']}[/] {audit['error']['message']}")
-
-
-def result(
-    audit_id: str,
-    format_: Annotated[
-        str,
-        typer.Option("--format", help="json, csv (flattened: field,value) or png (a plot; needs --output)."),
-    ] = "json",
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", dir_okay=False, help="Write to this file, not stdout.")
-    ] = None,
-    url: UrlOpt = DEFAULT_URL,
-    api_key: KeyOpt = None,
-) -> None:
-    """Print a SUCCEEDED audit's result (or write it, or its plot, to --output)."""
-    if format_ not in ("json", "csv", "png"):
-        err_console.print("--format must be json, csv or png")
-        raise typer.Exit(2)
-    if format_ == "png":
-        if output is None:
-            err_console.print("--format png needs --output FILE (a PNG is not for the terminal)")
-            raise typer.Exit(2)
-        with _client(url, api_key) as client:
-            response = client.get(f"/v1/audits/{audit_id}/result.png")
-        if response.status_code >= 400:
-            _check(response)
-        output.write_bytes(response.content)
-        err_console.print(f"wrote {output} ({len(response.content):,} bytes)")
-        return
-    with _client(url, api_key) as client:
-        body = _check(client.get(f"/v1/audits/{audit_id}/result"))
-    if format_ == "json":
-        text = json.dumps(body, indent=2) + "\n"
-    else:
-        out = io.StringIO()
-        writer = csv.writer(out)
-        writer.writerow(["field", "value"])
-        writer.writerows(flatten(body))
-        text = out.getvalue()
-    if output is not None:
-        output.write_text(text)
-    else:
-        sys.stdout.write(text)
-
-
 def register(app: typer.Typer) -> None:
     app.command()(serve)
     app.command()(worker)
     app.command()(migrate)
     app.add_typer(keys, name="keys")
-    app.command()(submit)
-    app.command()(status)
-    app.command()(result)

@@ -87,6 +87,6 @@ def test_cli_result_format_png_writes_the_plot(live_server: str, make_key, tmp_p
     assert out.read_bytes() == render("bound", done["request"], done["result"])
 
     no_output = cli.invoke(app, [*args, "--format", "png"])
-    assert no_output.exit_code == 2 and "--output" in no_output.output
+    assert no_output.exit_code == 3 and "--output" in no_output.output  # usage error (the gate's code)
     missing = cli.invoke(app, [*args[:1], "0" * 32, *args[2:], "--format", "png", "--output", str(out)])
-    assert missing.exit_code == 2 and "404" in missing.output
+    assert missing.exit_code == 3 and "404" in missing.output

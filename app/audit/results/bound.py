@@ -61,11 +61,25 @@ class BoundAuditResult(ResultBase):
         description="True when the threshold was chosen on the same scores the bound uses (in_sample): the "
         "bound is then optimistic.",
     )
+    epsilon_lower: float | None = Field(
+        default=None,
+        description="The lower bound the verdict uses: epsilon_empirical under assumption gdp, "
+        "epsilon_empirical_assumption_free under none.",
+    )
+    epsilon_claimed: float | None = Field(
+        default=None, description="The ε the request says the system claims (null: no claim, no verdict)."
+    )
+    violation: bool | None = Field(
+        default=None,
+        description="True when epsilon_lower exceeds epsilon_claimed; null when no ε was claimed.",
+    )
     note: str | None = Field(default=None, description="A caveat about this result, when there is one.")
 
     def verdicts(self) -> list[Verdict]:
-        """One row: a bound alone makes no claim, so it is never a violation."""
-        return [Verdict("bound", self.epsilon_empirical, None, False, "lower bound only; no claimed ε")]
+        """One row; without a claimed ε a bound is never a violation."""
+        measured = self.epsilon_lower if self.epsilon_lower is not None else self.epsilon_empirical
+        detail = "" if self.epsilon_claimed is not None else "lower bound only; no claimed ε"
+        return [Verdict("bound", measured, self.epsilon_claimed, bool(self.violation), detail)]
 
 
 Result = BoundAuditResult

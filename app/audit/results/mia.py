@@ -61,6 +61,25 @@ class AuditedMechanism(BaseModel):
     name: str = Field(description="The DP-ICL mechanism (private_voting, esa, ksa, http_endpoint, …).")
     partitions: int | None = Field(default=None, description="Disjoint partitions of the exemplars (T).")
     bug: str | None = Field(default=None, description="The planted bug, when the audit planted one.")
+    gaussian: bool | None = Field(
+        default=None,
+        description="Whether the mechanism adds Gaussian noise (then the Gaussian-DP bound is valid for it).",
+    )
+
+
+class ConfidenceSplit(BaseModel):
+    """How the audit's confidence is shared among the tests behind its verdict."""
+
+    model_config = ConfigDict(extra="allow")
+
+    stated: float = Field(description="The confidence the request asked for, for the whole verdict.")
+    per_test: float | None = Field(
+        default=None, description="Confidence of each test's bound (null for the exact estimator)."
+    )
+    tests: list[str] = Field(default_factory=list, description="The tests that share it (threat models).")
+    correction: str | None = Field(
+        default=None, description="bonferroni (split evenly over the tests) or none (a single test)."
+    )
 
 
 class MiaAuditResult(ResultBase):
@@ -99,6 +118,15 @@ class MiaAuditResult(ResultBase):
         description="Whether the noise really gives the claimed (ε, δ) (false: the calibration formula does "
         "not hold at this ε — a breach in theory, apart from the measured verdict).",
     )
+    theory_violation: bool | None = Field(
+        default=None,
+        description="True when the noise cannot give the claimed ε even in theory (calibration_valid is "
+        "false): the claim fails before any attack.",
+    )
+    assumption: Literal["gdp", "none"] | None = Field(default=None, description=ASSUMPTION)
+    confidence: ConfidenceSplit | None = Field(
+        default=None, description="How the requested confidence is shared among the threat models."
+    )
     sigma: float | None = Field(default=None, description="Standard deviation of the mechanism's noise.")
     sensitivity: float | None = Field(default=None, description="L2 sensitivity Δ₂ the noise is scaled to.")
     calibration: str | None = Field(default=None, description="classic or analytic Gaussian calibration.")
@@ -123,7 +151,19 @@ class MiaAuditResult(ResultBase):
             if tm.assumption == "none" and tm.epsilon_empirical_assumption_free is not None:
                 eps = tm.epsilon_empirical_assumption_free
             rows.append(Verdict(name, eps, self.epsilon_theory, bool(tm.violation)))
-        return rows or [Verdict("mia", None, self.epsilon_theory, self.violation)]
+        if not rows:
+            rows.append(Verdict("mia", None, self.epsilon_theory, self.violation))
+        if self.calibration_valid is not None:
+            rows.append(
+                Verdict(
+                    "calibration",
+                    self.epsilon_exact_at_delta,
+                    self.epsilon_theory,
+                    bool(self.theory_violation or self.calibration_valid is False),
+                    "exact ε at δ of the calibrated noise vs the claim (theory, no attack)",
+                )
+            )
+        return rows
 
 
 Result = MiaAuditResult

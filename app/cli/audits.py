@@ -1,0 +1,632 @@
+"""Client commands: submit, watch, status, result, list, cancel, datasets, models — all through
+app.client.IclauditClient (one HTTP code path).
+
+Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate):
+  0  the audit SUCCEEDED and no claimed ε is violated
+  1  the audit SUCCEEDED and found a violation (the system leaks more than its claimed ε)
+  2  the audit FAILED or was CANCELLED
+  3  a usage error (bad option or file, a request the service refused) or the service could not be reached
+  130  interrupted (Ctrl-C): the audit runs on; re-attach with `iclaudit watch ID`
+Other client commands exit 0 on success and 3 on a usage or connection error.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import sys
+from enum import IntEnum, StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import typer.core
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.table import Table
+
+from app.audit.results.base import ResultBase
+from app.client import ApiError as ClientApiError
+from app.client import Audit, ClientError, IclauditClient, WaitTimeout
+
+console = Console()
+err_console = Console(stderr=True)
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class Exit(IntEnum):
+    """The gate's exit codes (see the module docstring)."""
+
+    OK = 0
+    VIOLATION = 1
+    AUDIT_FAILED = 2
+    USAGE = 3
+    INTERRUPTED = 130
+
+
+GATE_HELP = (
+    "Exit codes with --wait or --watch: 0 succeeded without a violation; 1 a violation of the claimed ε; "
+    "2 the audit failed or was cancelled; 3 a usage error or the service cannot be reached."
+)
+
+
+# Typer carries its own copy of click: its UsageError is the base of typer.BadParameter.
+UsageError: type[Exception] = typer.BadParameter.__mro__[1]
+assert UsageError.__name__ == "UsageError"
+
+
+class ClientCommand(typer.core.TyperCommand):
+    """Bad options and arguments exit 3 (the gate's usage code), not click's 2."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except UsageError as exc:
+            exc.exit_code = Exit.USAGE  # type: ignore[attr-defined]
+            raise
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:  # values converted at call time (choices, ranges)
+            exc.exit_code = Exit.USAGE  # type: ignore[attr-defined]
+            raise
+
+
+UrlOpt = Annotated[
+    str, typer.Option("--url", envvar="ICLAUDIT_URL", help="Address of the running iclaudit service.")
+]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", envvar="ICLAUDIT_API_KEY", help="API key (not needed when auth is off)."),
+]
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+class ResultFormat(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    png = "png"
+
+
+FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="table for people, json for programs.")]
+
+
+def fail(message: str, code: Exit = Exit.USAGE) -> typer.Exit:
+    """Print one line to stderr; the caller raises the returned Exit."""
+    err_console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _client_error(exc: ClientError) -> typer.Exit:
+    if isinstance(exc, ClientApiError):
+        err_console.print(f"[red]{exc.status}[/] {exc.message}", highlight=False, soft_wrap=True)
+        for path, message in exc.details[1:]:
+            err_console.print(f"  {path}: {message}", highlight=False)
+        return typer.Exit(Exit.USAGE)
+    return fail(str(exc))
+
+
+def _open(url: str, api_key: str | None) -> IclauditClient:
+    return IclauditClient(url, api_key)
+
+
+# --- rendering ----------------------------------------------------------------------------------------
+
+
+def show(value: Any) -> str:
+    """A value for a table cell: floats to 6 significant digits, never `None`."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested JSON → (dotted.path, scalar) rows; list items are indexed (`per_position.0`)."""
+    if isinstance(value, dict):
+        items: Any = value.items()
+    elif isinstance(value, list):
+        items = ((str(i), v) for i, v in enumerate(value))
+    else:
+        return [(prefix, value)]
+    rows: list[tuple[str, Any]] = []
+    for key, item in items:
+        rows.extend(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+    return rows
+
+
+def _first_sentence(text: str) -> str:
+    head, dot, _ = text.partition(". ")
+    return head + dot.strip()
+
+
+def _model_rows(model: Any, prefix: str = "") -> list[tuple[str, str, str]]:
+    """(field, value, meaning) for every set field of a typed result, nested models expanded; unset and
+    null fields are left out, long lists summarised."""
+    rows: list[tuple[str, str, str]] = []
+    fields = type(model).model_fields
+    for name in [*fields, *(model.model_extra or {})]:
+        value = getattr(model, name, None)
+        if value is None or name == "kind":
+            continue
+        meaning = _first_sentence(fields[name].description or "") if name in fields else ""
+        key = f"{prefix}{name}"
+        if hasattr(type(value), "model_fields"):
+            rows.extend(_model_rows(value, f"{key}."))
+        elif isinstance(value, list) and (len(value) > 8 or any(isinstance(v, list | dict) for v in value)):
+            rows.append((key, f"[{len(value)} values; --format json shows them]", meaning))
+        elif isinstance(value, list):
+            rows.append((key, ", ".join(show(v) for v in value), meaning))
+        elif isinstance(value, dict):
+            rows.extend(
+                (f"{key}.{k}", show(v), meaning if i == 0 else "") for i, (k, v) in enumerate(flatten(value))
+            )
+        else:
+            rows.append((key, show(value), meaning))
+    return rows
+
+
+EXPLAIN_WIDTH = 110
+
+
+def result_table(result: ResultBase, title: str, explain: bool | None = None) -> Table:
+    """The typed result as field · value · what it means (the meanings when `explain`, by default when the
+    terminal is at least EXPLAIN_WIDTH wide; else a caption says where to find them)."""
+    explain = console.width >= EXPLAIN_WIDTH if explain is None else explain
+    table = Table(title=title, show_lines=False)
+    table.add_column("field", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    if explain:
+        table.add_column("what it means", overflow="fold", style="dim")
+    else:
+        table.caption = (
+            "What each field means: `iclaudit result ID --format table` in a wider terminal, or the README."
+        )
+    for key, value, meaning in _model_rows(result):
+        table.add_row(key, value, *([meaning] if explain else []))
+    return table
+
+
+def _warnings(result: ResultBase) -> list[str]:
+    notes = []
+    accuracy, labels = getattr(result, "accuracy", None), getattr(result, "labels", None)
+    if result.kind == "iclinf" and isinstance(accuracy, float) and labels and accuracy < 1 / len(labels):
+        notes.append(
+            f"accuracy {accuracy:.0%} is below chance ({1 / len(labels):.0%} for {len(labels)} labels): the "
+            "model ignores the task, so the ICLInf numbers say little about this prompt format"
+        )
+    for row in result.verdicts():
+        if row.violation:
+            notes.append(
+                f"VIOLATION ({row.name}): measured ε ≥ {show(row.epsilon_empirical)} exceeds the claimed "
+                f"ε = {show(row.epsilon_theory)}"
+            )
+    return notes
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "ETA –"
+    return f"ETA {int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def _stage(audit: Audit) -> str:
+    p = audit.progress
+    return p.stage + (f" · {p.message}" if p.message else "")
+
+
+# --- waiting and the gate -----------------------------------------------------------------------------
+
+
+def follow(client: IclauditClient, audit_id: str, *, live: bool, timeout: float | None) -> Audit:
+    """Wait for the end: a rich progress bar (`live`) or one stderr line per stage (CI logs)."""
+    if not live:
+        last = [""]
+
+        def note(audit: Audit) -> None:
+            line = f"{audit.state} {_stage(audit)} {100 * audit.progress.fraction:.0f}%"
+            if audit.progress.stage != last[0]:
+                err_console.print(line, highlight=False)
+                last[0] = audit.progress.stage
+
+        return client.wait(audit_id, timeout=timeout, on_update=note)
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        TextColumn("{task.fields[eta]}"),
+    )
+    with Progress(*columns, console=err_console, transient=False) as bar:
+        task = bar.add_task("queued", total=1.0, eta="ETA –")
+
+        def draw(audit: Audit) -> None:
+            p = audit.progress
+            bar.update(task, completed=p.fraction, description=_stage(audit), eta=_eta(p.eta_seconds))
+
+        return client.wait(audit_id, timeout=timeout, on_update=draw)
+
+
+def gate_code(audit: Audit) -> Exit:
+    if audit.state != "SUCCEEDED":
+        return Exit.AUDIT_FAILED
+    return Exit.VIOLATION if audit.result is not None and audit.result.violated else Exit.OK
+
+
+def finish(audit: Audit, *, as_json: bool, junit: Path | None) -> Exit:
+    """Report a finished audit (table or JSON on stdout, JUnit file) and return its exit code."""
+    if junit is not None:
+        from app.reports.junit import junit_xml
+
+        junit.write_bytes(junit_xml([audit]))
+        err_console.print(f"wrote JUnit report {junit}", highlight=False)
+    if as_json:
+        print(audit.model_dump_json(indent=2, exclude_none=False))
+    elif audit.state == "SUCCEEDED" and audit.result is not None:
+        console.print(result_table(audit.result, f"{audit.kind} audit {audit.id}"))
+    code = gate_code(audit)
+    if audit.state == "SUCCEEDED" and audit.result is not None:
+        for note in _warnings(audit.result):
+            err_console.print(f"[yellow]{note}[/]", highlight=False)
+    if code == Exit.AUDIT_FAILED:
+        why = f": {audit.error.code}: {audit.error.message}" if audit.error else ""
+        err_console.print(f"[red]audit {audit.id} {audit.state}[/]{why}", highlight=False)
+    return code
+
+
+def wait_and_report(
+    client: IclauditClient,
+    audit_id: str,
+    *,
+    live: bool,
+    timeout: float | None,
+    as_json: bool,
+    junit: Path | None,
+) -> Exit:
+    try:
+        audit = follow(client, audit_id, live=live, timeout=timeout)
+    except KeyboardInterrupt:
+        err_console.print(
+            f"\nStopped watching. Audit {audit_id} keeps running on the server; re-attach with "
+            f"`iclaudit watch {audit_id}` or stop it with `iclaudit cancel {audit_id}`.",
+            highlight=False,
+        )
+        return Exit.INTERRUPTED
+    except WaitTimeout as exc:
+        err_console.print(
+            f"[red]error:[/] {exc}; it keeps running (re-attach with `iclaudit watch {audit_id}`)",
+            highlight=False,
+        )
+        return Exit.USAGE
+    return finish(audit, as_json=as_json, junit=junit)
+
+
+def _read_request(file: str) -> dict[str, Any]:
+    if file == "-":
+        text, where = sys.stdin.read(), "standard input"
+    else:
+        path = Path(file)
+        if not path.is_file():
+            raise fail(f"{file}: no such file")
+        text, where = path.read_text(), file
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise fail(f"{where} is not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from exc
+    if not isinstance(body, dict):
+        raise fail(f"{where} must hold one JSON object (an audit request)")
+    return body
+
+
+def _labels(pairs: list[str] | None) -> dict[str, str]:
+    labels = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise fail(f"--label {pair!r}: write KEY=VALUE")
+        labels[key] = value
+    return labels
+
+
+# --- commands -----------------------------------------------------------------------------------------
+
+
+def submit(
+    file: Annotated[str, typer.Argument(help="The audit request (a JSON file), or - to read it from stdin.")],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait for the end, then report and exit with the gate's code.")
+    ] = False,
+    watch_: Annotated[
+        bool, typer.Option("--watch", help="Like --wait, with a live progress bar (stage, percent, ETA).")
+    ] = False,
+    junit: Annotated[
+        Path | None,
+        typer.Option("--junit", dir_okay=False, help="Write a JUnit XML report here (implies --wait)."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the final audit as JSON on stdout (implies --wait).")
+    ] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=0, help="Give up waiting after this many seconds (exit 3)."),
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="KEY=VALUE metadata for the audit (repeatable), e.g. git_sha=…"),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key", help="Re-running with the same key returns the same audit (safe retries)."
+        ),
+    ] = None,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Start an audit from a request file and print its id; with --wait or --watch, follow it to the end.
+
+    Exit codes with --wait or --watch: 0 succeeded without a violation; 1 a violation of the claimed ε;
+    2 the audit failed or was cancelled; 3 a usage error or the service cannot be reached.
+    Ctrl-C stops watching only: the audit runs on (`iclaudit watch ID` re-attaches).
+    """
+    body = _read_request(file)
+    if label:
+        body["labels"] = {**body.get("labels", {}), **_labels(label)}
+    waiting = wait or watch_ or junit is not None or as_json
+    try:
+        with _open(url, api_key) as client:
+            audit = client.submit(body, idempotency_key=idempotency_key)
+            err_console.print(
+                f"submitted {audit.kind} audit [bold]{audit.id}[/] ({audit.state})", highlight=False
+            )
+            if not waiting:
+                print(audit.id)
+                return
+            code = wait_and_report(
+                client, audit.id, live=watch_, timeout=timeout, as_json=as_json, junit=junit
+            )
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    raise typer.Exit(code)
+
+
+def watch(
+    audit_id: Annotated[str, typer.Argument(help="The audit's id.")],
+    junit: Annotated[
+        Path | None, typer.Option("--junit", dir_okay=False, help="Write a JUnit XML report here.")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the final audit as JSON on stdout.")] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds (exit 3).")
+    ] = None,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Follow a running audit with a live progress bar to its end, then show its result.
+
+    Exit codes: 0 succeeded without a violation; 1 a violation of the claimed ε; 2 the audit failed or
+    was cancelled; 3 a usage error or the service cannot be reached.
+    """
+    try:
+        with _open(url, api_key) as client:
+            code = wait_and_report(client, audit_id, live=True, timeout=timeout, as_json=as_json, junit=junit)
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    raise typer.Exit(code)
+
+
+def status(
+    audit_id: Annotated[str, typer.Argument(help="The audit's id.")],
+    format_: FormatOpt = OutputFormat.table,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Show an audit's state and progress."""
+    try:
+        with _open(url, api_key) as client:
+            audit = client.get(audit_id)
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    if format_ == OutputFormat.json:
+        print(audit.model_dump_json(indent=2))
+        return
+    p = audit.progress
+    console.print(
+        f"{audit.id} {audit.kind} [bold]{audit.state}[/] attempt {audit.attempt} · "
+        f"{p.stage} {100 * p.fraction:.0f}% {_eta(p.eta_seconds)}" + (f" {p.message}" if p.message else ""),
+        highlight=False,
+    )
+    if audit.error:
+        console.print(f"[red]{audit.error.code}[/] {audit.error.message}", highlight=False)
+
+
+def result(
+    audit_id: Annotated[str, typer.Argument(help="The audit's id.")],
+    format_: Annotated[
+        ResultFormat,
+        typer.Option(
+            "--format",
+            help="json (default), csv (field,value rows), table (with what each field means) or png "
+            "(a plot; needs --output).",
+        ),
+    ] = ResultFormat.json,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", dir_okay=False, help="Write to this file, not stdout.")
+    ] = None,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Print a finished audit's result, or write it (or its plot) to --output."""
+    if format_ == ResultFormat.png and output is None:
+        raise fail("--format png needs --output FILE (a PNG is not for the terminal)")
+    try:
+        with _open(url, api_key) as client:
+            if format_ == ResultFormat.png:
+                png = client.result_png(audit_id)
+            elif format_ == ResultFormat.table:
+                typed = client.result(audit_id)
+            else:
+                body = client.result_json(audit_id)
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    if format_ == ResultFormat.png:
+        assert output is not None
+        output.write_bytes(png)
+        err_console.print(f"wrote {output} ({len(png):,} bytes)", highlight=False)
+        return
+    if format_ == ResultFormat.table:
+        table = result_table(typed, f"{typed.kind} audit {audit_id}", explain=True)
+        if output is not None:
+            with output.open("w") as fh:
+                Console(file=fh, width=160).print(table)
+        else:
+            console.print(table)
+        return
+    if format_ == ResultFormat.json:
+        text = json.dumps(body, indent=2) + "\n"
+    else:
+        out = io.StringIO()
+        writer = csv.writer(out)
+        writer.writerow(["field", "value"])
+        writer.writerows((k, "" if v is None else v) for k, v in flatten(body))
+        text = out.getvalue()
+    if output is not None:
+        output.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+def list_audits(
+    state: Annotated[str | None, typer.Option(help="Only audits in this state (e.g. RUNNING).")] = None,
+    kind: Annotated[str | None, typer.Option(help="Only audits of this kind.")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option("--label", help="Only audits with this KEY=VALUE label (repeatable).")
+    ] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="Show at most this many.")] = 20,
+    format_: FormatOpt = OutputFormat.table,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """List your audits, newest first."""
+    try:
+        with _open(url, api_key) as client:
+            audits = []
+            for audit in client.iter_audits(
+                state=state, kind=kind, labels=_labels(label), page_size=min(limit, 500)
+            ):
+                audits.append(audit)
+                if len(audits) >= limit:
+                    break
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    if format_ == OutputFormat.json:
+        print(json.dumps([a.model_dump(mode="json", exclude_none=True) for a in audits], indent=2))
+        return
+    table = Table(title=f"{len(audits)} audit(s)")
+    table.add_column("id", overflow="fold", min_width=12)
+    for column in ("kind", "state", "progress", "created", "verdict"):
+        table.add_column(column)
+    for a in audits:
+        verdict = getattr(a, "verdict", None) or {}
+        violation = verdict.get("violation") if isinstance(verdict, dict) else None
+        shown = {True: "[red]violation[/]", False: "ok"}.get(violation, "—")
+        created = a.created_at.strftime("%Y-%m-%d %H:%M:%S") if a.created_at else "—"
+        table.add_row(
+            a.id, a.kind, a.state, f"{a.progress.stage} {100 * a.progress.fraction:.0f}%", created, shown
+        )
+    console.print(table)
+
+
+def cancel(
+    audit_id: Annotated[str, typer.Argument(help="The audit's id.")],
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Cancel an audit: a queued one at once, a running one at its next step."""
+    try:
+        with _open(url, api_key) as client:
+            audit = client.cancel(audit_id)
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    what = "cancellation requested" if audit.state == "RUNNING" else audit.state
+    console.print(f"{audit.id} {what}", highlight=False)
+
+
+def datasets(
+    format_: FormatOpt = OutputFormat.table, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None
+) -> None:
+    """List the datasets you can audit with: built-in ones and your uploads."""
+    try:
+        with _open(url, api_key) as client:
+            body = client.datasets()
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    if format_ == OutputFormat.json:
+        print(json.dumps(body, indent=2))
+        return
+    rows = [*body.get("builtin", []), *body.get("datasets", [])]
+    table = Table(title=f"{len(rows)} dataset(s)")
+    columns = [
+        c
+        for c in ("id", "name", "task", "available", "n_train", "n_test", "labels")
+        if any(c in r for r in rows)
+    ]
+    for column in columns or ["name"]:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(_cell(row.get(c)) for c in columns or ["name"]))
+    console.print(table)
+
+
+def models(
+    format_: FormatOpt = OutputFormat.table, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None
+) -> None:
+    """List the models audits can use (the default one is marked)."""
+    try:
+        with _open(url, api_key) as client:
+            body = client.models()
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    if format_ == OutputFormat.json:
+        print(json.dumps(body, indent=2))
+        return
+    table = Table(title="models")
+    for column in ("name", "engine", "type", "context length", "loaded", "available"):
+        table.add_column(column)
+    for m in body.get("models", []):
+        name = m["name"] + (" (default)" if m["name"] == body.get("default_model") else "")
+        table.add_row(
+            name, m.get("engine"), m.get("type"), _cell(m.get("context_length")), _cell(m.get("loaded")),
+            _cell(m.get("available")),
+        )  # fmt: skip
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, list):
+        return ", ".join(map(str, value[:6])) + (" …" if len(value) > 6 else "")
+    return show(value)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the client commands to the iclaudit command."""
+    for fn, name in (
+        (submit, "submit"),
+        (watch, "watch"),
+        (status, "status"),
+        (result, "result"),
+        (list_audits, "list"),
+        (cancel, "cancel"),
+        (datasets, "datasets"),
+        (models, "models"),
+    ):
+        app.command(name, cls=ClientCommand)(fn)
