@@ -212,8 +212,9 @@ def cancel_stale_and_list_lost(
     """The sweep's one query. Stale RUNNING audits whose cancel was asked end CANCELLED; returns the ids
     whose message is lost, to re-enqueue:
 
-    - PENDING never enqueued (the broker was down at submit, or it was released at shutdown), or enqueued
-      into another incarnation of the queue (`queue_epoch`: a broker restarted empty, a new inline process);
+    - PENDING never enqueued (the broker was down at submit, or it was released at shutdown; not within
+      the stale window of its creation, while its submitter may still be sending it), or enqueued into
+      another incarnation of the queue (`queue_epoch`: a broker restarted empty, a new inline process);
       a PENDING audit waiting in the current queue is left alone however long it waits, so a backlog is
       never duplicated;
     - RUNNING with a heartbeat older than `stale_before` (its worker died) and not enqueued into the current
@@ -231,11 +232,16 @@ def cancel_stale_and_list_lost(
         .execution_options(synchronize_session=False)
     )
     other_queue = or_(Audit.queue_epoch.is_(None), Audit.queue_epoch != queue_epoch)
+    lost_pending = or_(
+        Audit.queue_epoch != queue_epoch,
+        # never marked: its submitter had the whole stale window to send and mark it
+        and_(Audit.queue_epoch.is_(None), Audit.created_at < stale_before),
+    )
     query = (
         select(Audit.id)
         .where(
             or_(
-                and_(Audit.state == AuditState.PENDING, other_queue),
+                and_(Audit.state == AuditState.PENDING, lost_pending),
                 and_(
                     Audit.state == AuditState.RUNNING,
                     Audit.heartbeat_at < stale_before,

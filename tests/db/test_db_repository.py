@@ -53,8 +53,12 @@ def test_sweep_picks_only_audits_whose_message_is_lost(database_url: str) -> Non
         return set(audits.cancel_stale_and_list_lost(s, stale_before=cutoff, queue_epoch="e1"))
 
     with sessions.begin() as s:
-        running, waiting, old_queue = (
-            audits.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id for _ in range(3)
+        running, waiting, old_queue, _just_submitted = (
+            audits.add_audit(s, tenant_id=tenant_id, kind="bound", request={}).id for _ in range(4)
+        )
+        # never sent for an hour (the broker was down at submit); `_just_submitted` is still being sent
+        s.execute(
+            update(Audit).where(Audit.id == never_sent).values(created_at=utcnow() - timedelta(hours=1))
         )
         audits.mark_enqueued(s, [running, waiting], queue_epoch="e1")
         audits.mark_enqueued(s, [old_queue], queue_epoch="e0")  # a broker since restarted empty

@@ -17,8 +17,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,6 +61,20 @@ class Server:
     url: str
     proc: subprocess.Popen[bytes]
     workdir: Path
+    argv: list[Any] = field(default_factory=list)  # how it was started, for restart()
+    popen: dict[str, Any] = field(default_factory=dict)
+    port: int = 0
+
+    def restart(self, down_seconds: float = 0.0, sig: int = signal.SIGINT) -> None:
+        """Stop the process (SIGINT: PostgreSQL's fast shutdown, a clean stop for redis), stay down for
+        `down_seconds`, start it again on the same port and data (redis comes back empty: no persistence)."""
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=30)
+        time.sleep(down_seconds)
+        self.proc = subprocess.Popen(self.argv, **self.popen)
+        wait_for_port(self.port, self.proc, str(self.argv[0]))
+        if self.url.startswith("postgresql"):
+            _wait_accepting(self.url)
 
     def stop(self, sig: int = signal.SIGINT) -> None:
         if self.proc.poll() is None:
@@ -103,30 +118,32 @@ def start_postgres() -> Server:
         **run_as,
     )
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            bindir / "postgres",
-            "-D",
-            datadir,
-            "-p",
-            str(port),
-            "-h",
-            "127.0.0.1",
-            "-k",
-            workdir,
-            "-c",
-            "fsync=off",
-            "-c",
-            "synchronous_commit=off",
-            "-c",
-            "full_page_writes=off",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(workdir / "postgres.log", "wb"),  # noqa: SIM115 - lives as long as the server
-        preexec_fn=lambda: _die_with_parent(signal.SIGQUIT),
+    argv: list[Any] = [
+        bindir / "postgres",
+        "-D",
+        datadir,
+        "-p",
+        str(port),
+        "-h",
+        "127.0.0.1",
+        "-k",
+        workdir,
+        "-c",
+        "fsync=off",
+        "-c",
+        "synchronous_commit=off",
+        "-c",
+        "full_page_writes=off",
+    ]
+    popen: dict[str, Any] = {
+        "stdout": subprocess.DEVNULL,
+        "stderr": open(workdir / "postgres.log", "ab"),  # noqa: SIM115 - lives as long as the server
+        "preexec_fn": lambda: _die_with_parent(signal.SIGQUIT),
         **run_as,
-    )
-    server = Server(f"postgresql+psycopg://iclaudit@127.0.0.1:{port}/postgres", proc, workdir)
+    }
+    proc = subprocess.Popen(argv, **popen)
+    url = f"postgresql+psycopg://iclaudit@127.0.0.1:{port}/postgres"
+    server = Server(url, proc, workdir, argv=argv, popen=popen, port=port)
     try:
         wait_for_port(port, proc, "postgres")
         _wait_accepting(server.url)
@@ -168,25 +185,26 @@ def start_redis() -> Server:
         raise RuntimeError("redis-server is not installed; `.ci/run` installs it")
     workdir = Path(tempfile.mkdtemp(prefix="iclaudit-redis-"))
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
-    )
-    server = Server(f"redis://127.0.0.1:{port}/0", proc, workdir)
+    argv: list[Any] = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+    ]
+    popen: dict[str, Any] = {
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+        "preexec_fn": lambda: _die_with_parent(signal.SIGTERM),
+    }
+    proc = subprocess.Popen(argv, **popen)
+    server = Server(f"redis://127.0.0.1:{port}/0", proc, workdir, argv=argv, popen=popen, port=port)
     try:
         wait_for_port(port, proc, "redis-server")
     except Exception:
