@@ -138,11 +138,11 @@ def client(app_client: Callable[..., Any], make_key: Callable[[str], str]) -> It
 
 
 @contextmanager
-def live_server(settings: Settings) -> Iterator[str]:
-    """The app under a real uvicorn (its own thread and event loop); yields the base URL."""
+def serve(app: Any) -> Iterator[str]:
+    """An ASGI app under a real uvicorn (its own thread and event loop); yields the base URL."""
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -156,3 +156,10 @@ def live_server(settings: Settings) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@contextmanager
+def live_server(settings: Settings) -> Iterator[str]:
+    """The service itself under a real uvicorn."""
+    with serve(create_app(settings)) as url:
+        yield url

@@ -1,0 +1,172 @@
+"""Schedules with two API processes (real uvicorn subprocesses on one SQLite file): a cron every 2 s
+fires once per time, the runs are listed, and the deployed endpoint turning leaky between runs fires one
+`audit.violation` (signed) with the previous verdict."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+from integrations.conftest import Receiver, serve
+from service.servers import _die_with_parent, free_port, wait_for_port
+from sqlalchemy import select
+from standardwebhooks import Webhook
+
+from app.audit.prompts import CONTEXTLEAK_CANARY
+from app.config import Settings
+from app.db.engine import make_engine, make_session_factory
+from app.db.models import Audit, ScheduleRun
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+
+class Deployment:
+    """A deployed ICL system under audit: private (answers "0" whatever the context) or leaky (answers
+    "1" exactly when the canary is in its context). Switched between schedule runs."""
+
+    def __init__(self) -> None:
+        self.leaky = False
+        self.app = FastAPI()
+
+        @self.app.post("/")
+        def answer(ask: dict[str, Any]) -> dict[str, Any]:
+            present = any(CONTEXTLEAK_CANARY in str(e) for e in ask.get("context", []))
+            return {"choices": [{"text": "1" if self.leaky and present else "0"}]}
+
+
+@contextmanager
+def api_processes(n: int, env: dict[str, str], logs: Path) -> Iterator[list[str]]:
+    """`n` API processes (`uvicorn app.main:create_app`) on one database, started together."""
+    ports = [free_port() for _ in range(n)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "app.main:create_app",
+                "--factory",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env={**os.environ, **env},
+            stdout=(logs / f"api-{port}.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            preexec_fn=lambda: _die_with_parent(signal.SIGKILL),
+        )
+        for port in ports
+    ]
+    try:
+        for port, proc in zip(ports, procs, strict=True):
+            wait_for_port(port, proc, "uvicorn", timeout=120)
+        yield [f"http://127.0.0.1:{port}" for port in ports]
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def test_a_schedule_fires_once_per_time_with_two_api_processes(
+    settings: Settings, make_key: Any, receiver: Receiver, tmp_path: Path
+) -> None:
+    deployment = Deployment()
+    with serve(deployment.app) as endpoint:
+        env = {
+            "ICLAUDIT_DATABASE_URL": settings.sqlalchemy_url,
+            "ICLAUDIT_STATE_DIR": str(tmp_path),
+            "ICLAUDIT_DATA_DIR": str(settings.data_dir),
+            "ICLAUDIT_PRELOAD_MODELS": "false",
+            "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
+            "ICLAUDIT_ENDPOINT_ALLOWLIST": f'["{endpoint}/"]',
+            "ICLAUDIT_WEBHOOK_ALLOWLIST": f'["http://127.0.0.1:{receiver.port}/"]',
+        }
+        key = {"Authorization": f"Bearer {make_key('alice')}"}
+        request = {
+            "kind": "mia",
+            "dataset": "ag_news",
+            "mechanism": {
+                "name": "http_endpoint",
+                "endpoint": {"url": f"{endpoint}/", "answer_path": "$.choices[0].text"},
+            },
+            "epsilon": 1.0,
+            "attack": {"name": "canary_prompt", "threat_model": "black_box"},
+            "estimator": "direct",
+            "trials": 40,
+            "labels": {"pipeline": "nightly"},
+        }
+        with (
+            api_processes(2, env, tmp_path) as (a, b),
+            httpx.Client(base_url=a, headers=key, timeout=30) as api,
+        ):
+            hook = api.post("/v1/webhooks", json={"url": receiver.url, "events": ["audit.violation"]}).json()
+            created = api.post("/v1/schedules", json={"request": request, "cron": "* * * * * */2"})
+            assert created.status_code == 201, created.text
+            schedule = created.json()
+            assert (
+                httpx.get(f"{b}/v1/schedules/{schedule['id']}", headers=key).json()["cron"]
+                == schedule["cron"]
+            )
+
+            def runs() -> list[dict[str, Any]]:
+                return api.get(f"/v1/schedules/{schedule['id']}/runs").json()["runs"]
+
+            def wait_runs(pred: Any, timeout: float = 40) -> list[dict[str, Any]]:
+                deadline = time.monotonic() + timeout
+                while not pred(got := runs()):
+                    assert time.monotonic() < deadline, got
+                    time.sleep(0.2)
+                return got
+
+            private = wait_runs(lambda r: sum(x["state"] == "SUCCEEDED" for x in r) >= 2)
+            assert all(x["violation"] is False for x in private if x["state"] == "SUCCEEDED")
+            deployment.leaky = True
+            leaked_after = max(datetime.fromisoformat(x["fire_time"]) for x in private)
+            final = wait_runs(
+                lambda r: any(
+                    x["violation"] and datetime.fromisoformat(x["fire_time"]) > leaked_after for x in r
+                )
+            )
+            got = receiver.wait_for(1)
+    # both processes are stopped: read every run and audit from the database
+    engine = make_engine(settings.sqlalchemy_url)
+    with make_session_factory(engine)() as session:
+        runs_stored = session.scalars(select(ScheduleRun).order_by(ScheduleRun.fire_time)).all()
+        audits = session.scalars(select(Audit)).all()
+    engine.dispose()
+    times = [r.fire_time for r in runs_stored]
+    assert len(times) == len(set(times)) >= 4  # each time fired once
+    assert {r.schedule_id for r in runs_stored} == {schedule["id"]}
+    assert all(t.second % 2 == 0 and t.microsecond == 0 for t in times)
+    gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(times)]
+    assert all(g >= 2 and g % 2 == 0 for g in gaps), gaps
+    assert sorted(r.audit_id for r in runs_stored) == sorted(a.id for a in audits)  # one audit per run
+    assert {x["fire_time"] for x in final} <= {t.isoformat().replace("+00:00", "Z") for t in times}
+
+    violations = [Webhook(hook["secret"]).verify(m.body, m.headers) for m in receiver.got]
+    assert (
+        got and len(violations) <= 2
+    )  # the verdict changed once (a run in flight at the switch may see both)
+    for event in violations:
+        data = event["data"]
+        assert data["schedule_id"] == schedule["id"] and data["previous_violation"] is False
+        assert data["verdict"]["violation"] is True and data["labels"] == {"pipeline": "nightly"}
+    assert sum(r.audit_id in {e["data"]["id"] for e in violations} for r in runs_stored) == len(violations)
