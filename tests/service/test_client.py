@@ -1,0 +1,90 @@
+"""app.client against a real HTTP server on loopback that answers 429/503 first: retries wait at least what
+Retry-After asks, keep one Idempotency-Key across the retries of a POST, and give up with one clear error."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+from service.servers import free_port
+
+from app.client import ApiError, IclauditClient, ServiceUnreachable, retry_after_seconds
+
+AUDIT = {
+    "id": "a" * 32,
+    "kind": "bound",
+    "state": "SUCCEEDED",
+    "progress": {"stage": "succeeded", "fraction": 1.0, "eta_seconds": None, "message": ""},
+    "result": {"tpr": 0.6, "fpr": 0.375, "mu_lower": 0.49, "epsilon_empirical": 1.96},
+}
+
+
+class Flaky(BaseHTTPRequestHandler):
+    """Answers POSTs from `script` (status, headers) while it lasts, then 202 with AUDIT."""
+
+    script: ClassVar[list[tuple[int, dict[str, str]]]] = []
+    seen: ClassVar[list[tuple[float, str, str | None]]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        Flaky.seen.append((time.monotonic(), self.path, self.headers.get("Idempotency-Key")))
+        status, headers = Flaky.script.pop(0) if Flaky.script else (202, {})
+        body = json.dumps(AUDIT if status < 400 else {"error": {"message": "slow down", "details": []}})
+        self.send_response(status)
+        for key, value in {"Content-Type": "application/json", **headers}.items():
+            self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+@pytest.fixture
+def flaky() -> Iterator[str]:
+    Flaky.script, Flaky.seen = [], []
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), Flaky)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_retries_honour_retry_after_and_keep_the_idempotency_key(flaky: str) -> None:
+    Flaky.script = [(429, {"Retry-After": "1"}), (503, {})]
+    with IclauditClient(flaky, backoff=0.05, max_backoff=0.1) as client:
+        audit = client.submit({"kind": "bound"})
+    assert audit.id == AUDIT["id"] and audit.result is not None and audit.result.kind == "bound"
+    (t0, _, k0), (t1, _, k1), (t2, _, k2) = Flaky.seen
+    assert t1 - t0 >= 1.0  # Retry-After: 1 beats the 0.05 s back-off
+    assert t2 - t1 < 1.0
+    assert k0 and k0 == k1 == k2  # one key for all attempts: a retried submit is one audit
+
+
+def test_gives_up_with_the_last_answer_and_on_a_dead_port(flaky: str) -> None:
+    Flaky.script = [(503, {})] * 3
+    with (
+        IclauditClient(flaky, retries=2, backoff=0.01, max_backoff=0.02) as client,
+        pytest.raises(ApiError) as err,
+    ):
+        client.submit({"kind": "bound"}, idempotency_key="k-1")
+    assert err.value.status == 503 and err.value.message == "slow down"
+    assert [k for _, _, k in Flaky.seen] == ["k-1"] * 3
+    dead = IclauditClient(f"http://127.0.0.1:{free_port()}", retries=1, backoff=0.01)
+    with dead, pytest.raises(ServiceUnreachable, match="cannot reach"):
+        dead.get("x")
+
+
+def test_retry_after_as_seconds_or_http_date() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert retry_after_seconds("7") == 7.0
+    assert retry_after_seconds(format_datetime(now + timedelta(seconds=30), usegmt=True), now=now) == 30.0
+    assert retry_after_seconds("soon") is None and retry_after_seconds(None) is None
