@@ -18,8 +18,10 @@ from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep, get_te
 from app.api.errors import ApiError
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.watch import CACHE_CONTROL, WaitDep, brief_session, etag_of, matches, watch_of
+from app.audit.kinds.base import MAX_LABELS
 from app.db import audits as audit_rows
 from app.db import polling
+from app.db.labels import having_labels
 from app.db.models import TERMINAL_STATES, Audit, AuditState
 from app.jobs import service
 from app.reports import plots
@@ -31,7 +33,7 @@ from app.schemas.audits import (
     request_examples,
     request_union,
 )
-from app.schemas.errors import ErrorResponse
+from app.schemas.errors import ErrorResponse, FieldViolation
 
 router = APIRouter(prefix="/v1/audits", tags=["audits"])
 
@@ -133,9 +135,16 @@ def list_audits(
             "claimed ε and a verdict digest. `full`: each audit whole, as `GET /v1/audits/{id}` (AIP-157)."
         ),
     ] = "summary",
+    label: Annotated[
+        list[str] | None,
+        Query(
+            max_length=MAX_LABELS,
+            description="`key=value`: only audits with this label (repeat for several; all must match).",
+        ),
+    ] = None,
 ) -> Response:
     """Newest first; pass `next_page_token` back as `page_token` for the next page."""
-    filters = {"tenant_id": tenant.id, "state": state, "kind": kind}
+    filters = {"tenant_id": tenant.id, "state": state, "kind": kind, "where": _label_filter(label or [])}
     if view == "full":
         page = audit_rows.list_audits(session, **filters, page_size=page_size, page_token=page_token)
         audits = [AuditResource.of(a) for a in page.items]
@@ -143,6 +152,18 @@ def list_audits(
     page = polling.summary_page(session, **filters, page_size=page_size, page_token=page_token)
     summaries = [AuditSummary.of(row) for row in page.items]
     return _json(AuditSummaryList(audits=summaries, next_page_token=page.next_page_token))
+
+
+def _label_filter(given: list[str]) -> list[Any]:
+    """`["team=ml", "run=42"]` → conditions on the audits' label rows; 422 naming a malformed one."""
+    wanted = {}
+    for i, item in enumerate(given):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            message = f"label {item!r} is not key=value."
+            raise ApiError(422, message, [FieldViolation(path=f"query.label[{i}]", message=message)])
+        wanted[key] = value
+    return having_labels(wanted)
 
 
 def _read_audit(

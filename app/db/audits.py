@@ -49,8 +49,10 @@ def list_audits(
     kind: str | None = None,
     page_size: int = 50,
     page_token: str | None = None,
+    where: Sequence[Any] = (),
 ) -> Page:
-    query = owned(Audit, tenant_id)
+    """`where`: further conditions on `Audit` (e.g. app.db.labels.having_labels)."""
+    query = owned(Audit, tenant_id).where(*where)
     if state:
         query = query.where(Audit.state == state)
     if kind:
