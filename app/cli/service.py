@@ -42,7 +42,9 @@ def serve(
 
 def worker(
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
-    queues: Annotated[str, typer.Option(help="Queues to consume.")] = "audits",
+    queues: Annotated[
+        str, typer.Option(help="Queues to consume: audits, and webhooks (signed deliveries, short tasks).")
+    ] = "audits,webhooks",
 ) -> None:
     """Run one Celery worker process (--pool=solo: one audit at a time; one process per GPU)."""
     from workers.celery_app import celery_app
