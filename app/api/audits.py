@@ -117,6 +117,7 @@ def submit_audit(
     audit = audit_rows.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
     assert audit is not None  # audits are never deleted
     response.headers["Location"] = f"/v1/audits/{audit.id}"
+    response.headers["ETag"] = etag_of(audit)  # for a first `If-None-Match` / `?wait=` on Location
     return AuditResource.of(audit)
 
 

@@ -3,13 +3,12 @@ Server-Sent Events stream, the summary and full list views, and tenant isolation
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
 
 import pytest
-from service.client import bound_request, long_mia_request, wait_for
+from service.client import bound_request, long_mia_request, sse_events, wait_for
 
 
 def _hold_the_worker(client) -> dict[str, Any]:
@@ -19,28 +18,13 @@ def _hold_the_worker(client) -> dict[str, Any]:
     return running
 
 
-def _events(client, audit_id: str, **headers: str) -> list[dict[str, Any]]:
-    """Every `audit` event of the stream until the server ends it."""
-    events, current = [], {}
-    with client.stream("GET", f"/v1/audits/{audit_id}/events", headers=headers) as stream:
-        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
-        for line in stream.iter_lines():
-            field, _, value = line.partition(": ")
-            if field in ("event", "id", "data"):
-                current[field] = value
-            elif not line and "data" in current:
-                events.append(
-                    {**json.loads(current["data"]), "event": current["event"], "etag": current["id"]}
-                )
-                current = {}
-    return events
-
-
 def test_etag_and_304_follow_state_and_progress(client) -> None:
     running = _hold_the_worker(client)
-    queued = client.post("/v1/audits", json=bound_request()).json()
+    posted = client.post("/v1/audits", json=bound_request())
+    queued = posted.json()
     first = client.get(f"/v1/audits/{queued['id']}")
     etag = first.headers["ETag"]
+    assert posted.headers["ETag"] == etag  # the 202's ETag is the stored audit's
     assert first.status_code == 200 and etag.startswith('"') and first.json()["state"] == "PENDING"
 
     unchanged = client.get(f"/v1/audits/{queued['id']}", headers={"If-None-Match": etag})
@@ -123,7 +107,7 @@ def test_wait_out_of_bounds_is_422(client) -> None:
 
 def test_events_stream_state_changes_to_succeeded(client) -> None:
     audit = client.post("/v1/audits", json=long_mia_request(trials=300_000)).json()
-    events = _events(client, audit["id"])
+    events = sse_events(client, audit["id"])
     states = [e["state"] for e in events]
     assert states[-1] == "SUCCEEDED" and "RUNNING" in states, states
     assert all(e["event"] == "audit" and e["id"] == audit["id"] for e in events)
@@ -133,8 +117,8 @@ def test_events_stream_state_changes_to_succeeded(client) -> None:
     assert events[-1]["verdict"] is not None and "request" not in events[-1]
     assert client.get(f"/v1/audits/{audit['id']}").headers["ETag"] == events[-1]["etag"]
     # a finished audit: one event, then the end; with its last id as Last-Event-ID, none
-    assert [e["state"] for e in _events(client, audit["id"])] == ["SUCCEEDED"]
-    assert _events(client, audit["id"], **{"Last-Event-ID": events[-1]["etag"]}) == []
+    assert [e["state"] for e in sse_events(client, audit["id"])] == ["SUCCEEDED"]
+    assert sse_events(client, audit["id"], **{"Last-Event-ID": events[-1]["etag"]}) == []
 
 
 def test_list_summary_by_default_full_on_request(client) -> None:
@@ -205,7 +189,7 @@ def test_waiting_holds_no_request_slot(app_client, make_key, settings) -> None:
             )
             for _ in range(3)
         ]
-        waiters.append(threading.Thread(target=lambda: answers.append(_events(client, queued["id"]))))
+        waiters.append(threading.Thread(target=lambda: answers.append(sse_events(client, queued["id"]))))
         for thread in waiters:
             thread.start()
         time.sleep(0.5)

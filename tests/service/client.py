@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -50,3 +51,20 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"audit still {audit['state']} after {timeout}s: {audit['progress']}")
         time.sleep(0.05)
+
+
+def sse_events(client, audit_id: str, **headers: str) -> list[dict[str, Any]]:
+    """Every `audit` event of the stream until the server ends it."""
+    events, current = [], {}
+    with client.stream("GET", f"/v1/audits/{audit_id}/events", headers=headers) as stream:
+        assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+        for line in stream.iter_lines():
+            field, _, value = line.partition(": ")
+            if field in ("event", "id", "data"):
+                current[field] = value
+            elif not line and "data" in current:
+                events.append(
+                    {**json.loads(current["data"]), "event": current["event"], "etag": current["id"]}
+                )
+                current = {}
+    return events

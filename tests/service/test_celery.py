@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
-from service.client import bound_request, long_mia_request, wait_for
+from service.client import bound_request, long_mia_request, sse_events, wait_for
 from service.servers import _die_with_parent, fresh_database
 
 from app.audit.kinds.registry import KINDS
@@ -94,7 +94,14 @@ def test_celery_worker_runs_a_bound_audit(api: TestClient, start_worker) -> None
     assert b"loading oracle" in worker.log.read_bytes()  # type: ignore[attr-defined]
     ready = api.get("/readyz").json()
     assert ready["checks"] == {"database": "ok", "broker": "ok"}
-    audit = api.post("/v1/audits", json=bound_request()).json()
+    posted = api.post("/v1/audits", json=bound_request())
+    audit = posted.json()
+    # the worker writes from its own process; the long-poll hub re-checks every second while anyone waits
+    changed = api.get(
+        f"/v1/audits/{audit['id']}", params={"wait": "30s"}, headers={"If-None-Match": posted.headers["ETag"]}
+    )
+    assert changed.status_code == 200 and changed.json()["state"] != "PENDING"
+    assert [e["state"] for e in sse_events(api, audit["id"])][-1] == "SUCCEEDED"
     done = wait_for(api.get, audit["id"], timeout=60)
     assert done["state"] == "SUCCEEDED" and done["attempt"] == 1, done["error"]
     assert api.get(f"/v1/audits/{audit['id']}/result").json() == done["result"]
