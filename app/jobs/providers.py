@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -30,8 +31,9 @@ class RegistryEngines:
     `loading model` on the audit through `progress`; loading problems are AuditErrors that say what to fix.
     """
 
-    def __init__(self, progress: ProgressFn | None = None) -> None:
+    def __init__(self, progress: ProgressFn | None = None, check: Callable[[], None] | None = None) -> None:
         self._progress = progress
+        self._check = check
 
     def _loading(self, name: str) -> None:
         from transformers.utils import logging as hf_logging
@@ -55,7 +57,7 @@ class RegistryEngines:
                     raise AuditError(str(exc)) from exc
                 except ModelsFileError as exc:
                     raise AuditError(f"the models file (ICLAUDIT_MODELS_FILE) is invalid: {exc}") from exc
-            return _llms[name]
+            return _checked(_llms[name], self._check)
 
     def embedder(self, name: str | None = None) -> Embedder:
         from app.engines.registry import ModelLoadError, ModelsFileError, UnknownModel, load_embedder
@@ -72,7 +74,34 @@ class RegistryEngines:
                     ) from exc
                 except (ModelLoadError, ModelsFileError) as exc:
                     raise AuditError(str(exc)) from exc
-            return _embedders[name]
+            return _checked(_embedders[name], self._check)
+
+
+_MODEL_CALLS = frozenset({"label_logprobs", "next_token_logprobs", "generate", "embed"})
+
+
+class _Checked:
+    """An engine whose every model call first runs the runner's `check` (cancel, deadline, lease,
+    shutdown), so a stage that spends its time in the model — mia's collect, iclinf, synthetic
+    generation — stops within one call even where the kind reports no progress."""
+
+    def __init__(self, engine: Any, check: Callable[[], None]) -> None:
+        self._engine, self._check = engine, check
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._engine, name)
+        if name not in _MODEL_CALLS or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._check()
+            return attr(*args, **kwargs)
+
+        return call
+
+
+def _checked(engine: Any, check: Callable[[], None] | None) -> Any:
+    return engine if check is None else _Checked(engine, check)
 
 
 def data_dir_of(configured: Path | None) -> Path:

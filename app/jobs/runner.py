@@ -59,7 +59,11 @@ def run_audit(
         stale_before = audits.stale_cutoff(settings.stale_after_seconds)
         attempt = audits.claim_audit(session, audit_id=audit_id, stale_before=stale_before)
         audit = session.get(Audit, audit_id) if attempt is not None else None
-        return None if audit is None or attempt is None else (attempt, audit.kind, audit.tenant_id, audit.request)
+        return (
+            None
+            if audit is None or attempt is None
+            else (attempt, audit.kind, audit.tenant_id, audit.request)
+        )
 
     claimed = in_transaction(
         session_factory, claim, max_seconds=settings.db_retry_seconds, what=f"audit {audit_id}: claim"
@@ -82,7 +86,7 @@ def run_audit(
     )
     ctx = RunContext(
         progress=progress,
-        engines=engines or RegistryEngines(progress=progress),
+        engines=engines or RegistryEngines(progress=progress, check=progress.check),
         datasets=TenantDatasets(
             session_factory=session_factory,
             tenant_id=tenant_id,
@@ -91,6 +95,7 @@ def run_audit(
         ),
         egress=settings.endpoint_egress,
     )
+
     def release(session: Session) -> bool:
         return audits.release_audit(session, audit_id=audit_id, attempt=attempt)
 
@@ -160,7 +165,9 @@ def _compute(
             raise
         reference = uuid.uuid4().hex[:12]
         log.exception("audit failed with an internal error (reference %s)", reference)
-        message = f"The audit failed with an internal error (reference {reference}); the operator's log has it."
+        message = (
+            f"The audit failed with an internal error (reference {reference}); the operator's log has it."
+        )
         return AuditState.FAILED, None, {"code": "INTERNAL", "message": message}
 
 
