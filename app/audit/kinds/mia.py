@@ -172,10 +172,9 @@ class Request(AuditRequestBase):
                 "not noisy votes); set threat_model to black_box"
             )
         if self.estimator not in mechanism.estimators:
-            why = {
-                "http_endpoint": "an endpoint has no clean statistic to resample; every trial is a real "
-                "call, so use direct (trials = calls per context)"
-            }.get(mechanism.name, f"{mechanism.name} supports {', '.join(sorted(mechanism.estimators))}")
+            why = mechanism.estimators_note or (
+                f"{mechanism.name} supports {', '.join(sorted(mechanism.estimators))}"
+            )
             raise ValueError(f"estimator: {self.estimator} is not available: {why}")
         if self.mechanism.bug and not mechanism.plants_bugs:
             raise ValueError("mechanism.bug: planted bugs exist for private_voting only")

@@ -225,6 +225,7 @@ class Mechanism(ABC):
     gaussian: ClassVar[bool] = False
     plants_bugs: ClassVar[bool] = False  # accepts `bug` (mechanisms/bugs.py)
     estimators: ClassVar[frozenset[str]] = frozenset({"bootstrap", "direct"})
+    estimators_note: ClassVar[str] = ""  # why only those, for the request's error message
     call_batch: ClassVar[int | None] = None  # `direct` trials per chunk when calls are slow (http)
 
     def __init__(

@@ -84,7 +84,11 @@ class HttpEndpoint(Mechanism):
     name = "http_endpoint"
     needs_llm = False
     white_box_available = False
-    estimators = frozenset({"direct"})  # no clean statistic to resample: every trial is a real call
+    estimators = frozenset({"direct"})
+    estimators_note = (
+        "an endpoint has no clean statistic to resample; every trial is a real call, so use direct "
+        "(trials = calls per context)"
+    )
     call_batch = 100  # calls between progress reports (and cancellation checks)
 
     @classmethod
