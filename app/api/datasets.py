@@ -19,6 +19,7 @@ from app.schemas.datasets import BuiltinDataset, DatasetList, DatasetResource, D
 from app.schemas.errors import ErrorResponse, FieldViolation
 
 router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+NAME_MAX = 200  # as DatasetRows.name (JSON uploads) and the VARCHAR(200) column
 
 _UPLOAD_DOC: dict[str, Any] = {
     "requestBody": {
@@ -82,7 +83,14 @@ async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, st
         given_format = form.get("format")
         fmt = _format_of(filename, given_format if isinstance(given_format, str) else None)
         given_name = form.get("name")
-        name = given_name if isinstance(given_name, str) and given_name else filename.rsplit(".", 1)[0]
+        if isinstance(given_name, str) and len(given_name) > NAME_MAX:
+            message = f"name: at most {NAME_MAX} characters ({len(given_name)} given)."
+            raise ApiError(422, message, [FieldViolation(path="name", message=message)])
+        name = (
+            given_name
+            if isinstance(given_name, str) and given_name
+            else filename.rsplit(".", 1)[0][:NAME_MAX]
+        )
     elif content_type.startswith("application/json"):
         raw = await request.body()
         if len(raw) > max_bytes:

@@ -103,6 +103,9 @@ def _sentence(err: dict[str, Any], path: str) -> str:
     return f"{field}: {msg[0].lower() + msg[1:]}."
 
 
+_NAMED = re.compile(r"^([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)*): ")
+
+
 def validation_details(errors: list[dict[str, Any]]) -> list[FieldViolation]:
     details = []
     for err in errors:
@@ -112,6 +115,11 @@ def validation_details(errors: list[dict[str, Any]]) -> list[FieldViolation]:
         if err.get("type", "").startswith("union_tag"):
             loc = (*loc, "kind")
         path = json_path(loc)
+        named = _NAMED.match(str((err.get("ctx") or {}).get("error", "")))
+        if err.get("type") == "value_error" and path == "$" and named:  # "field: why" from a model validator
+            path = f"$.{named.group(1)}"
+            details.append(FieldViolation(path=path, message=str(err["ctx"]["error"]).rstrip(".") + "."))
+            continue
         details.append(FieldViolation(path=path, message=_sentence(err, path)))
     return details
 

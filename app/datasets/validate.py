@@ -30,6 +30,7 @@ from app.datasets.types import Dataset, Example
 
 SPLIT_SEED = 0
 TEST_FRACTION = 0.2
+_TOO_DEEP = "JSON nested too deeply (a row is one flat object)"
 _ALLOWED = {"classification": {"text", "label", "split"}, "generation": {"text", "summary", "split"}}
 
 
@@ -73,6 +74,8 @@ def _rows_jsonl(text: str) -> list[_Row]:
             obj = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise DatasetValidationError(f"not valid JSON: {exc.msg} (column {exc.colno})", line=n) from None
+        except RecursionError:
+            raise DatasetValidationError(_TOO_DEEP, line=n) from None
         if not isinstance(obj, dict):
             raise DatasetValidationError(f"expected a JSON object, got {type(obj).__name__}", line=n)
         rows.append(_Row(n, obj))
@@ -113,6 +116,8 @@ def _rows_json(text: str) -> list[_Row]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise DatasetValidationError(f"not valid JSON: {exc.msg}", line=exc.lineno) from None
+    except RecursionError:
+        raise DatasetValidationError(_TOO_DEEP) from None
     if isinstance(data, dict) and isinstance(data.get("rows"), list):
         data = data["rows"]
     if not isinstance(data, list):

@@ -112,7 +112,9 @@ def test_bad_list_parameters_are_422(client, params: dict, path: str) -> None:
 BAD_BODIES = [
     pytest.param({"kind": "nope"}, "$.kind", "not an audit kind", id="unknown-kind"),
     pytest.param({"seed": 1}, "$.kind", "kind", id="missing-kind"),
-    pytest.param(long_mia_request() | {"epsilon": 0}, "$.epsilon", "greater than 0", id="epsilon-zero"),
+    pytest.param(
+        long_mia_request() | {"epsilon": 0}, "$.epsilon", "greater than or equal to", id="epsilon-zero"
+    ),
     pytest.param(long_mia_request() | {"delta": 1.0}, "$.delta", "delta", id="delta-one"),
     pytest.param(
         long_mia_request() | {"trials": 10**9}, "$.trials", "ICLAUDIT_MAX_TRIALS", id="too-many-trials"
