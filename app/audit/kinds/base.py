@@ -24,7 +24,7 @@ Labels = Annotated[
 class AuditRequestBase(BaseModel):
     """`dataset`, `model` and `seed` are common to all kinds (a `bound` audit needs neither data nor model)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN/∞ are no numbers a request needs
 
     dataset: str | None = Field(default=None, description="Built-in dataset name or an uploaded dataset id.")
     model: str | None = Field(default=None, description="Registered model name (GET /v1/models).")

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.audit.accounting import MAX_EPSILON
+from app.audit.accounting import MAX_EPSILON, MIN_DELTA
 from app.audit.bounds import Assumption, Counts, gdp_bound_from_counts
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import RunContext
@@ -72,7 +72,7 @@ class Request(AuditRequestBase):
     )
     confidence: float = Field(default=0.95, gt=0, lt=1, description="Joint confidence γ of the lower bound.")
     delta: float = Field(
-        default=1e-5, gt=0, lt=1, description="δ of both bounds (μ_lower is converted to ε at δ)."
+        default=1e-5, ge=MIN_DELTA, lt=1, description="δ of both bounds (μ_lower is converted to ε at δ)."
     )
     assumption: Assumption = Field(
         default="none",

@@ -28,6 +28,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
 from app.audit.contexts import NeighbouringContexts, build_contexts
@@ -130,8 +131,13 @@ class AttackSpec(BaseModel):
 class Request(AuditRequestBase):
     kind: Literal["mia"] = "mia"
     mechanism: MechanismSpec = Field(default_factory=MechanismSpec)
-    epsilon: float = Field(default=1.0, gt=0, description="The claimed ε (ignored by none/prompt_defense).")
-    delta: float = Field(default=1e-5, gt=0, lt=1, description="The claimed δ.")
+    epsilon: float = Field(
+        default=1.0,
+        ge=MIN_EPSILON,
+        le=MAX_EPSILON,
+        description="The claimed ε (ignored by none/prompt_defense).",
+    )
+    delta: float = Field(default=1e-5, ge=MIN_DELTA, lt=1, description="The claimed δ.")
     attack: AttackSpec = Field(default_factory=AttackSpec)
     llm_calls: int = Field(default=200, ge=1, description="n_llm clean statistics per context (003 Alg. 1).")
     trials: int = Field(default=400_000, ge=2, description="Membership trials per context.")

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from app.audit.accounting import rdp
+from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON, rdp
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import AuditError, RunContext
 from app.audit.synthetic import generate_private_sequence
@@ -40,12 +40,13 @@ class Request(AuditRequestBase):
     temperature: float | None = Field(default=None, gt=0, description="τ: sampling temperature.")
     target_epsilon: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_EPSILON,
+        le=MAX_EPSILON,
         description="Solve the one of temperature/clip/batch_size left null so ε_theory = this.",
     )
     sequences: int = Field(default=50, ge=1, le=1000, description="N_gen: synthetic texts generated.")
     max_new_tokens: int = Field(default=40, ge=1, le=512, description="T_max: new tokens per text.")
-    delta: float = Field(default=1e-5, gt=0, lt=1, description="δ of the (ε, δ)-DP conversion.")
+    delta: float = Field(default=1e-5, ge=MIN_DELTA, lt=1, description="δ of the (ε, δ)-DP conversion.")
 
     @model_validator(mode="after")
     def _check_parameters(self) -> Request:
@@ -59,6 +60,10 @@ class Request(AuditRequestBase):
                 "with target_epsilon leave exactly one of temperature, clip, batch_size null (the one to solve); "
                 f"null now: {missing or 'none'}"
             )
+        try:  # an infeasible target (no temperature/clip/batch size reaches it) is refused at submit
+            theory(self)
+        except ValueError as exc:
+            raise ValueError(f"target_epsilon: {exc}") from None
         return self
 
 
