@@ -53,9 +53,16 @@ MIA = {
     "delta": 1e-5,
     "attack": {"name": "inquiry", "threat_model": "both"},
     "llm_calls": 200,
-    "trials": 2_000_000,
+    "trials": 1_000_000,
     "estimator": "bootstrap",
 }
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc), to tell the server's cost per request apart
+    from the machine's load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _key(url: str) -> str:
@@ -88,8 +95,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def _stack(name: str, workdir: Path) -> Iterator[tuple[str, str]]:
-    """(base URL, API key) of a running stack, stopped after the block."""
+def _stack(name: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
+    """(base URL, API key, API server pid) of a running stack, stopped after the block."""
     env = {
         "ICLAUDIT_STATE_DIR": str(workdir),
         "ICLAUDIT_DATA_DIR": str(ROOT.parent / "shared" / "datasets"),
@@ -119,7 +126,7 @@ def _stack(name: str, workdir: Path) -> Iterator[tuple[str, str]]:
         port = free_port()
         procs.append(_start([str(ICLAUDIT), "serve", "--port", str(port)], env, workdir / "api.log"))
         wait_for_port(port, procs[-1], "iclaudit serve", timeout=120)
-        yield f"http://127.0.0.1:{port}", key
+        yield f"http://127.0.0.1:{port}", key, procs[-1].pid
     finally:
         for proc in reversed(procs):
             _stop(proc)
@@ -154,7 +161,7 @@ async def _until_done(client: aiohttp.ClientSession, base: str, ids: list[str], 
         await asyncio.sleep(1.0)
 
 
-async def _scenarios(stack: str, base: str, key: str) -> list[dict]:
+async def _scenarios(stack: str, base: str, key: str, pid: int) -> list[dict]:
     auth = {"Authorization": f"Bearer {key}"}
     rows: list[dict] = []
     async with aiohttp.ClientSession(headers=auth, timeout=loadgen.TIMEOUT) as admin:
@@ -178,11 +185,14 @@ async def _scenarios(stack: str, base: str, key: str) -> list[dict]:
             return running[-2:] + finished
 
         async def phase(name: str, load) -> None:
+            await asyncio.sleep(3)  # the last phase's backlog drains
             running_now = await keep_audits_running()
             ids = targets()
             urls = [f"{base}/v1/audits/{i}" for i in ids]
+            cpu = _cpu_seconds(pid)
             async with loadgen.probe(base) as health:
                 stats = await load(lambda i: urls[i % len(urls)])
+            cpu = _cpu_seconds(pid) - cpu
             rows.append(
                 {
                     "name": f"{stack}/{name}",
@@ -192,6 +202,7 @@ async def _scenarios(stack: str, base: str, key: str) -> list[dict]:
                     "healthz_max_ms": round(1000 * max(health.latencies, default=float("nan")), 1),
                     "healthz_errors": health.errors,
                     "audits_running": running_now,
+                    "server_cpu_ms_per_request": round(1000 * cpu / max(1, len(stats.latencies)), 2),
                 }
             )
             print(f"# {rows[-1]}", file=sys.stderr, flush=True)
@@ -253,9 +264,6 @@ def run(stacks: tuple[str, ...] = ("embedded", "postgres_celery")) -> Iterator[d
     for stack in stacks:
         with (
             tempfile.TemporaryDirectory(prefix=f"iclaudit-load-{stack}-") as tmp,
-            _stack(stack, Path(tmp)) as (
-                base,
-                key,
-            ),
+            _stack(stack, Path(tmp)) as (base, key, pid),
         ):
-            yield from asyncio.run(_scenarios(stack, base, key))
+            yield from asyncio.run(_scenarios(stack, base, key, pid))
