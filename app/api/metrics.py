@@ -7,6 +7,7 @@ Celery workers there are: `iclaudit_audits{kind,state}` and `iclaudit_oldest_pen
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 
 from fastapi import APIRouter, Request, Response
@@ -15,6 +16,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.api.errors import ApiError
 from app.db import audits as audit_rows
 from app.db.models import AuditState, utcnow
 
@@ -43,6 +45,14 @@ class AuditCollector(Collector):
 
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
+    """Open, or behind `Authorization: Bearer <ICLAUDIT_METRICS_TOKEN>` when that is set."""
+    token = request.app.state.settings.metrics_token
+    if token:
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            raise ApiError(
+                401, "GET /metrics needs `Authorization: Bearer <token>` (ICLAUDIT_METRICS_TOKEN)."
+            )
     registry = getattr(request.app.state, "metrics_registry", None)
     if registry is None:
         registry = CollectorRegistry()

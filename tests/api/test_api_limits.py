@@ -140,3 +140,17 @@ def test_security_headers_and_allow_on_405(client) -> None:
     response = client.delete("/v1/audits")
     assert response.status_code == 405 and "GET" in response.headers["Allow"]
     assert response.json()["error"]["status"] == "METHOD_NOT_ALLOWED"
+
+
+def test_metrics_behind_an_optional_token(app_client) -> None:
+    with app_client(metrics_token="s3cret-metrics") as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-metrics"}):
+            response = client.get("/metrics", headers=headers)
+            assert (
+                response.status_code == 401
+                and "ICLAUDIT_METRICS_TOKEN" in response.json()["error"]["message"]
+            )
+        ok = client.get("/metrics", headers={"Authorization": "Bearer s3cret-metrics"})
+        assert ok.status_code == 200 and "iclaudit_audits" in ok.text
+    with app_client() as client:  # no token set: open, for a scrape on a private network
+        assert client.get("/metrics").status_code == 200
