@@ -13,8 +13,9 @@ from fastapi import Depends, FastAPI
 
 from app.api import accounting, audits, datasets, health, metrics, models, schedules, sweeps, webhooks
 from app.api.deps import get_tenant
-from app.api.errors import install_error_handlers
+from app.api.errors import document_error_responses, install_error_handlers
 from app.api.limits import install_limits
+from app.api.openapi import install_openapi, operation_id
 from app.api.watch import AuditWatch
 from app.config import Settings, get_settings
 from app.db import keys
@@ -98,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # /docs and /redoc come from app.ui, on vendored assets (no CDN)
         redoc_url=None,
+        generate_unique_id_function=operation_id,  # submitAudit, getAudit, … (app/api/openapi.py)
     )
     install_error_handlers(app)
     install_limits(app, settings)
@@ -112,4 +114,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(accounting.router, dependencies=[Depends(get_tenant)])
     app.include_router(metrics.router)
     install_ui(app)
+    install_openapi(app)  # the bearer scheme and example results in the document
+    document_error_responses(app)  # every operation's error answers in the document (last: wraps the rest)
     return app

@@ -4,7 +4,6 @@ app.jobs.service, app.db.audits, app.db.polling, app.api.watch and app.reports.p
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
@@ -28,10 +27,12 @@ from app.reports import plots
 from app.schemas.audits import (
     AuditList,
     AuditResource,
+    AuditResult,
     AuditSummary,
     AuditSummaryList,
     request_examples,
     request_union,
+    typed_result,
 )
 from app.schemas.errors import ErrorResponse, FieldViolation
 
@@ -290,7 +291,7 @@ def _succeeded(session: SessionDep, tenant: TenantDep, audit_id: str) -> Audit:
     return audit
 
 
-@router.get("/{audit_id}/result", response_model=dict[str, Any], responses={**_ERRORS, **_NOT_MODIFIED})
+@router.get("/{audit_id}/result", response_model=AuditResult, responses={**_ERRORS, **_NOT_MODIFIED})
 def get_result(
     audit_id: str, session: SessionDep, tenant: TenantDep, if_none_match: IfNoneMatch = None
 ) -> Response:
@@ -300,7 +301,9 @@ def get_result(
         return _not_modified(etag_of(mark))
     audit = _succeeded(session, tenant, audit_id)
     headers = {"ETag": etag_of(audit), "Cache-Control": CACHE_CONTROL}
-    return Response(json.dumps(audit.result), media_type="application/json", headers=headers)
+    typed = typed_result(audit.kind, audit.result)
+    assert typed is not None  # _succeeded checked it
+    return Response(typed.model_dump_json(), media_type="application/json", headers=headers)
 
 
 @router.get(

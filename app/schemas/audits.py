@@ -1,23 +1,40 @@
-"""The audit resource (AIP-151 long-running operation) and the request body: a discriminated union on
-`kind`, built from `app.audit.kinds.registry.KINDS` (each kind module contributes `Request` and `EXAMPLE`)."""
+"""The audit resource (AIP-151 long-running operation), the request body and the result: discriminated
+unions on `kind`, built from `app.audit.kinds.registry.KINDS` (each kind module contributes `Request` and
+`EXAMPLE`; app/audit/results/<kind>.py its typed `Result`)."""
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from functools import cache
 from typing import Annotated, Any, Self, Union
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from app.audit.kinds.base import AuditRequestBase
-from app.audit.kinds.registry import KINDS, kind_module
+from app.audit.kinds.registry import KINDS, kind_module, result_model, validate_result
+from app.audit.results.base import ResultBase
 from app.db.models import Audit, AuditState
 from app.db.polling import CLAIM_FIELDS
+
+log = logging.getLogger(__name__)
+
+
+def _camel(kind: str) -> str:
+    return "".join(part.capitalize() for part in kind.split("_"))
 
 
 @cache
 def request_models() -> tuple[type[AuditRequestBase], ...]:
-    return tuple(kind_module(kind).Request for kind in KINDS)
+    """Each kind's `Request`, subclassed under a readable OpenAPI name (`BoundAuditRequest`, …)."""
+    return tuple(
+        type(
+            f"{_camel(kind)}AuditRequest",
+            (kind_module(kind).Request,),
+            {"__doc__": kind_module(kind).Request.__doc__ or f"A `{kind}` audit.", "__module__": __name__},
+        )
+        for kind in KINDS
+    )
 
 
 @cache
@@ -34,6 +51,25 @@ def request_union() -> Any:
 @cache
 def request_adapter() -> TypeAdapter[Any]:
     return TypeAdapter(request_union())
+
+
+AuditResult = Annotated[
+    Union[tuple(result_model(kind) for kind in KINDS)],  # noqa: UP007 - built at import from the registry
+    Field(discriminator="kind"),
+]
+"""The typed result of any kind (`kind` tells which)."""
+
+
+def typed_result(kind: str, result: dict[str, Any] | None) -> ResultBase | None:
+    """A stored result as its kind's model; a row that no longer validates (stored before a field changed)
+    is returned unvalidated with a warning rather than failing the read."""
+    if result is None:
+        return None
+    try:
+        return validate_result(kind, result)
+    except ValidationError as exc:
+        log.warning("stored %s result does not match its model (%s); returned as stored", kind, exc)
+        return result_model(kind).model_construct(**{"kind": kind, **result})
 
 
 class Progress(BaseModel):
@@ -138,12 +174,14 @@ class AuditResource(AuditSummary):
     """The whole audit (`GET /v1/audits/{id}`, `view=full`): the summary plus the request and the result."""
 
     request: dict[str, Any]
-    result: dict[str, Any] | None
+    result: AuditResult | None = Field(
+        description="The typed result once SUCCEEDED (its `kind` says which result schema); null before."
+    )
 
     @classmethod
     def of(cls, audit: Audit, epsilon_claimed: float | None = None) -> Self:
         summary = AuditSummary.of(audit, epsilon_claimed or claimed_epsilon(audit.request))
-        return cls(**dict(summary), request=audit.request, result=audit.result)
+        return cls(**dict(summary), request=audit.request, result=typed_result(audit.kind, audit.result))
 
 
 class AuditSummaryList(BaseModel):

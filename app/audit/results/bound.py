@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -83,3 +83,28 @@ class BoundAuditResult(ResultBase):
 
 
 Result = BoundAuditResult
+
+
+# The output of a real run of examples/bound-counts.json (shown in the OpenAPI document as the example result).
+EXAMPLE: dict[str, Any] = {
+    "tpr": 0.6,
+    "fpr": 0.375,
+    "mu_lower": 0.4924981157567598,
+    "epsilon_empirical": 1.9597372710838996,
+    "epsilon_empirical_assumption_free": 0.40425557088244524,
+    "epsilon_point": 0.47000362924573547,
+    "threshold": None,
+    "threshold_strategy": "counts",
+    "auc": None,
+    "accuracy": 0.6125,
+    "confidence": 0.95,
+    "delta": 1e-05,
+    "n_in": 4000,
+    "n_out": 4000,
+    "counts": {"tp": 2400, "fn": 1600, "fp": 1500, "tn": 2500},
+    "assumption": "none",
+    "epsilon_lower": 0.40425557088244524,
+    "biased": False,
+    "epsilon_claimed": None,
+    "violation": None,
+}

@@ -31,6 +31,11 @@ class ThreatModelResult(BaseModel):
     )
     epsilon_empirical_assumption_free: float | None = Field(default=None, description=EPSILON_ASSUMPTION_FREE)
     assumption: Literal["gdp", "none"] | None = Field(default=None, description=ASSUMPTION)
+    epsilon_lower: float | None = Field(
+        default=None,
+        description="The lower bound the verdict uses: epsilon_empirical under assumption gdp, "
+        "epsilon_empirical_assumption_free under none.",
+    )
     confidence: float | None = Field(
         default=None,
         description="Confidence of this threat model's bound alone (the audit's confidence is shared among "
@@ -147,8 +152,8 @@ class MiaAuditResult(ResultBase):
             tm: ThreatModelResult | None = getattr(self, name)
             if tm is None:
                 continue
-            eps = tm.epsilon_empirical
-            if tm.assumption == "none" and tm.epsilon_empirical_assumption_free is not None:
+            eps = tm.epsilon_lower if tm.epsilon_lower is not None else tm.epsilon_empirical
+            if tm.epsilon_lower is None and tm.assumption == "none":
                 eps = tm.epsilon_empirical_assumption_free
             rows.append(Verdict(name, eps, self.epsilon_theory, bool(tm.violation)))
         if not rows:
@@ -167,3 +172,70 @@ class MiaAuditResult(ResultBase):
 
 
 Result = MiaAuditResult
+
+
+# The output of a real run of examples/mia-oracle-eps1.json with trials = 20000 (shown in the OpenAPI document as the example result).
+EXAMPLE: dict[str, Any] = {
+    "estimator": "bootstrap",
+    "black_box": {
+        "tpr": 0.3936,
+        "fpr": 0.29835,
+        "mu_lower": 0.2180345132719131,
+        "epsilon_empirical": 0.7973906367299604,
+        "epsilon_empirical_assumption_free": 0.23294427252525007,
+        "epsilon_point": 0.2770678712100074,
+        "threshold": 1.0,
+        "auc": 0.547625,
+        "accuracy": 0.547625,
+        "threshold_strategy": "decision",
+        "counts": {"tp": 7872, "fn": 12128, "fp": 5967, "tn": 14033},
+        "assumption": "gdp",
+        "confidence": 0.975,
+        "epsilon_lower": 0.7973906367299604,
+        "violation": False,
+    },
+    "white_box": {
+        "tpr": 0.7786,
+        "fpr": 0.6998,
+        "mu_lower": 0.18249855513264335,
+        "epsilon_empirical": 0.6564245216335737,
+        "epsilon_empirical_assumption_free": 0.22787720490375674,
+        "epsilon_point": 0.10670285524276767,
+        "threshold": -7.775454078746342,
+        "auc": 0.5746316775,
+        "accuracy": 0.5394,
+        "threshold_strategy": "split",
+        "counts": {"tp": 7786, "fn": 2214, "fp": 6998, "tn": 3002},
+        "assumption": "gdp",
+        "confidence": 0.975,
+        "epsilon_lower": 0.6564245216335737,
+        "violation": False,
+    },
+    "epsilon_theory": 1.0,
+    "mu_theory": 0.26805112321129454,
+    "epsilon_ceiling": 1.0,
+    "epsilon_exact_at_delta": 1.0,
+    "calibration_valid": True,
+    "sigma": 5.27590985417481,
+    "sensitivity": 1.4142135623730951,
+    "calibration": "analytic",
+    "violation": False,
+    "assumption": "gdp",
+    "confidence": {
+        "stated": 0.95,
+        "per_test": 0.975,
+        "tests": ["black_box", "white_box"],
+        "correction": "bonferroni",
+    },
+    "theory_violation": False,
+    "llm_forward_passes": 5,
+    "distinct_prompts": 5,
+    "llm_calls": 200,
+    "trials": 20000,
+    "canary": "OPEC votes to lift output, aims to ease fears OPEC ministers yesterday agreed to increase "
+    "their ceiling for oil production to help bring down stubbornly high prices in a decision "
+    "that traders and analysts dismissed as symbolic because the cartel already is pumping more "
+    "than its new target.",
+    "mechanism": {"name": "private_voting", "partitions": 4, "bug": None, "gaussian": True},
+    "utility": None,
+}

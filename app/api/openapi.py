@@ -1,0 +1,87 @@
+"""The OpenAPI document as client generators like it: readable operation ids (`submitAudit`, `getAudit`,
+…), the bearer security scheme (so /docs has an Authorize button) on every `/v1` operation, and example
+results per kind on the operations that return one.
+
+`operation_id` is the app's `generate_unique_id_function`; `install_openapi(app)` runs once in create_app,
+after every router is included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+
+# route function name → operation id, where camel-casing the name would not say what it does
+OPERATION_IDS: dict[str, str] = {
+    "get_result": "getAuditResult",
+    "get_result_png": "getAuditResultPng",
+    "audit_events": "streamAuditEvents",
+    "healthz": "getLiveness",
+    "readyz": "getReadiness",
+    "synthetic_generation": "accountSyntheticGeneration",
+    "gaussian": "calibrateGaussian",
+    "redeliver": "redeliverWebhook",
+    "list_deliveries": "listWebhookDeliveries",
+}
+BEARER = "bearerAuth"
+
+
+def operation_id(route: APIRoute) -> str:
+    """`submit_audit` → `submitAudit` (or the OPERATION_IDS entry)."""
+    name = OPERATION_IDS.get(route.name, route.name)
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _result_examples() -> dict[str, dict[str, Any]]:
+    """One example result per kind (`EXAMPLE` in app/audit/results/<kind>.py: a real run's output)."""
+    import importlib
+
+    from app.audit.kinds.registry import KINDS
+
+    examples = {}
+    for kind in KINDS:
+        example = getattr(importlib.import_module(f"app.audit.results.{kind}"), "EXAMPLE", None)
+        if example is not None:
+            examples[kind] = {"summary": f"a `{kind}` result", "value": {"kind": kind, **example}}
+    return examples
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve a document with the security scheme and result examples (operation ids come from
+    `operation_id`, the app's generate_unique_id_function)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title,
+            version=app.version,
+            summary=app.summary,
+            description=app.description,
+            routes=app.routes,
+        )
+        schemes = schema.setdefault("components", {}).setdefault("securitySchemes", {})
+        schemes[BEARER] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API key from `iclaudit keys create --tenant NAME` (`ica_…`). Not needed when "
+            "the service runs with ICLAUDIT_AUTH_ENABLED=false.",
+        }
+        examples = _result_examples()
+        for path, operations in schema.get("paths", {}).items():
+            for operation in operations.values():
+                if not isinstance(operation, dict):
+                    continue
+                if path.startswith("/v1/"):
+                    operation.setdefault("security", [{BEARER: []}])
+                if operation.get("operationId") == "getAuditResult" and examples:
+                    content = operation.get("responses", {}).get("200", {}).setdefault("content", {})
+                    content.setdefault("application/json", {})["examples"] = examples
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
