@@ -17,6 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.config import get_settings
 from app.db.engine import make_engine, make_session_factory
 from app.db.retry import is_transient, short_reason
+from app.integrations.dispatch import WEBHOOK_TASK
+from app.integrations.webhooks import deliver
 from app.jobs.broker import TASK_NAME
 from app.jobs.runner import run_audit as run_audit_by_id
 from workers.celery_app import celery_app
@@ -42,3 +44,10 @@ def run_audit(self: Task, audit_id: str) -> None:
             raise
         log.warning("audit %s: database unavailable (%s); sent again in 5 s", audit_id, short_reason(exc))
         raise self.retry(countdown=5) from exc
+
+
+@celery_app.task(name=WEBHOOK_TASK)
+def deliver_webhook(delivery_id: str, attempt: int) -> None:
+    """One attempt of one webhook delivery (app.integrations.webhooks.deliver records the outcome; a
+    crash here leaves the delivery leased, and the API's tick hands it out again when the lease ends)."""
+    deliver(delivery_id, attempt, sessions=_session_factory(), settings=get_settings())
