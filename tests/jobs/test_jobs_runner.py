@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -18,7 +19,7 @@ from app.db import audits, keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, AuditState, utcnow
 from app.jobs.executors import InlineExecutor
-from app.jobs.progress import ClaimLost, DbProgress, DeadlineExceeded
+from app.jobs.progress import ClaimLost, DbProgress, DeadlineExceeded, Heartbeat
 from app.jobs.runner import run_audit
 from app.main import create_app
 
@@ -148,3 +149,44 @@ def test_shutdown_returns_a_running_inline_audit_to_pending(db) -> None:
     with sessions() as s:
         audit = s.get(Audit, audit_id)
         assert (audit.state, audit.enqueued_at, audit.result) == (AuditState.PENDING, None, None)
+
+
+def test_an_attempt_past_its_lease_pauses_until_a_heartbeat_confirms_it_or_it_is_taken_over(db) -> None:
+    """The lease: with no heartbeat through for `lease` seconds an attempt may not compute on; a heartbeat
+    that gets through lets it go on, a claim taken by another attempt stops it (never two at once)."""
+    sessions, _, tenant_id = db
+    audit_id, attempt = _claimed(sessions, tenant_id)
+    progress = DbProgress(
+        session_factory=sessions, audit_id=audit_id, attempt=attempt, max_seconds=60, lease=0.2
+    )
+    heartbeat = Heartbeat(
+        session_factory=sessions, audit_id=audit_id, attempt=attempt, interval=0.05, progress=progress
+    )
+
+    def call(outcome: list[str]) -> None:
+        try:
+            progress("simulate", 0.5)
+            outcome.append("computing")
+        except ClaimLost:
+            outcome.append("stopped")
+
+    time.sleep(0.3)  # the lease ran out: nothing renewed it since the claim
+    first: list[str] = []
+    waiting = threading.Thread(target=call, args=(first,))
+    waiting.start()
+    time.sleep(0.3)
+    assert waiting.is_alive() and first == []  # paused
+    assert heartbeat.beat()  # the database answers again and the claim is still ours
+    waiting.join(5)
+    assert first == ["computing"]
+
+    time.sleep(0.3)
+    second: list[str] = []
+    waiting = threading.Thread(target=call, args=(second,))
+    waiting.start()
+    with sessions.begin() as s:  # meanwhile presumed dead and claimed by attempt 2
+        s.execute(update(Audit).values(heartbeat_at=utcnow() - timedelta(hours=1)))
+        assert audits.claim_audit(s, audit_id=audit_id, stale_before=utcnow()) == attempt + 1
+    with heartbeat:  # its next heartbeat finds the claim lost
+        waiting.join(5)
+    assert second == ["stopped"]
