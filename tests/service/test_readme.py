@@ -4,6 +4,7 @@ exactly the README's test command."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 from app.config import Settings
@@ -35,3 +36,65 @@ def test_the_quickstart_example_exists_and_is_a_valid_request() -> None:
 
     assert "iclaudit submit examples/bound-counts.json --watch" in README
     request_adapter().validate_json((ROOT / "examples/bound-counts.json").read_text())
+
+
+def _quickstart_blocks() -> list[list[str]]:
+    """The command lines of each ```bash block of the README's Quickstart section (comments dropped)."""
+    section = README.split("## Quickstart", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+    blocks = section.split("```bash\n")[1:]
+    return [
+        [line.split("  #")[0].strip() for line in block.split("```")[0].splitlines() if line.strip()]
+        for block in blocks
+    ]
+
+
+def test_the_quickstart_verbatim_on_a_fresh_state_directory(tmp_path: Path) -> None:
+    """Every line of the Quickstart, run as written (only <ID> filled in and the server's address, which
+    `make serve` puts on :8000, pointed at a fresh `make serve`-like server: auth off, a new state
+    directory, no ICLAUDIT_DATA_DIR); every audit it submits ends SUCCEEDED."""
+    import os
+    import subprocess
+
+    import httpx
+    from ui.served import serve, stop
+
+    state = tmp_path / "state"
+    state.mkdir()
+    env_extra = {"ICLAUDIT_CACHE_DIR": str(ROOT / "var" / "cache")}  # the converted model, as after one run
+    saved = os.environ.pop("ICLAUDIT_DATA_DIR", None)  # a fresh machine has no offline benchmark copies
+    try:
+        proc, url, env = serve(state, auth=False, extra_env=env_extra)
+    finally:
+        if saved is not None:
+            os.environ["ICLAUDIT_DATA_DIR"] = saved
+    work = tmp_path / "shell"  # the repository as the user's shell sees it, without writing into it
+    work.mkdir()
+    for name in ("examples", ".venv"):
+        (work / name).symlink_to(ROOT / name)
+    env = {**env, "ICLAUDIT_URL": url}
+    cli, http = _quickstart_blocks()
+    submitted: list[str] = []
+    try:
+        for line in cli + http:
+            command = line.replace("localhost:8000", url).replace("<ID>", submitted[-1] if submitted else "")
+            out = subprocess.run(
+                command, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=300
+            )
+            assert out.returncode == 0, f"{line}\n{out.stdout}\n{out.stderr}"
+            if " submit " in line or line.startswith("curl -s -X POST"):
+                newest = httpx.get(f"{url}/v1/audits", params={"page_size": 1}).json()["audits"][0]["id"]
+                assert newest not in submitted
+                submitted.append(newest)
+        assert (
+            len(submitted) == sum(" submit " in x or x.startswith("curl -s -X POST") for x in cli + http) >= 3
+        )
+        with httpx.Client(base_url=url, timeout=30) as api:
+            for audit_id in submitted:
+                deadline = time.monotonic() + 120
+                while (audit := api.get(f"/v1/audits/{audit_id}").json())["state"] in ("PENDING", "RUNNING"):
+                    assert time.monotonic() < deadline, audit
+                    time.sleep(0.2)
+                assert audit["state"] == "SUCCEEDED", audit
+        assert (work / "result.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        stop(proc)

@@ -102,14 +102,14 @@ const sleep = (ms, signal) =>
  * until the representation changes, 304 when it does not within the wait); a server that answers at once
  * is polled at most every `minMs`. Calls onUpdate(data) on every new representation.
  */
-export async function watch(path, onUpdate, { done = () => false, signal, minMs = 700 } = {}) {
+export async function watch(path, onUpdate, { done = () => false, signal, minMs = 700, longPoll = true } = {}) {
   let etag = null;
   for (;;) {
     if (signal && signal.aborted) return;
     const started = performance.now();
     try {
       const sep = path.includes("?") ? "&" : "?";
-      const url = etag ? `${path}${sep}wait=${LONG_POLL}` : path;
+      const url = etag && longPoll ? `${path}${sep}wait=${LONG_POLL}` : path;
       const r = await api(url, { headers: etag ? { "If-None-Match": etag } : {}, signal });
       if (r.status !== 304) {
         etag = r.etag;
@@ -122,7 +122,8 @@ export async function watch(path, onUpdate, { done = () => false, signal, minMs 
       await sleep(2000, signal); // network blip or 5xx: back off, keep watching
     }
     const elapsed = performance.now() - started;
-    if (elapsed < minMs) await sleep(minMs - elapsed, signal);
+    const least = typeof minMs === "function" ? minMs() : minMs;
+    if (elapsed < least) await sleep(least - elapsed, signal);
     while (document.hidden && !(signal && signal.aborted)) await sleep(1000, signal);
   }
 }
@@ -174,7 +175,7 @@ export function claimedEpsilon(audit) {
 
 /** "violation" (the audit found more leakage than claimed), "holds", or "none" (no verdict). */
 export function verdictOf(audit) {
-  const v = audit.violation ?? (audit.result ? audit.result.violation : undefined);
+  const v = audit.verdict ? audit.verdict.violation : audit.result ? audit.result.violation : undefined;
   if (v === true) return "violation";
   if (v === false) return "holds";
   return "none";

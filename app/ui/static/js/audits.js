@@ -13,6 +13,7 @@ const tokens = [null]; // page tokens: tokens[i] opens page i
 let pageIndex = 0;
 let controller = null;
 const rows = new Map(); // audit id → {tr, update}
+let active = 0; // audits on this page still in progress
 
 function select(id, label, options, value) {
   const s = el("select", { id, name: id }, el("option", { value: "" }, "any"),
@@ -32,7 +33,7 @@ const table = el("table", { id: "audits" },
   el("caption", {}, "Your audits, newest first"),
   el("thead", {}, el("tr", {},
     ["Audit", "Created", "Kind", "Dataset", "Model", "Mechanism", "ε claimed", "State", "Progress", "Verdict", ""]
-      .map((h, i) => el("th", { scope: "col", class: [1, 4, 5].includes(i) ? "hide-narrow" : i === 6 ? "num" : null }, h)))),
+      .map((h, i) => el("th", { scope: "col", class: [1, 3, 4, 5].includes(i) ? "hide-narrow" : i === 6 ? "num hide-narrow" : null }, h)))),
   tbody);
 const newer = el("button", { type: "button", id: "newer", onclick: () => go(pageIndex - 1) }, "← Newer");
 const older = el("button", { type: "button", id: "older", onclick: () => go(pageIndex + 1) }, "Older →");
@@ -77,10 +78,10 @@ function row(audit) {
     el("td", {}, el("a", { href: `/ui/audits/${encodeURIComponent(audit.id)}`, class: "mono" }, audit.id.slice(0, 12))),
     el("td", { class: "hide-narrow" }, when(audit.created_at)),
     el("td", {}, audit.kind),
-    el("td", {}, r.dataset ?? "—"),
+    el("td", { class: "hide-narrow" }, r.dataset ?? "—"),
     el("td", { class: "hide-narrow" }, r.model ?? "—"),
     el("td", { class: "hide-narrow" }, mech),
-    el("td", { class: "num" }, fmt(claimedEpsilon(audit))),
+    el("td", { class: "num hide-narrow" }, fmt(claimedEpsilon(audit))),
     stateCell,
     el("td", {}, progress),
     verdictCell,
@@ -125,14 +126,14 @@ function render(list) {
   older.disabled = !list.next_page_token;
   newer.disabled = pageIndex === 0;
   pageLabel.textContent = `page ${pageIndex + 1}`;
-  const active = list.audits.filter((a) => !TERMINAL.includes(a.state)).length;
+  active = list.audits.filter((a) => !TERMINAL.includes(a.state)).length;
   status.textContent = `${audits.length} audit${audits.length === 1 ? "" : "s"} on this page` +
     (active ? ` · ${active} in progress (live)` : "") +
     (filters.verdict ? " · the verdict filter shows succeeded audits" : "");
 }
 
 function listUrl() {
-  const q = new URLSearchParams({ page_size: String(PAGE_SIZE) });
+  const q = new URLSearchParams({ page_size: String(PAGE_SIZE), view: "full" });
   const state = filters.verdict ? "SUCCEEDED" : filters.state;
   if (state) q.set("state", state);
   if (filters.kind) q.set("kind", filters.kind);
@@ -147,7 +148,9 @@ function go(index) {
   controller = new AbortController();
   rows.clear();
   tbody.replaceChildren();
-  watch(listUrl(), render, { signal: controller.signal, minMs: 1000 }).catch((error) => {
+  // The list has no long-poll: poll it (If-None-Match) every second while an audit on it is in
+  // progress, every 5 s otherwise; each audit's bar is redrawn in place.
+  watch(listUrl(), render, { signal: controller.signal, longPoll: false, minMs: () => (active ? 1000 : 5000) }).catch((error) => {
     status.textContent = error.message;
   });
 }

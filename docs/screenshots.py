@@ -1,0 +1,132 @@
+"""Screenshots of the dashboard and /docs at 1400 and 390 px, into docs/img/ (referenced from the README).
+
+    .venv/bin/python docs/screenshots.py
+
+Starts `iclaudit serve` (auth off, SQLite in a temporary directory, the offline datasets of
+ICLAUDIT_DATA_DIR if set), runs a few real audits (a bound, a membership audit of private voting on the
+synthetic records, and one left running), and photographs each page with
+Debian's headless Chromium. The browser reaches nothing but the server (every other request is aborted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import sync_playwright
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "img"
+ICLAUDIT = Path(sys.executable).parent / "iclaudit"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+WIDTHS = (1400, 390)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(api: httpx.Client, audit_id: str, timeout: float = 900) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        audit = api.get(f"/v1/audits/{audit_id}").json()
+        if audit["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return audit
+        time.sleep(0.3)
+    raise TimeoutError(audit_id)
+
+
+def main() -> None:
+    OUT.mkdir(parents=True, exist_ok=True)
+    state = Path(tempfile.mkdtemp(prefix="iclaudit-shots-"))
+    env = {
+        **os.environ,
+        "ICLAUDIT_STATE_DIR": str(state),
+        "ICLAUDIT_AUTH_ENABLED": "false",
+        "ICLAUDIT_PRELOAD_MODELS": "false",
+        "ICLAUDIT_CACHE_DIR": os.environ.get("ICLAUDIT_CACHE_DIR", str(ROOT / "var" / "cache")),
+        "HF_HUB_OFFLINE": "1",
+    }
+    subprocess.run([str(ICLAUDIT), "migrate"], env=env, check=True, capture_output=True, cwd=state)
+    port = _port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [str(ICLAUDIT), "serve", "--port", str(port)],
+        env=env,
+        cwd=state,
+        stdout=(state / "serve.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        with httpx.Client(base_url=url, timeout=60) as api:
+            for _ in range(600):
+                try:
+                    if api.get("/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            examples = ROOT / "examples"
+            bound = api.post(
+                "/v1/audits", json=json.loads((examples / "bound-counts.json").read_text())
+            ).json()
+            mia_body = {**json.loads((examples / "mia-oracle-eps1.json").read_text())}
+            mia_body.update(dataset="synthetic_records", trials=200_000)
+            mia = api.post("/v1/audits", json=mia_body).json()
+            for audit in (bound, mia):
+                _wait(api, audit["id"])
+            running = api.post("/v1/audits", json={**mia_body, "trials": 2_000_000, "seed": 9}).json()
+            time.sleep(2)
+            pages = {
+                "audits": "/ui",
+                "audit-mia": f"/ui/audits/{mia['id']}",
+                "audit-bound": f"/ui/audits/{bound['id']}",
+                "submit": "/ui/submit",
+                "docs": "/docs",
+            }
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+                for width in WIDTHS:
+                    context = browser.new_context(viewport={"width": width, "height": 900}, base_url=url)
+                    context.route(
+                        "**/*", lambda r: r.continue_() if r.request.url.startswith(url) else r.abort()
+                    )
+                    page = context.new_page()
+                    for name, path in pages.items():
+                        page.goto(path)
+                        if name == "docs":
+                            page.locator(".swagger-ui .info .title").wait_for(timeout=120_000)
+                        elif name.startswith("audit-"):
+                            page.locator("[data-drawn=true]").first.wait_for(timeout=60_000)
+                        else:
+                            page.locator("#loading").wait_for(state="detached")
+                        page.wait_for_timeout(800)
+                        page.screenshot(path=str(OUT / f"ui-{name}-{width}.png"), full_page=name != "docs")
+                        print(f"docs/img/ui-{name}-{width}.png")
+                    context.close()
+                browser.close()
+            api.post(f"/v1/audits/{running['id']}/cancel")
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()
