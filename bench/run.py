@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-SUITES = ("stats", "engines", "iclinf", "api")
+SUITES = ("stats", "engines", "iclinf", "api", "integrations")
 
 
 def main(argv: list[str] | None = None) -> int:
