@@ -140,6 +140,10 @@ class Settings(BaseSettings):
         "ingress).",
     )
     log_level: str = Field(default="INFO")
+    log_format: Literal["json", "text"] = Field(
+        default="json",
+        description="json: one JSON object per log line with request_id, audit_id and tenant; text: for people.",
+    )
 
     @field_validator("endpoint_allowlist", "webhook_allowlist")
     @classmethod

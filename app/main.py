@@ -24,6 +24,7 @@ from app.db.migrate import require_head
 from app.integrations.dispatch import IntegrationsTicker
 from app.jobs.executors import Sweeper, make_executor
 from app.jobs.providers import preload_in_background
+from app.observability import install_request_ids
 from app.ui.routes import install_ui
 
 log = logging.getLogger("iclaudit")
@@ -103,6 +104,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     install_limits(app, settings)
+    metrics.install_metrics(app)  # HTTP latency histograms + the database's audit figures
+    install_request_ids(app)  # outermost: every answer, limits' included, carries X-Request-ID
     app.include_router(health.router)
     app.include_router(audits.router)
     app.include_router(datasets.router)

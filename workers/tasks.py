@@ -21,6 +21,7 @@ from app.integrations.dispatch import WEBHOOK_TASK
 from app.integrations.webhooks import deliver
 from app.jobs.broker import TASK_NAME
 from app.jobs.runner import run_audit as run_audit_by_id
+from app.observability import bind
 from workers.celery_app import celery_app
 
 log = logging.getLogger(__name__)
@@ -36,9 +37,11 @@ def _session_factory() -> sessionmaker[Session]:
 
 
 @celery_app.task(name=TASK_NAME, bind=True, max_retries=None)
-def run_audit(self: Task, audit_id: str) -> None:
+def run_audit(self: Task, audit_id: str, request_id: str | None = None) -> None:
+    """`request_id`: the submitting request's X-Request-ID, for the audit's log lines."""
     try:
-        run_audit_by_id(audit_id, session_factory=_session_factory(), settings=get_settings())
+        with bind(request_id=request_id):
+            run_audit_by_id(audit_id, session_factory=_session_factory(), settings=get_settings())
     except Exception as exc:
         if not is_transient(exc):
             raise

@@ -1,36 +1,69 @@
 """`GET /metrics`: Prometheus text exposition for operators (prometheus-client).
 
-Audit counts come from the database at scrape time, so they are right however many API processes and
-Celery workers there are: `iclaudit_audits{kind,state}` and `iclaudit_oldest_pending_audit_seconds`
-(queue lag). Operator-level and tenant-free; keep the path off the public ingress.
+Audit figures come from the database at scrape time, so they are right however many API processes and
+Celery workers there are: `iclaudit_audits{kind,state}`, `iclaudit_oldest_pending_audit_seconds` (queue
+lag), `iclaudit_audit_duration_seconds{kind,state}` (a histogram of finished audits' run time) and
+`iclaudit_audit_violations_total{kind}` (audits whose result found a violation of the claimed ε). HTTP
+latency histograms per route template, method and status (`http_request_duration_seconds`, …) come from
+prometheus-fastapi-instrumentator in this process. Labels stay low-cardinality: kind, state, route
+template, method, status — never an audit id, tenant or free-form audit label (those are in the logs and
+webhooks). Operator-level and tenant-free; keep the path off the public ingress.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_fastapi_instrumentator import Instrumentator
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.errors import ApiError
 from app.db import audits as audit_rows
+from app.db import stats
 from app.db.models import AuditState, utcnow
 
 router = APIRouter(tags=["health"])
 
 
+DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
+
+
 class AuditCollector(Collector):
-    def __init__(self, session_factory: sessionmaker[Session]) -> None:
+    def __init__(self, session_factory: sessionmaker[Session] | Callable[[], sessionmaker[Session]]) -> None:
         self._sessions = session_factory
 
+    def _factory(self) -> sessionmaker[Session]:
+        factory = self._sessions
+        return factory if isinstance(factory, sessionmaker) else factory()
+
     def collect(self) -> Iterator[Metric]:
-        with self._sessions() as session:
+        with self._factory()() as session:
             counts = audit_rows.audit_counts(session)
             oldest = audit_rows.oldest_pending_created_at(session)
+            durations = stats.duration_buckets(session, DURATION_BUCKETS)
+            violations = stats.violation_counts(session)
+        histogram = HistogramMetricFamily(
+            "iclaudit_audit_duration_seconds",
+            "Run time (start to finish) of finished audits, by kind and final state.",
+            labels=["kind", "state"],
+        )
+        for row in durations:
+            buckets = [(f"{b:g}", c) for b, c in zip(DURATION_BUCKETS, row.cumulative, strict=True)]
+            histogram.add_metric([row.kind, row.state], [*buckets, ("+Inf", row.count)], row.total_seconds)
+        yield histogram
+        found = CounterMetricFamily(
+            "iclaudit_audit_violations",
+            "Audits whose result found a violation of the claimed ε, by kind.",
+            labels=["kind"],
+        )
+        for kind, n in violations:
+            found.add_metric([kind], n)
+        yield found
         audits = GaugeMetricFamily("iclaudit_audits", "Audits by kind and state.", labels=["kind", "state"])
         seen = {(kind, state): n for kind, state, n in counts}
         for kind in sorted({kind for kind, _ in seen}):
@@ -53,9 +86,17 @@ def metrics(request: Request) -> Response:
             raise ApiError(
                 401, "GET /metrics needs `Authorization: Bearer <token>` (ICLAUDIT_METRICS_TOKEN)."
             )
-    registry = getattr(request.app.state, "metrics_registry", None)
-    if registry is None:
-        registry = CollectorRegistry()
-        registry.register(AuditCollector(request.app.state.session_factory))
-        request.app.state.metrics_registry = registry
-    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def install_metrics(app: FastAPI) -> None:
+    """This app's registry: HTTP latency histograms (prometheus-fastapi-instrumentator, its own registry so
+    several apps in one process do not collide) and the database's audit figures."""
+    registry = CollectorRegistry()
+    Instrumentator(
+        registry=registry,
+        excluded_handlers=["/metrics", "/healthz", "/readyz"],
+        should_group_status_codes=False,
+    ).instrument(app)
+    registry.register(AuditCollector(lambda: app.state.session_factory))
+    app.state.metrics_registry = registry

@@ -573,7 +573,7 @@ def datasets(
     if format_ == OutputFormat.json:
         print(json.dumps(body, indent=2))
         return
-    rows = [*body.get("builtin", []), *body.get("datasets", [])]
+    rows = [*body.get("builtins", []), *body.get("datasets", [])]
     table = Table(title=f"{len(rows)} dataset(s)")
     columns = [
         c

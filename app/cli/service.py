@@ -3,7 +3,6 @@ status, result, list, cancel, datasets, models) are in app/cli/audits.py."""
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 import typer
@@ -22,11 +21,12 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def _logging() -> None:
+    """JSON log lines with request_id, audit_id and tenant (ICLAUDIT_LOG_FORMAT=text for people)."""
     from app.config import get_settings
+    from app.observability import configure_logging
 
-    logging.basicConfig(
-        level=get_settings().log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    settings = get_settings()
+    configure_logging(settings.log_level, settings.log_format)
 
 
 def serve(

@@ -12,6 +12,7 @@ the runner's claim lets only one attempt run.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import uuid
@@ -21,6 +22,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import observability
 from app.config import Settings
 from app.db import audits
 from app.db.retry import in_transaction, is_transient, short_reason
@@ -57,7 +59,8 @@ class InlineExecutor:
         return self._epoch
 
     def submit(self, audit_id: str) -> None:
-        self._pool.submit(self._run, audit_id)
+        # in a copy of the caller's context: the submitting request's id reaches the audit's log lines
+        self._pool.submit(contextvars.copy_context().run, self._run, audit_id)
 
     def _run(self, audit_id: str) -> None:
         """run_audit, tried again every 2 s while the database keeps its claim from being made."""
@@ -101,7 +104,10 @@ class CeleryExecutor:
             client.close()
 
     def submit(self, audit_id: str) -> None:
-        self._celery.send_task(TASK_NAME, args=[audit_id])
+        request_id = observability.request_id.get()
+        self._celery.send_task(
+            TASK_NAME, args=[audit_id], kwargs={"request_id": request_id} if request_id else {}
+        )
 
     def close(self) -> None:
         self._celery.close()

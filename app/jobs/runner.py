@@ -7,6 +7,7 @@ the outcome. Kinds are seeded, so a re-run after a dead worker gives the same re
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -16,7 +17,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.audit.kinds.registry import kind_module
+from app import observability
+from app.audit.kinds.registry import kind_module, validate_result
 from app.audit.runtime import AuditCancelled, AuditError, EngineProvider, RunContext
 from app.config import Settings
 from app.db import audits
@@ -42,6 +44,23 @@ def _json_result(result: Any) -> dict[str, Any]:
     return json.loads(json.dumps(result, allow_nan=False))
 
 
+def _logged(fn: Callable[..., AuditState | None]) -> Callable[..., AuditState | None]:
+    """Every log line of the run carries its audit_id (and tenant once claimed; request_id when the
+    executor brought the submitting request's: app/observability.py)."""
+
+    @functools.wraps(fn)
+    def run(audit_id: str, **kwargs: Any) -> AuditState | None:
+        token = observability.tenant.set(None)
+        try:
+            with observability.bind(audit_id=audit_id):
+                return fn(audit_id, **kwargs)
+        finally:
+            observability.tenant.reset(token)
+
+    return run
+
+
+@_logged
 def run_audit(
     audit_id: str,
     *,
@@ -72,6 +91,7 @@ def run_audit(
         log.info("audit %s not claimed (finished, cancelled or held by a live attempt)", audit_id)
         return None
     attempt, kind, tenant_id, request_json = claimed
+    observability.tenant.set(tenant_id)
     log.info("audit %s (%s) claimed, attempt %d", audit_id, kind, attempt)
 
     progress = DbProgress(
@@ -151,7 +171,9 @@ def _compute(
     try:
         module = kind_module(kind)
         request = module.Request.model_validate(request_json)
-        return AuditState.SUCCEEDED, _json_result(module.run(request, ctx)), None
+        result = _json_result(module.run(request, ctx))
+        validate_result(kind, result)  # the typed contract (app/audit/results): a wrong field type is a bug
+        return AuditState.SUCCEEDED, result, None
     except (ClaimLost, ServiceStopping):
         raise
     except DeadlineExceeded as exc:
