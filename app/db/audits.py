@@ -257,13 +257,14 @@ def cancel_stale_and_list_lost(
     return list(session.scalars(query))
 
 
-def mark_enqueued(session: Session, audit_ids: Sequence[str], *, queue_epoch: str) -> None:
-    """The audits' messages are now in the queue incarnation `queue_epoch`."""
+def mark_enqueued(session: Session, audit_ids: Sequence[str], *, queue_epoch: str, sent_at: datetime) -> None:
+    """The audits' messages were sent at `sent_at` (read *before* sending, so that it precedes any claim
+    the message leads to) into the queue incarnation `queue_epoch`."""
     if audit_ids:
         session.execute(
             update(Audit)
             .where(Audit.id.in_(list(audit_ids)))
-            .values(enqueued_at=utcnow(), queue_epoch=queue_epoch)
+            .values(enqueued_at=sent_at, queue_epoch=queue_epoch)
             .execution_options(synchronize_session=False)
         )
 

@@ -60,8 +60,10 @@ def test_sweep_picks_only_audits_whose_message_is_lost(database_url: str) -> Non
         s.execute(
             update(Audit).where(Audit.id == never_sent).values(created_at=utcnow() - timedelta(hours=1))
         )
-        audits.mark_enqueued(s, [running, waiting], queue_epoch="e1")
-        audits.mark_enqueued(s, [old_queue], queue_epoch="e0")  # a broker since restarted empty
+        audits.mark_enqueued(s, [running, waiting], queue_epoch="e1", sent_at=utcnow())
+        audits.mark_enqueued(
+            s, [old_queue], queue_epoch="e0", sent_at=utcnow()
+        )  # a broker since restarted empty
         audits.claim_audit(s, audit_id=running, stale_before=cutoff)
     with sessions.begin() as s:  # `waiting` is in the live queue however long it waits: never duplicated
         assert lost(s) == {never_sent, old_queue}
@@ -70,7 +72,7 @@ def test_sweep_picks_only_audits_whose_message_is_lost(database_url: str) -> Non
         )
     with sessions.begin() as s:  # its worker died: sent once more ...
         assert lost(s) == {never_sent, old_queue, running}
-        audits.mark_enqueued(s, [running], queue_epoch="e1")
+        audits.mark_enqueued(s, [running], queue_epoch="e1", sent_at=utcnow())
     with sessions.begin() as s:  # ... and not again while that attempt stays dead
         assert lost(s) == {never_sent, old_queue}
     engine.dispose()

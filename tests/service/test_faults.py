@@ -13,7 +13,7 @@
 Every audit (including those a client POSTs during the faults) must end SUCCEEDED exactly once (one
 "→ SUCCEEDED" line across the workers' logs), with the result of the un-faulted run, and every 5xx a client
 sees during a fault must be a 503 in the error shape with Retry-After and `Connection: close`; no request
-may fail at the transport level. Counts are printed (run with -s to see them).
+may fail at the transport level, and `/healthz` answers 200 throughout. Counts are printed (run with -s to see them).
 """
 
 from __future__ import annotations
@@ -122,13 +122,19 @@ class Client(threading.Thread):
         self.server_errors: list[httpx.Response] = []
         self.transport_errors: list[str] = []
         self.submitted: list[str] = []
+        self.healthz_failures: list[str] = []  # liveness must answer without the database
         self._done = threading.Event()
 
     def run(self) -> None:
         with httpx.Client(base_url=self.api, timeout=30) as http:
-            last_post = 0.0
+            last_post = last_health = 0.0
             while not self._done.is_set():
                 try:
+                    if time.monotonic() - last_health > 0.2:
+                        last_health = time.monotonic()
+                        health = http.get("/healthz")
+                        if health.status_code != 200:
+                            self.healthz_failures.append(f"{health.status_code} {health.text[:100]}")
                     if self.submit and time.monotonic() - last_post > 0.5:
                         last_post = time.monotonic()
                         response = http.post("/v1/audits", json=bound_request())
@@ -264,6 +270,7 @@ def test_faults_end_with_every_audit_succeeded_once_and_unchanged(stack: Stack) 
             time.sleep(0.5)  # the client keeps going through recovery
             client.stop()
         assert client.transport_errors == [], f"{fault}: {client.transport_errors[:3]}"
+        assert client.healthz_failures == [], f"{fault}: /healthz {client.healthz_failures[:3]}"
         bad = client.bad_server_errors()
         assert bad == [], f"{fault}: 5xx not in the 503 shape: {bad[:3]}"
         all_ids.update(dict.fromkeys(client.submitted, "bound"))
@@ -372,7 +379,8 @@ def test_faults_end_with_every_audit_succeeded_once_and_unchanged(stack: Stack) 
 
     rows = _wait_done(stack, list(all_ids))
     log = stack.worker_log()
-    finished = Counter(re.findall(r"audit ([0-9a-f]{32}) attempt \d+ → SUCCEEDED", log))
+    # plain or JSON log lines ("→" may be written as \u2192)
+    finished = Counter(re.findall(r"audit ([0-9a-f]{32}) attempt \d+ (?:→|\\u2192) SUCCEEDED", log))
     identical = sum(
         rows[i]["result"] == (reference["result"] if kind == "mia" else bound_reference)
         for i, kind in all_ids.items()
