@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app import observability
 from app.config import Settings
 from app.db import audits
+from app.db.models import utcnow
 from app.db.retry import in_transaction, is_transient, short_reason
 from app.jobs.broker import TASK_NAME
 
@@ -142,8 +143,9 @@ def enqueue(session: Session, executor: Executor, audit_ids: Sequence[str]) -> l
     except Exception as exc:
         log.warning("queue unreachable (%s); the sweep will enqueue %d audit(s)", exc, len(audit_ids))
         return []
+    sent_at = utcnow()
     sent = _send(executor, audit_ids)
-    audits.mark_enqueued(session, sent, queue_epoch=epoch)
+    audits.mark_enqueued(session, sent, queue_epoch=epoch, sent_at=sent_at)
     return sent
 
 
@@ -161,10 +163,12 @@ def requeue(
         stale_before = audits.stale_cutoff(stale_after_seconds)
         return audits.cancel_stale_and_list_lost(session, stale_before=stale_before, queue_epoch=epoch)
 
-    sent = _send(executor, in_transaction(session_factory, lost, max_seconds=retry_seconds, what="sweep"))
+    ids = in_transaction(session_factory, lost, max_seconds=retry_seconds, what="sweep")
+    sent_at = utcnow()
+    sent = _send(executor, ids)
     in_transaction(
         session_factory,
-        lambda session: audits.mark_enqueued(session, sent, queue_epoch=epoch),
+        lambda session: audits.mark_enqueued(session, sent, queue_epoch=epoch, sent_at=sent_at),
         max_seconds=retry_seconds,
         what="sweep: mark enqueued",
     )
