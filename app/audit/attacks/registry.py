@@ -16,6 +16,7 @@ ATTACKS: dict[str, str] = {
     "reference_vector": "app.audit.attacks.reference_vector",
     "output_only": "app.audit.attacks.output_only",
     "ksa_rare_word": "app.audit.attacks.ksa_rare_word",
+    "likelihood": "app.audit.attacks.likelihood",
 }
 
 

@@ -119,6 +119,19 @@ class AttackSpec(BaseModel):
     variant: Literal["binary", "list"] = Field(
         default="binary", description='canary_prompt: "1"/"0" or list.'
     )
+    secret: Literal["continuation", "label"] = Field(
+        default="continuation",
+        description="likelihood: the record's field scored — its second half of words or its label.",
+    )
+    reference: bool = Field(
+        default=False, description="likelihood: subtract the score without context (calibrated variant)."
+    )
+    canaries: int = Field(
+        default=20, ge=1, le=2000, description="likelihood: records audited (per-record table)."
+    )
+    contexts: int = Field(
+        default=5, ge=1, le=1000, description="likelihood: neighbouring context pairs per record."
+    )
 
     @field_validator("name")
     @classmethod
@@ -163,6 +176,8 @@ class Request(AuditRequestBase):
             raise ValueError("dataset: a mia audit needs a dataset (the exemplar pool)")
         mechanism = MECHANISMS[self.mechanism.name]
         module = attack_module(self.attack.name)
+        if hasattr(module, "check_request"):  # an attack's own rules (e.g. likelihood)
+            module.check_request(self)
         if self.mechanism.name not in module.MECHANISMS:
             raise ValueError(
                 f"attack.name: {self.attack.name} cannot audit mechanism {self.mechanism.name!r} "
@@ -431,6 +446,9 @@ def run(request: Request, ctx: RunContext) -> dict:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
     from app.audit.bounds import per_test_confidence, verdict_epsilon
 
+    own_audit = getattr(attack_module(request.attack.name), "run_audit", None)
+    if own_audit is not None:  # an attack over several canaries (likelihood) runs its own trials
+        return own_audit(request, ctx)
     setup = _setup(request, ctx)
     mechanism, llm = setup.mechanism, setup.llm
     passes_before = llm.counters.forward_passes if llm is not None else 0

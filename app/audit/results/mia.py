@@ -58,6 +58,31 @@ class ThreatModelResult(BaseModel):
     counts: OutcomeCounts | None = Field(default=None, description="The attack's decisions behind the bound.")
 
 
+class RecordRisk(BaseModel):
+    """One record of an audit over several canaries (app/audit/records.py): its own evidence of leaking."""
+
+    model_config = ConfigDict(extra="allow")
+
+    rank: int = Field(description="1 = the record that leaks most (smallest p-value, then largest ε bound).")
+    record_id: str = Field(description="The record: split and row of the dataset (e.g. train:123).")
+    text: str | None = Field(default=None, description="The record's text.")
+    trials: int = Field(description="Paired trials (C1, C0) of this record.")
+    score_in_mean: float | None = Field(default=None, description="Mean attack score with the record in.")
+    score_out_mean: float | None = Field(default=None, description="Mean attack score with it out.")
+    gap_mean: float | None = Field(default=None, description="Mean paired gap score_in − score_out.")
+    auc: float | None = Field(default=None, description="P(score_in > score_out) over its trials.")
+    epsilon_lower: float | None = Field(
+        default=None, description="This record's own ε lower bound at the audit's confidence."
+    )
+    p_value: float = Field(
+        description="Exact one-sided sign test of the gaps (H0: the record does not leak)."
+    )
+    flagged: bool = Field(
+        description="p_value ≤ (1 − confidence)/records: leaks, with at most 1 − confidence chance that any "
+        "flag is false."
+    )
+
+
 class AuditedMechanism(BaseModel):
     """The mechanism that was audited."""
 
@@ -144,6 +169,14 @@ class MiaAuditResult(ResultBase):
     mechanism: AuditedMechanism | None = Field(default=None, description="The audited mechanism.")
     utility: dict[str, Any] | None = Field(
         default=None, description="Task accuracy of the mechanism vs zero-shot, when utility_queries > 0."
+    )
+    likelihood: dict[str, Any] | None = Field(
+        default=None,
+        description="The likelihood attack's setup (secret, reference, canaries, contexts per canary) and "
+        "its cost: forward passes and fed tokens beside the from-scratch count.",
+    )
+    records: list[RecordRisk] | None = Field(
+        default=None, description="Per-record risk of an audit over several canaries, riskiest first."
     )
 
     def verdicts(self) -> list[Verdict]:
