@@ -246,3 +246,79 @@ def install_error_handlers(app: FastAPI) -> None:
 def _internal_error(ref: str) -> JSONResponse:
     message = f"Internal error (reference {ref}); the operator's log has the details."
     return error_response(500, message, **{"Connection": "close", "X-Request-Id": ref})
+
+
+_DOCUMENTED = {
+    401: "No valid API key: send `Authorization: Bearer <key>`.",
+    404: "No such resource (for this API key).",
+    413: "The request body is larger than ICLAUDIT_MAX_REQUEST_BYTES (uploads: ICLAUDIT_UPLOAD_MAX_BYTES).",
+    422: "Bad input: `details` gives the JSON path of each bad field.",
+    429: "Over ICLAUDIT_RATE_LIMIT, ICLAUDIT_WRITE_RATE_LIMIT, the failed-authentication throttle or "
+    "ICLAUDIT_MAX_ACTIVE_AUDITS; retry after `Retry-After` seconds.",
+    503: "Busy, or the database is unavailable for a moment; retry after `Retry-After` seconds.",
+}
+_RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
+}
+
+
+def _operation_errors(path: str, operation: dict[str, Any]) -> set[int]:
+    """The error codes an operation can answer, from what it takes: a key (401, 429), a body (413, 422),
+    parameters (422), a path id (404), the database (503)."""
+    parameters = operation.get("parameters", [])
+    authed = "security" in operation or any(
+        p.get("in") == "header" and p.get("name", "").lower() == "authorization" for p in parameters
+    )
+    codes = {401, 429} if authed else set()
+    if "requestBody" in operation:
+        codes |= {413, 422}
+    if parameters:
+        codes.add(422)
+    if "{" in path:
+        codes.add(404)
+    if path.startswith("/v1/"):
+        codes.add(503)
+    return codes
+
+
+def document_error_responses(app: FastAPI) -> None:
+    """Document, on every operation of the OpenAPI document, the error answers it can give (in the error
+    shape, with Retry-After on 429/503), whoever added the route; an operation's own entry wins. Wraps
+    whatever `app.openapi` is, so call it after anything else that customizes the document."""
+    inner = app.openapi
+    documented: list[int] = []  # id() of the document already done (inner() caches it)
+
+    def openapi() -> dict[str, Any]:
+        schema = inner()
+        if id(schema) in documented:
+            return schema
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in error_schema.pop("$defs", {}).items():
+            components.setdefault(name, definition)
+        components.setdefault("ErrorResponse", error_schema)
+        ref = {"$ref": "#/components/schemas/ErrorResponse"}
+        for path, operations in schema.get("paths", {}).items():
+            for operation in operations.values():
+                if not isinstance(operation, dict) or "responses" not in operation:
+                    continue
+                for code in sorted(_operation_errors(path, operation)):
+                    answer: dict[str, Any] = {
+                        "description": _DOCUMENTED[code],
+                        "content": {"application/json": {"schema": ref}},
+                    }
+                    if code in (429, 503):
+                        answer["headers"] = _RETRY_AFTER
+                    operation["responses"].setdefault(str(code), answer)
+                if path == "/readyz":
+                    operation["responses"].setdefault(
+                        "503",
+                        {
+                            "description": "Not ready: the database or the broker is unreachable (see `checks`).",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                    )
+        documented.append(id(schema))
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -68,6 +68,9 @@ def problem(body: bytes) -> tuple[str, list[tuple[str, str]]] | None:
     except RecursionError:
         message = "The request body is nested too deeply to be read as JSON."
         return message, [("$", message)]
+    except UnicodeDecodeError as exc:
+        message = f"The request body is not valid JSON: not UTF-8 (byte {exc.start})."
+        return message, [("$", message)]
     except ValueError:
         return None  # not JSON at all: the route reports it
     return None
