@@ -13,7 +13,7 @@ from fastapi import Depends, FastAPI
 
 from app.api import accounting, audits, datasets, health, metrics, models, schedules, sweeps, webhooks
 from app.api.deps import get_tenant
-from app.api.errors import install_error_handlers
+from app.api.errors import document_error_responses, install_error_handlers
 from app.api.limits import install_limits
 from app.api.openapi import install_openapi, operation_id
 from app.api.watch import AuditWatch
@@ -118,4 +118,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router)
     install_ui(app)
     install_openapi(app)  # the bearer scheme and example results in the document
+    document_error_responses(app)  # every operation's error answers in the document (last: wraps the rest)
     return app
