@@ -105,6 +105,8 @@ function boundTables(b, theory) {
   return [
     ["TPR", fmt(b.tpr)], ["FPR", fmt(b.fpr)], ["AUC", fmt(b.auc)], ["accuracy", fmt(b.accuracy)],
     ["μ lower bound", fmt(b.mu_lower)],
+    ["ε lower bound the verdict uses", fmt(b.epsilon_lower)],
+    ["assumption (gdp: Gaussian-DP trade-off; none: assumption-free)", fmt(b.assumption)],
     ["ε empirical (lower bound)", fmt(b.epsilon_empirical, { unbounded: b.epsilon_empirical_unbounded })],
     ["ε empirical, assumption-free", fmt(b.epsilon_empirical_assumption_free)],
     ["ε point estimate", fmt(b.epsilon_point, { unbounded: b.epsilon_point_unbounded })],
@@ -218,23 +220,25 @@ function renderSynth(a, res) {
 const RENDER = { mia: renderMia, bound: renderBound, iclinf: renderIclinf, synthetic_generation: renderSynth };
 
 async function renderRecords(a) {
-  let records;
-  try {
-    records = (await api(`${path}/records`)).data;
-  } catch (_) {
-    return []; // no per-record risk on this server or for this audit
+  let records = a.result && a.result.records;
+  if (!records && a.kind === "mia") {
+    try {
+      records = (await api(`${path}/records`)).data;
+    } catch (_) {
+      return []; // no per-record risk on this server or for this audit
+    }
   }
   const list = Array.isArray(records) ? records : records && (records.records || records.items);
   if (!Array.isArray(list) || !list.length) return [];
-  const keyOf = (r) => ["risk", "score", "epsilon", "mu", "advantage"].find((k) => typeof r[k] === "number") || Object.keys(r).find((k) => typeof r[k] === "number");
+  const keyOf = (r) => ["epsilon_lower", "risk", "score", "epsilon", "auc"].find((k) => typeof r[k] === "number") || Object.keys(r).find((k) => typeof r[k] === "number");
   const key = keyOf(list[0]);
   if (!key) return [];
-  const sorted = [...list].sort((x, y) => (y[key] ?? 0) - (x[key] ?? 0));
+  const sorted = list[0].rank !== undefined ? [...list].sort((x, y) => x.rank - y.rank) : [...list].sort((x, y) => (y[key] ?? 0) - (x[key] ?? 0));
   const top = sorted.slice(0, 50);
+  const cols = Object.keys(top[0]).filter((k) => !["text", "record_id", "index", "id"].includes(k));
   return [el("h2", {}, "Per-record risk"),
     seriesBars("chart-records", `Records by ${key} (highest ${top.length})`, "rank", top.map((r) => r[key]), [], "Each bar is one record of the private set."),
-    table(`Records, highest ${key} first`, ["record", ...Object.keys(top[0]).filter((k) => k !== "text")],
-      top.slice(0, 20).map((r, i) => [String(r.index ?? r.id ?? i + 1), ...Object.keys(top[0]).filter((k) => k !== "text").map((k) => fmt(r[k]))]), "records")];
+    table("Records, riskiest first", ["record", ...cols], top.slice(0, 20).map((r, i) => [String(r.record_id ?? r.index ?? r.id ?? i + 1), ...cols.map((k) => fmt(r[k]))]), "records")];
 }
 
 async function renderResult(a) {

@@ -108,6 +108,12 @@ async function showDatasets() {
   try {
     const { data: d } = await api("/v1/datasets");
     const builtins = d.builtins || [];
+    // Say beside each example whether its dataset can be loaded here (a 422 names ICLAUDIT_DATA_DIR).
+    const unavailable = new Set(builtins.filter((b) => !b.available).map((b) => b.name));
+    examples.forEach((ex, i) => {
+      const ds = ex.body && ex.body.dataset;
+      if (ds && unavailable.has(ds)) picker.options[i + 1].textContent = `${ex.name} (needs ${ds}: not on this server)`;
+    });
     datasets.replaceChildren(el("h2", {}, "Datasets"),
       builtins.length ? el("ul", {}, builtins.map((b) => el("li", {}, el("code", {}, b.name), b.available ? " — available" : ` — unavailable: ${b.reason}`))) : "",
       (d.datasets || []).length ? el("p", {}, "Your uploads: ", d.datasets.map((u) => `${u.name} (${u.id})`).join(", ")) : "");

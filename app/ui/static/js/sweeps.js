@@ -1,4 +1,4 @@
-// Sweeps page: the tenant's sweeps; one sweep's grid as a line chart of ε_empirical over the first swept
+// Sweeps page: the tenant's sweeps; one sweep's grid as a line chart of the ε lower bound over the first swept
 // parameter (one line per value of the others) with the claimed ε, and a heat-map table whose cells link
 // to the point's audits.
 import { api, el, fmt, initPage, progressBar, stateBadge, TERMINAL, watch, when } from "./api.js";
@@ -20,7 +20,7 @@ function points(rows, keys) {
     byPoint.get(k).rows.push(r);
   }
   return [...byPoint.values()].map((p) => {
-    const eps = p.rows.map((r) => r.epsilon_empirical).filter((v) => v !== null && v !== undefined);
+    const eps = p.rows.map((r) => r.epsilon_lower ?? r.epsilon_empirical).filter((v) => v !== null && v !== undefined);
     return {
       point: p.point, rows: p.rows,
       mean: eps.length ? eps.reduce((a, b) => a + b, 0) / eps.length : null,
@@ -69,7 +69,7 @@ function renderResult(res) {
   if (numeric) {
     const others = new Map();
     for (const p of pts) {
-      const k = rest.length ? keyOf(p.point, rest) : "ε empirical (mean over seeds)";
+      const k = rest.length ? keyOf(p.point, rest) : "ε lower bound (mean over seeds)";
       if (!others.has(k)) others.set(k, new Map());
       others.get(k).set(p.point[first], p.mean);
     }
@@ -77,12 +77,12 @@ function renderResult(res) {
     const lines = [...others.entries()].map(([label, m]) => ({ label, values: x.map((v) => m.get(v) ?? null) }));
     const theory = x.map((v) => pts.find((p) => p.point[first] === v)?.theory ?? null);
     if (theory.some((t) => t !== null)) lines.push({ label: "ε theory (claimed)", values: theory });
-    out.push(lineChart("chart-sweep", `ε empirical over ${first}`, first, x, lines, "Mean over seeds; the claimed ε is the theory line.", { yLabel: "ε" }));
+    out.push(lineChart("chart-sweep", `ε lower bound over ${first}`, first, x, lines, "Mean over seeds; the claimed ε is the theory line.", { yLabel: "ε" }));
   }
   const table = el("table", { id: "sweep-grid" },
-    el("caption", {}, "Every point (cells shaded by ε empirical / ε theory; red: above the claim)"),
+    el("caption", {}, "Every point (cells shaded by ε lower bound / ε theory; red: above the claim)"),
     el("thead", {}, el("tr", {}, keys.map((k) => el("th", { scope: "col" }, k)),
-      el("th", { scope: "col", class: "num" }, "ε empirical (mean)"), el("th", { scope: "col", class: "num" }, "ε theory"),
+      el("th", { scope: "col", class: "num" }, "ε lower bound (mean)"), el("th", { scope: "col", class: "num" }, "ε theory"),
       el("th", { scope: "col", class: "num" }, "violations"), el("th", { scope: "col" }, "audits"))),
     el("tbody", {}, pts.map((p) => el("tr", {},
       keys.map((k) => el("td", {}, fmt(p.point[k]))),
