@@ -78,7 +78,7 @@ def test_the_quickstart_verbatim_on_a_fresh_state_directory(tmp_path: Path) -> N
         for line in cli + http:
             command = line.replace("localhost:8000", url).replace("<ID>", submitted[-1] if submitted else "")
             out = subprocess.run(
-                command, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=300
+                command, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=900
             )
             assert out.returncode == 0, f"{line}\n{out.stdout}\n{out.stderr}"
             if " submit " in line or line.startswith("curl -s -X POST"):
