@@ -11,7 +11,18 @@ import anyio
 from anyio import to_thread
 from fastapi import Depends, FastAPI
 
-from app.api import accounting, audits, datasets, health, metrics, models, schedules, sweeps, webhooks
+from app.api import (
+    accounting,
+    audits,
+    datasets,
+    health,
+    metrics,
+    models,
+    records,
+    schedules,
+    sweeps,
+    webhooks,
+)
 from app.api.deps import get_tenant
 from app.api.errors import document_error_responses, install_error_handlers
 from app.api.limits import install_limits
@@ -108,6 +119,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_request_ids(app)  # outermost: every answer, limits' included, carries X-Request-ID
     app.include_router(health.router)
     app.include_router(audits.router)
+    app.include_router(records.router)  # /v1/audits/{id}/records
     app.include_router(datasets.router)
     app.include_router(sweeps.router)
     app.include_router(webhooks.router)
