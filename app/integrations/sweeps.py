@@ -203,7 +203,7 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
                 seed=child.seed,
                 audit_id=audit.id,
                 state=AuditState(audit.state),
-                epsilon_empirical=v.epsilon_empirical,
+                epsilon_lower=v.epsilon_lower,
                 epsilon_theory=v.epsilon_theory,
                 violation=v.violation,
             )
@@ -213,15 +213,15 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
         grouped.setdefault(repr(sorted(row.point.items())), []).append(row)
     summary = []
     for group in grouped.values():
-        eps = [r.epsilon_empirical for r in group if r.epsilon_empirical is not None]
+        eps = [r.epsilon_lower for r in group if r.epsilon_lower is not None]
         theory = [r.epsilon_theory for r in group if r.epsilon_theory is not None]
         summary.append(
             SweepPoint(
                 point=group[0].point,
                 audits=len(group),
-                epsilon_empirical_mean=statistics.fmean(eps) if eps else None,
-                epsilon_empirical_min=min(eps) if eps else None,
-                epsilon_empirical_max=max(eps) if eps else None,
+                epsilon_lower_mean=statistics.fmean(eps) if eps else None,
+                epsilon_lower_min=min(eps) if eps else None,
+                epsilon_lower_max=max(eps) if eps else None,
                 epsilon_theory=theory[0] if theory else None,
                 violations=sum(1 for r in group if r.violation),
             )
@@ -230,16 +230,16 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
 
 
 def result_csv(res: SweepResult) -> str:
-    """One line per child: position, each grid key, seed, audit id, state, ε_empirical, ε_theory, violation."""
+    """One line per child: position, each grid key, seed, audit id, state, ε_lower, ε_theory, violation."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     keys = list(res.grid)
     writer.writerow(
-        ["position", *keys, "seed", "audit_id", "state", "epsilon_empirical", "epsilon_theory", "violation"]
+        ["position", *keys, "seed", "audit_id", "state", "epsilon_lower", "epsilon_theory", "violation"]
     )
     for r in res.rows:
         writer.writerow(
             [r.position, *(r.point[k] for k in keys), r.seed, r.audit_id, r.state.value]
-            + ["" if x is None else x for x in (r.epsilon_empirical, r.epsilon_theory, r.violation)]
+            + ["" if x is None else x for x in (r.epsilon_lower, r.epsilon_theory, r.violation)]
         )
     return out.getvalue()

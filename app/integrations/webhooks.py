@@ -100,7 +100,7 @@ def audit_data(audit: Audit) -> dict[str, Any]:
         "state": audit.state,
         "labels": (audit.request or {}).get("labels") or {},
         "verdict": {
-            "epsilon_empirical": v.epsilon_empirical,
+            "epsilon_lower": v.epsilon_lower,
             "epsilon_theory": v.epsilon_theory,
             "violation": v.violation,
         },

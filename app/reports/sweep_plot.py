@@ -1,4 +1,4 @@
-"""The PNG of a sweep: ε_empirical of each child against the first swept parameter, one colour per
+"""The PNG of a sweep: ε_lower of each child against the first swept parameter, one colour per
 combination of the other grid keys (their mean over seeds joined by a line), and the claimed ε_theory of
 the same points dashed; a child whose verdict is a violation is ringed red. Figure + Agg, as plots.py."""
 
@@ -18,13 +18,13 @@ def _numeric(values: list[Any]) -> bool:
 
 
 def render_sweep(grid: dict[str, list[Any]], rows: list[dict[str, Any]]) -> bytes:
-    """`rows`: {point, seed, epsilon_empirical, epsilon_theory, violation} per child (SweepResult.rows)."""
+    """`rows`: {point, seed, epsilon_lower, epsilon_theory, violation} per child (SweepResult.rows)."""
     if not grid:
         raise PlotError("the sweep has no grid")
     x_key, *others = list(grid)
-    drawn = [r for r in rows if r.get("epsilon_empirical") is not None]
+    drawn = [r for r in rows if r.get("epsilon_lower") is not None]
     if not drawn:
-        raise PlotError("no child of this sweep has an ε_empirical to plot")
+        raise PlotError("no child of this sweep has an ε_lower to plot")
     numeric = _numeric(grid[x_key])
     position = {v: i for i, v in enumerate(grid[x_key])}
 
@@ -40,13 +40,13 @@ def render_sweep(grid: dict[str, list[Any]], rows: list[dict[str, Any]]) -> byte
             series.setdefault(tuple(r["point"].get(k) for k in others), []).append(r)
         for i, (combo, members) in enumerate(sorted(series.items(), key=lambda kv: repr(kv[0]))):
             color = f"C{i % 10}"
-            name = ", ".join(f"{k}={v}" for k, v in zip(others, combo, strict=True)) or "ε_empirical"
+            name = ", ".join(f"{k}={v}" for k, v in zip(others, combo, strict=True)) or "ε_lower"
             xs = [x_of(r["point"][x_key]) for r in members]
-            ax.scatter(xs, [r["epsilon_empirical"] for r in members], color=color, s=22, alpha=0.7)
+            ax.scatter(xs, [r["epsilon_lower"] for r in members], color=color, s=22, alpha=0.7)
             by_x: dict[float, list[float]] = {}
             theory: dict[float, float] = {}
             for x, r in zip(xs, members, strict=True):
-                by_x.setdefault(x, []).append(r["epsilon_empirical"])
+                by_x.setdefault(x, []).append(r["epsilon_lower"])
                 if r.get("epsilon_theory") is not None:
                     theory[x] = r["epsilon_theory"]
             line_x = sorted(by_x)
@@ -63,9 +63,7 @@ def render_sweep(grid: dict[str, list[Any]], rows: list[dict[str, Any]]) -> byte
                     alpha=0.8,
                     label=f"{name}: ε_theory" if others else "ε_theory (claimed)",
                 )
-            bad = [
-                (x, r["epsilon_empirical"]) for x, r in zip(xs, members, strict=True) if r.get("violation")
-            ]
+            bad = [(x, r["epsilon_lower"]) for x, r in zip(xs, members, strict=True) if r.get("violation")]
             if bad:
                 ax.scatter(
                     *zip(*bad, strict=True), s=90, facecolors="none", edgecolors="tab:red", linewidths=1.5
@@ -78,7 +76,7 @@ def render_sweep(grid: dict[str, list[Any]], rows: list[dict[str, Any]]) -> byte
         ax.set_ylabel("ε (lower bound: solid; claimed: dashed)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
-        fig.suptitle(f"sweep: ε_empirical against {x_key} ({len(drawn)} audits)")
+        fig.suptitle(f"sweep: ε_lower against {x_key} ({len(drawn)} audits)")
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")
     return buffer.getvalue()

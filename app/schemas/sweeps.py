@@ -101,7 +101,7 @@ class SweepRow(BaseModel):
     seed: int
     audit_id: str
     state: AuditState
-    epsilon_empirical: float | None = Field(
+    epsilon_lower: float | None = Field(
         description="The lower bound the verdict used (max over threat models)."
     )
     epsilon_theory: float | None = Field(description="The ε the mechanism claims (the verdict's bound).")
@@ -113,9 +113,9 @@ class SweepPoint(BaseModel):
 
     point: dict[str, GridValue]
     audits: int
-    epsilon_empirical_mean: float | None
-    epsilon_empirical_min: float | None
-    epsilon_empirical_max: float | None
+    epsilon_lower_mean: float | None
+    epsilon_lower_min: float | None
+    epsilon_lower_max: float | None
     epsilon_theory: float | None
     violations: int = Field(description="Children whose verdict is a violation.")
 
