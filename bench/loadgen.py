@@ -104,22 +104,19 @@ async def closed_loop(
     duration: float,
     if_none_match: bool = False,
 ) -> Stats:
-    """`clients` pollers back to back for `duration` s; with `if_none_match` each sends the ETag it last
-    saw for the URL (a dashboard's conditional poll)."""
+    """`clients` pollers back to back for `duration` s, poller k on `url_for(k)` (a dashboard watching
+    one audit); with `if_none_match` each sends the ETag it last saw (a conditional poll)."""
     stats = Stats()
     start = time.perf_counter()
     stop = start + duration
 
     async def poller(k: int) -> None:
-        etags: dict[str, str] = {}
-        i = k
+        url, etag = url_for(k), None
         while time.perf_counter() < stop:
-            url = url_for(i)
-            sent = headers | ({"If-None-Match": etags[url]} if if_none_match and url in etags else {})
+            sent = headers | ({"If-None-Match": etag} if if_none_match and etag else {})
             response = await _get(client, url, sent, stats, time.perf_counter())
             if response is not None and "ETag" in response.headers:
-                etags[url] = response.headers["ETag"]
-            i += clients
+                etag = response.headers["ETag"]
 
     await asyncio.gather(*(poller(k) for k in range(clients)))
     stats.elapsed = time.perf_counter() - start
