@@ -325,6 +325,21 @@ class IclauditClient:
         """GET /v1/audits/{id}/result as the server sends it."""
         return self._json("GET", f"/v1/audits/{audit_id}/result")  # type: ignore[no-any-return]
 
+    def records(self, audit_id: str) -> list[dict[str, Any]]:
+        """Every row of GET /v1/audits/{id}/records (per-record risk, riskiest first), page by page."""
+        rows: list[dict[str, Any]] = []
+        while True:
+            page = self._json(
+                "GET", f"/v1/audits/{audit_id}/records", params={"offset": len(rows), "limit": 500}
+            )
+            rows.extend(page["items"])
+            if not page["items"] or len(rows) >= page["total"]:
+                return rows
+
+    def records_csv(self, audit_id: str) -> str:
+        """The per-record table as the server's CSV."""
+        return self.request("GET", f"/v1/audits/{audit_id}/records", params={"format": "csv"}).text
+
     def result_png(self, audit_id: str) -> bytes:
         return self.request("GET", f"/v1/audits/{audit_id}/result.png").content
 

@@ -462,12 +462,19 @@ def result(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", dir_okay=False, help="Write to this file, not stdout.")
     ] = None,
+    records: Annotated[
+        bool,
+        typer.Option("--records", help="The per-record risk table (audits over several canaries) instead."),
+    ] = False,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
 ) -> None:
     """Print a finished audit's result, or write it (or its plot) to --output."""
     if format_ == ResultFormat.png and output is None:
         raise fail("--format png needs --output FILE (a PNG is not for the terminal)")
+    if records:
+        _records(audit_id, format_, output, url, api_key)
+        return
     try:
         with _open(url, api_key) as client:
             if format_ == ResultFormat.png:
@@ -499,6 +506,44 @@ def result(
         writer.writerow(["field", "value"])
         writer.writerows((k, "" if v is None else v) for k, v in flatten(body))
         text = out.getvalue()
+    if output is not None:
+        output.write_text(text)
+    else:
+        sys.stdout.write(text)
+
+
+RECORD_COLUMNS = ("rank", "record_id", "trials", "gap_mean", "auc", "epsilon_lower", "p_value", "flagged")
+
+
+def _records(
+    audit_id: str, format_: ResultFormat, output: Path | None, url: str, api_key: str | None
+) -> None:
+    """`result --records`: GET /v1/audits/{id}/records as JSON, CSV or a table (riskiest first)."""
+    if format_ == ResultFormat.png:
+        raise fail("--records has no plot; use --format json, csv or table")
+    try:
+        with _open(url, api_key) as client:
+            text = client.records_csv(audit_id) if format_ == ResultFormat.csv else None
+            rows = client.records(audit_id) if text is None else []
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    if format_ == ResultFormat.table:
+        table = Table(title=f"records of audit {audit_id} ({sum(r['flagged'] for r in rows)} flagged)")
+        for column in RECORD_COLUMNS:
+            table.add_column(column)
+        for row in rows:
+            cells = [row.get(c) for c in RECORD_COLUMNS]
+            table.add_row(
+                *("" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v) for v in cells)
+            )
+        if output is not None:
+            with output.open("w") as fh:
+                Console(file=fh, width=160).print(table)
+        else:
+            console.print(table)
+        return
+    if text is None:
+        text = json.dumps(rows, indent=2) + "\n"
     if output is not None:
         output.write_text(text)
     else:

@@ -1,6 +1,7 @@
 """docs/results/leakage.md: the likelihood attack on SmolLM2 — plain ICL, defenses 1–3, private voting.
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python docs/results/leakage.py [--small] [names…]
+    .venv/bin/python docs/results/leakage.py --report     # the tables of leakage.md, from the runs file
 
 Runs the request files examples/leakage-likelihood-*.json in one process (one engine, so ε = 8 re-uses
 ε = 1's model answers from the result cache), appends one JSON line per audit to
@@ -86,7 +87,60 @@ def plot(rows: list[dict]) -> None:
     fig.savefig(PLOT, dpi=120)
 
 
+def _num(value, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def report() -> str:
+    """The markdown tables of docs/results/leakage.md from docs/results/leakage-runs.jsonl."""
+    rows = {r["name"]: r for r in map(json.loads, RUNS.read_text().splitlines())}
+    lines = [
+        "| run | mechanism | secret | trials/side | threat model | AUC | TPR@1e-3 | TPR@1e-2 | ε lower (assumption) "
+        "| ε claimed | violation | forward passes (scratch) | tokens fed (scratch) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in [n for n in NAMES if n in rows]:
+        row, r = rows[name], rows[name]["result"]
+        mech = row["request"]["mechanism"]
+        label = mech["name"] + (f" L{mech['defense_level']}" if mech["name"] == "prompt_defense" else "")
+        cost = r["likelihood"]["cost"]
+        for tm in ("white_box", "black_box"):
+            if tm not in r:
+                continue
+            b = r[tm]
+            lower = "∞" if b.get("epsilon_lower_unbounded") else _num(b["epsilon_lower"])
+            lines.append(
+                f"| {name} | {label} | {r['likelihood']['secret']}{' + ref' if r['likelihood']['reference'] else ''} "
+                f"| {r['trials']} | {tm} | {_num(b['auc'])} | {_num(b['tpr_at_fpr']['0.001'])} "
+                f"| {_num(b['tpr_at_fpr']['0.01'])} | {lower} ({b['assumption']}) | {_num(r['epsilon_theory'])} "
+                f"| {b['violation']} | {cost['forward_passes']} ({cost['from_scratch_forward_passes']}) "
+                f"| {cost['prompt_tokens']} ({cost['from_scratch_tokens']}) |"
+            )
+    for name in ("none",):
+        if name not in rows:
+            continue
+        recs = rows[name]["result"]["records"]
+        lines += [
+            "",
+            f"Per-record risk, run `{name}` ({len(recs)} records, "
+            f"{sum(r['flagged'] for r in recs)} flagged), five riskiest and the safest:",
+            "",
+            "| rank | record | trials | mean score in | mean score out | mean gap | AUC | own ε lower | p-value | flagged |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for rec in recs[:5] + recs[-1:]:
+            lines.append(
+                f"| {rec['rank']} | {rec['record_id']} | {rec['trials']} | {_num(rec['score_in_mean'])} "
+                f"| {_num(rec['score_out_mean'])} | {_num(rec['gap_mean'])} | {_num(rec['auc'])} "
+                f"| {_num(rec['epsilon_lower'])} | {_num(rec['p_value'])} | {rec['flagged']} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
+    if "--report" in argv:
+        print(report())
+        return 0
     small = "--small" in argv
     names = [a for a in argv if not a.startswith("--")] or list(NAMES)
     ctx = local_context(progress=no_progress)
