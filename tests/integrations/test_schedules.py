@@ -170,3 +170,35 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
         assert data["schedule_id"] == schedule["id"] and data["previous_violation"] is False
         assert data["verdict"]["violation"] is True and data["labels"] == {"pipeline": "nightly"}
     assert sum(r.audit_id in {e["data"]["id"] for e in violations} for r in runs_stored) == len(violations)
+
+
+def test_a_sweep_schedule_fires_sweeps_and_bad_schedules_are_422(client) -> None:
+    bound = {"kind": "bound", "counts": {"tp": 60, "fn": 40, "fp": 40, "tn": 60}}
+    sweep = {"base": bound, "grid": {"confidence": [0.9, 0.95]}}
+    created = client.post("/v1/schedules", json={"sweep": sweep, "interval_seconds": 1})
+    assert created.status_code == 201, created.text
+    schedule = created.json()
+    assert schedule["target"] == "sweep" and [
+        s["id"] for s in client.get("/v1/schedules").json()["schedules"]
+    ] == [schedule["id"]]
+    deadline = time.monotonic() + 30
+    while len(runs := client.get(f"/v1/schedules/{schedule['id']}/runs").json()["runs"]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert client.delete(f"/v1/schedules/{schedule['id']}").status_code == 204
+    for run in runs:
+        assert run["audit_id"] is None and run["sweep_id"] is not None
+        assert client.get(f"/v1/sweeps/{run['sweep_id']}").json()["progress"]["total"] == 2
+
+    bad_cron = client.post("/v1/schedules", json={"request": bound, "cron": "every night"})
+    assert bad_cron.status_code == 422 and bad_cron.json()["error"]["details"][0]["path"] == "$.cron"
+    both = client.post("/v1/schedules", json={"request": bound, "sweep": sweep, "cron": "0 3 * * *"})
+    assert both.status_code == 422
+    bad_point = client.post(
+        "/v1/schedules", json={"sweep": {"base": bound, "grid": {"confidence": [2]}}, "cron": "0 3 * * *"}
+    )
+    assert (
+        bad_point.status_code == 422
+        and bad_point.json()["error"]["details"][0]["path"] == '$.grid["confidence"]'
+    )
+    assert client.get("/v1/schedules").json()["schedules"] == []
