@@ -29,6 +29,14 @@ class IclinfAuditResult(ResultBase):
         description="Share of queries the model answered right with all exemplars (compare with chance, "
         "1 / number of labels).",
     )
+    chance_accuracy: float | None = Field(
+        default=None, description="Accuracy of guessing: 1 / number of labels."
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="What to mind when reading the numbers, e.g. an accuracy below chance (the model does "
+        "not solve the task in context, so its ICLInf says little).",
+    )
     dataset: str | None = Field(default=None, description="The dataset the exemplars came from.")
     model: str | None = Field(default=None, description="The model audited.")
     shots: int | None = Field(default=None, description="Exemplars per prompt.")
