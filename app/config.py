@@ -72,7 +72,7 @@ class Settings(BaseSettings):
     db_retry_seconds: float = Field(
         default=120.0,
         gt=0,
-        description="How long the runner and the sweep retry one operation through a transient database "
+        description="How long the runner retries a claim, an outcome or a release through a transient database "
         "error (disconnect, restart, failover, lock timeout) before giving it up.",
     )
     endpoint_allowlist: list[str] = Field(
