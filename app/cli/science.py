@@ -98,8 +98,8 @@ def bound(
     ] = "none",
     as_json: JsonOpt = False,
 ) -> None:
-    """Both privacy lower bounds from a membership test's outcome counts: Gaussian-DP (003 §2) and
-    assumption-free (ln((TPR_lower − δ)/FPR_upper) and its mirror), at the same joint confidence."""
+    """How much a system leaks at least, from a membership test's outcome counts: two lower bounds on ε at
+    the same joint confidence — one assuming Gaussian noise, one valid for any mechanism."""
     if assumption not in ASSUMPTIONS:
         raise typer.BadParameter(
             f"choose {' or '.join(ASSUMPTIONS)}, got {assumption!r}", param_hint="--assumption"
@@ -136,7 +136,8 @@ def synthetic_generation(
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """ε of DP synthetic generation (001 App. C), or the temperature/clip/batch size reaching a target ε."""
+    """The ε that DP synthetic text generation spends, or the temperature, clip or batch size that reaches a
+    target ε."""
     target = solve_for.replace("-", "_") if solve_for else None
     if target is not None and target not in ("temperature", "clip", "batch_size"):
         raise typer.BadParameter("choose temperature, clip or batch-size", param_hint="--solve-for")
