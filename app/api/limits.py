@@ -6,7 +6,8 @@ Retry-After), each answered in the API's error shape with the setting that sets 
   as it streams, and the read that crosses the limit raises `RequestTooLarge` (an HTTPException, which
   FastAPI re-raises and the error handler renders). `POST /v1/datasets` has ICLAUDIT_UPLOAD_MAX_BYTES
   plus multipart room; everything else ICLAUDIT_MAX_REQUEST_BYTES.
-- `Guard`: moving-window limits from the `limits` library, keyed by tenant, key id and client address.
+- `Guard`: sliding-window-counter limits from the `limits` library (O(1) per hit), keyed by tenant,
+  key id and client address.
   Storage: ICLAUDIT_RATE_LIMIT_STORAGE, else the broker's Redis when there is one (so every API process
   shares the counts), else this process's memory (the embedded default).
 """
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from limits import RateLimitItem, parse_many
 from limits.storage import Storage, storage_from_string
-from limits.strategies import MovingWindowRateLimiter
+from limits.strategies import SlidingWindowCounterRateLimiter
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -116,7 +117,7 @@ class _Rule:
 
 
 class Guard:
-    """Per-tenant rate limits and failed-authentication throttles (moving windows)."""
+    """Per-tenant rate limits and failed-authentication throttles (sliding-window counters)."""
 
     _GOOD_KEYS_MAX = 4096
 
@@ -129,7 +130,7 @@ class Guard:
         auth_failures_per_key: str,
         auth_failures_per_address: str,
     ) -> None:
-        self._limiter = MovingWindowRateLimiter(storage)
+        self._limiter = SlidingWindowCounterRateLimiter(storage)
         self._rate = _Rule.of(rate, "ICLAUDIT_RATE_LIMIT")
         self._write_rate = _Rule.of(write_rate, "ICLAUDIT_WRITE_RATE_LIMIT")
         self._per_key = _Rule.of(auth_failures_per_key, "ICLAUDIT_AUTH_FAILURE_LIMIT")

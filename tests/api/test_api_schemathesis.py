@@ -1,0 +1,169 @@
+"""Property-based API tests (issue 11): schemathesis generates requests for every operation in the app's
+OpenAPI document as it is at run time, in process (ASGI) against SQLite, with authentication on and a
+real key, then chains operations along the document's links (stateful). A case fails on any 5xx, a
+response that does not match its documented schema or content type, or an undocumented status code.
+
+Deterministic: hypothesis derandomized (fixed seed), no example database. Audits it submits stay PENDING
+(the executor is Celery with an unreachable broker, a real outage the service rides out), so nothing
+runs long. The case count is printed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, Phase, given, reject
+from hypothesis import settings as hypothesis_settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.core.transport import Response
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from app.config import Settings
+from app.db import keys
+from app.db.engine import make_engine, make_session_factory
+from app.db.migrate import upgrade
+from app.main import create_app
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+POSITIVE_EXAMPLES = 18
+NEGATIVE_EXAMPLES = 6
+STATEFUL_SCENARIOS = 40
+CASES: Counter[str] = Counter()
+
+
+def _settings(state: Path, data_dir: Path) -> Settings:
+    return Settings(
+        state_dir=state,
+        data_dir=data_dir,
+        auth_enabled=True,
+        executor="celery",
+        broker_url="redis://127.0.0.1:9/0",  # nothing listens: submitted audits stay PENDING
+        rate_limit_storage="memory://",
+        rate_limit="",
+        write_rate_limit="",
+        auth_failure_limit="",
+        auth_failure_address_limit="",
+        max_active_audits=10**6,
+        max_trials=1000,
+        max_llm_calls=10,
+        preload_models=False,
+        sweep_seconds=3600,
+    )
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[TestClient]:
+    """The app with its lifespan running and a client holding a real key."""
+    settings = _settings(tmp_path_factory.mktemp("schemathesis"), data_dir)
+    upgrade(settings.sqlalchemy_url)
+    engine = make_engine(settings.sqlalchemy_url)
+    with make_session_factory(engine).begin() as session:
+        key = keys.create_api_key(session, "fuzz")[1]
+    engine.dispose()
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        client.headers["Authorization"] = f"Bearer {key}"
+        yield client
+
+
+@pytest.fixture(scope="module")
+def api_schema(api: TestClient) -> Any:
+    return schemathesis.openapi.from_asgi("/openapi.json", api.app)
+
+
+def _checks(operation: Any) -> list[Any]:
+    """All checks; /readyz alone may answer 503 (documented): it says so when the broker is down, as here."""
+    if operation.label == "GET /readyz":
+        return [check for check in CHECKS if check is not not_a_server_error]
+    return CHECKS
+
+
+def _call(client: TestClient, case: Any) -> Response:
+    """Send the case through the client (so the real key goes with it) and count it. A case the client
+    itself cannot encode (a lone surrogate in a multipart field name) is rejected: it never reaches the server."""
+    kwargs = case.as_transport_kwargs(base_url="http://testserver")
+    headers = {k: v for k, v in (kwargs.get("headers") or {}).items() if k.lower() != "authorization"}
+    headers["Authorization"] = client.headers["Authorization"]
+    if kwargs.get("files"):  # httpx writes the multipart Content-Type with its boundary
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+    sent = {k: kwargs[k] for k in ("params", "content", "json", "data", "files", "cookies") if kwargs.get(k)}
+    try:
+        request = client.build_request(kwargs["method"], kwargs["url"], headers=headers, **sent)
+        request.read()
+    except (UnicodeError, ValueError, TypeError, AttributeError):
+        reject()
+    response = client.send(request)
+    CASES[f"{case.method.upper()} {case.path}"] += 1
+    return Response.from_any(response)
+
+
+def _run_operation(operation: Any, mode: Any, examples: int, client: TestClient) -> None:
+    @given(case=operation.as_strategy(generation_mode=mode))
+    @hypothesis_settings(
+        max_examples=examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
+    def check(case: Any) -> None:
+        case.validate_response(_call(client, case), checks=_checks(operation))
+
+    check()
+
+
+def test_every_operation(api_schema: Any, api: TestClient) -> None:
+    """Each operation: valid requests (positive) and invalid ones (negative); failures gathered over all."""
+    failures = []
+    operations = [result.ok() for result in api_schema.get_all_operations()]
+    assert len(operations) >= 10
+    for operation in operations:
+        for mode, examples in (
+            (GenerationMode.POSITIVE, POSITIVE_EXAMPLES),
+            (GenerationMode.NEGATIVE, NEGATIVE_EXAMPLES),
+        ):
+            try:
+                _run_operation(operation, mode, examples, api)
+            except Unsatisfiable:  # nothing to make invalid: no parameters, no body
+                continue
+            except (Exception, BaseExceptionGroup) as exc:  # one failure must not hide the others
+                failures.append(f"{operation.label} ({mode.value}): {type(exc).__name__}: {str(exc)[:1500]}")
+    assert not failures, "\n\n".join(failures)
+
+
+def test_stateful_links(api_schema: Any, api: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """Create → read → cancel/delete chains along the OpenAPI links."""
+
+    class Links(api_schema.as_state_machine()):  # type: ignore[misc]
+        def call(self, case: Any, **kwargs: Any) -> Response:
+            return _call(api, case)
+
+        def validate_response(self, response: Response, case: Any, **kwargs: Any) -> None:
+            case.validate_response(response, checks=_checks(case.operation))
+
+    Links.run(
+        settings=hypothesis_settings(
+            max_examples=STATEFUL_SCENARIOS,
+            derandomize=True,
+            database=None,
+            deadline=None,
+            stateful_step_count=5,
+            suppress_health_check=list(HealthCheck),
+        )
+    )
+    with capsys.disabled():  # the case count in the test output, whatever the capture mode
+        print(
+            f"\nschemathesis: {sum(CASES.values())} cases over {len(CASES)} operations (with the stateful run)"
+        )
+    assert sum(CASES.values()) >= 1000, CASES
