@@ -45,12 +45,6 @@ class Exit(IntEnum):
     INTERRUPTED = 130
 
 
-GATE_HELP = (
-    "Exit codes with --wait or --watch: 0 succeeded without a violation; 1 a violation of the claimed ε; "
-    "2 the audit failed or was cancelled; 3 a usage error or the service cannot be reached."
-)
-
-
 # Typer carries its own copy of click: its UsageError is the base of typer.BadParameter.
 UsageError: type[Exception] = typer.BadParameter.__mro__[1]
 assert UsageError.__name__ == "UsageError"
@@ -374,8 +368,12 @@ def submit(
 ) -> None:
     """Start an audit from a request file and print its id; with --wait or --watch, follow it to the end.
 
-    Exit codes with --wait or --watch: 0 succeeded without a violation; 1 a violation of the claimed ε;
-    2 the audit failed or was cancelled; 3 a usage error or the service cannot be reached.
+    Exit codes with --wait or --watch (a CI gate):
+    0 = succeeded without a violation;
+    1 = a violation of the claimed ε;
+    2 = the audit failed or was cancelled;
+    3 = a usage error, or the service cannot be reached.
+
     Ctrl-C stops watching only: the audit runs on (`iclaudit watch ID` re-attaches).
     """
     body = _read_request(file)
@@ -413,8 +411,11 @@ def watch(
 ) -> None:
     """Follow a running audit with a live progress bar to its end, then show its result.
 
-    Exit codes: 0 succeeded without a violation; 1 a violation of the claimed ε; 2 the audit failed or
-    was cancelled; 3 a usage error or the service cannot be reached.
+    Exit codes:
+    0 = succeeded without a violation;
+    1 = a violation of the claimed ε;
+    2 = the audit failed or was cancelled;
+    3 = a usage error, or the service cannot be reached.
     """
     try:
         with _open(url, api_key) as client:

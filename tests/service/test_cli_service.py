@@ -263,3 +263,15 @@ def test_list_datasets_models_status_as_json(cli: CliRunner, server) -> None:
     assert cli.invoke(app, ["datasets", "--url", url]).exit_code == 0
     table = cli.invoke(app, ["list", "--url", url])
     assert table.exit_code == 0 and "None" not in table.output
+
+
+def test_help_documents_the_gate_exit_codes(cli: CliRunner) -> None:
+    for command in ("submit", "watch"):
+        text = cli.invoke(app, [command, "--help"], env={"COLUMNS": "120"}).output
+        for line in (
+            "0 = succeeded without a violation",
+            "1 = a violation",
+            "2 = the audit failed",
+            "3 = a usage",
+        ):
+            assert line in text, (command, line)
