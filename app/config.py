@@ -116,7 +116,7 @@ class Settings(BaseSettings):
         "Retry-After. Empty: no limit.",
     )
     write_rate_limit: str = Field(
-        default="20/second;600/minute",
+        default="50/second;1500/minute",
         description="POST/PUT/PATCH/DELETE requests per tenant, on top of rate_limit. Empty: no limit.",
     )
     max_active_audits: int = Field(
