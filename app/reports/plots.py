@@ -1,6 +1,6 @@
 """PNG plots of audit results, one small function per kind, dispatched by `PLOTS`.
 
-`render(kind, request, result) -> bytes` draws on a fresh `matplotlib.figure.Figure` with the Agg canvas
+`render(kind, request, result) -> bytes` reads the result through its kind's typed model and draws on a fresh `matplotlib.figure.Figure` with the Agg canvas
 (no pyplot, no global figure state); a module lock serialises drawing because matplotlib's shared caches
 (fonts, text layout) are not guaranteed thread-safe. Curves drawn on the ROC panels are Gaussian-DP
 trade-off curves TPR = Φ(Φ⁻¹(FPR) + μ) (003 §2): a μ-GDP mechanism admits no test above its curve.
@@ -17,10 +17,13 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from pydantic import ValidationError
 from scipy import special
 
 from app.audit.accounting.rdp import synthetic_generation_step_rdp
 from app.audit.bounds import clopper_pearson_lower, clopper_pearson_upper
+from app.audit.kinds.registry import validate_result
+from app.audit.results.base import ResultBase
 
 DPI = 110
 _LOCK = threading.Lock()
@@ -32,23 +35,43 @@ class PlotError(ValueError):
     """The kind has no plot, or its result lacks a field the plot needs."""
 
 
-def render(kind: str, request: dict[str, Any], result: dict[str, Any]) -> bytes:
-    """The PNG of one audit's result; PlotError for a kind without a plot or a malformed result."""
+def render(kind: str, request: dict[str, Any], result: dict[str, Any] | ResultBase) -> bytes:
+    """The PNG of one audit's result, read through its kind's typed model (app/audit/results); PlotError
+    for a kind without a plot or a result that does not fit the model or lacks a field the plot needs."""
     draw = PLOTS.get(kind)
     if draw is None:
         raise PlotError(f"no plot for audit kind {kind!r} (plots exist for: {', '.join(PLOTS)})")
+    if not isinstance(result, ResultBase):
+        try:
+            result = validate_result(kind, result)
+        except ValidationError as exc:
+            raise PlotError(f"this {kind} result cannot be plotted: {exc.errors()[0]['msg']} at "
+                            f"{'.'.join(map(str, exc.errors()[0]['loc']))}") from exc  # fmt: skip
     with _LOCK:
         fig = Figure(figsize=(10, 4.4), dpi=DPI, layout="constrained")
         FigureCanvasAgg(fig)
         try:
             draw(fig, request or {}, result)
-        except (KeyError, TypeError, IndexError) as exc:
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise PlotError(
                 f"this {kind} result cannot be plotted: missing or malformed field {exc}"
             ) from exc
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")
     return buffer.getvalue()
+
+
+def _need(model: Any, name: str) -> Any:
+    """A field the plot cannot do without (KeyError naming it when absent or null)."""
+    value = getattr(model, name, None)
+    if value is None:
+        raise KeyError(name)
+    return value
+
+
+def _opt(model: Any, name: str, default: Any = None) -> Any:
+    value = getattr(model, name, None)
+    return default if value is None else value
 
 
 def gdp_curve(fpr: np.ndarray, mu: float) -> np.ndarray:
@@ -85,12 +108,12 @@ def _fmt(value: float | None, unbounded: bool = False) -> str:
     return f"{value:.3g}"
 
 
-def plot_bound(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> None:
+def plot_bound(fig: Figure, request: dict[str, Any], result: Any) -> None:
     """TPR and FPR with the one-sided Clopper-Pearson bounds used in μ_lower; the ROC corner they make."""
-    counts = result["counts"]
-    confidence = float(result.get("confidence", request.get("confidence", 0.95)))
-    delta = float(result.get("delta", request.get("delta", 1e-5)))
-    tpr, fpr = float(result["tpr"]), float(result["fpr"])
+    counts = _need(result, "counts").model_dump()
+    confidence = float(_opt(result, "confidence", request.get("confidence", 0.95)))
+    delta = float(_opt(result, "delta", request.get("delta", 1e-5)))
+    tpr, fpr = float(_need(result, "tpr")), float(_need(result, "fpr"))
     tpr_lo, fpr_hi = one_sided_bounds(counts, confidence)
     level = 1 - (1 - confidence) / 2
 
@@ -115,21 +138,21 @@ def plot_bound(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> 
     ax.set_title(f"one-sided Clopper-Pearson bounds, each at {level:.3g}")
     ax.grid(axis="y", alpha=0.3)
     text = (
-        f"μ_lower = {result['mu_lower']:.4f}  (joint confidence {confidence:g})\n"
-        f"ε_empirical = {_fmt(result['epsilon_empirical'], result.get('epsilon_empirical_unbounded', False))}"
+        f"μ_lower = {_need(result, 'mu_lower'):.4f}  (joint confidence {confidence:g})\n"
+        f"ε_empirical = {_fmt(result.epsilon_empirical, _opt(result, 'epsilon_empirical_unbounded', False))}"
         f" at δ = {delta:g}\n"
-        f"ε_point = log(TPR/FPR) = {_fmt(result.get('epsilon_point'), result.get('epsilon_point_unbounded', False))}"
+        f"ε_point = log(TPR/FPR) = {_fmt(_opt(result, 'epsilon_point'), _opt(result, 'epsilon_point_unbounded', False))}"
     )
-    if result.get("biased"):
+    if _opt(result, "biased"):
         text += "\nthreshold chosen in-sample: optimistic"
     ax.text(0.98, 0.98, text, transform=ax.transAxes, ha="right", va="top", fontsize=9, bbox=_BOX)
 
     grid = _roc_axes(roc)
     roc.plot(
         grid,
-        gdp_curve(grid, float(result["mu_lower"])),
+        gdp_curve(grid, float(_need(result, "mu_lower"))),
         color="tab:red",
-        label=f"μ_lower = {result['mu_lower']:.3f} GDP curve",
+        label=f"μ_lower = {_need(result, 'mu_lower'):.3f} GDP curve",
     )
     roc.plot([fpr], [tpr], "o", color="tab:blue", label="(FPR, TPR) observed")
     roc.plot([fpr_hi], [tpr_lo], "s", color="tab:red", label="(FPR upper, TPR lower)")
@@ -137,27 +160,29 @@ def plot_bound(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> 
     roc.legend(loc="lower right", fontsize=8)
     roc.set_title("ROC space")
     fig.suptitle(
-        f"bound: GDP privacy lower bound from the test's outcomes ({result.get('threshold_strategy', '')})"
+        f"bound: GDP privacy lower bound from the test's outcomes ({_opt(result, 'threshold_strategy', '')})"
     )
 
 
-def plot_mia(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> None:
+def plot_mia(fig: Figure, request: dict[str, Any], result: Any) -> None:
     """Per threat model: ε_empirical beside ε_theory and ε_ceiling (✗ = violation); TPR vs FPR points."""
-    threat_models = [tm for tm in _THREAT_LABELS if isinstance(result.get(tm), dict)]
+    threat_models = [tm for tm in _THREAT_LABELS if getattr(result, tm, None) is not None]
     if not threat_models:
         raise KeyError("black_box or white_box")
-    theory, ceiling = result.get("epsilon_theory"), result.get("epsilon_ceiling")
+    theory, ceiling = _opt(result, "epsilon_theory"), _opt(result, "epsilon_ceiling")
     ax, roc = fig.subplots(1, 2, width_ratios=[1.2, 1])
     width = 0.26
-    exact = result.get("estimator") == "exact"
+    exact = _opt(result, "estimator") == "exact"
     emp_label = "ε_empirical (exact, infinitely many trials)" if exact else "ε_empirical (lower bound)"
     finite = [
-        result[tm]["epsilon_empirical"] for tm in threat_models if result[tm]["epsilon_empirical"] is not None
+        getattr(result, tm).epsilon_empirical
+        for tm in threat_models
+        if getattr(result, tm).epsilon_empirical is not None
     ]
     top = max([v for v in (*finite, theory, ceiling) if v is not None] + [0.1]) * 1.6
     for i, tm in enumerate(threat_models):
-        bound = result[tm]
-        emp = bound["epsilon_empirical"]
+        bound = getattr(result, tm)
+        emp = bound.epsilon_empirical
         height = top / 1.6 * 1.15 if emp is None else emp
         bar = ax.bar(i - width, height, width, color="tab:blue", label=emp_label if i == 0 else None)
         ax.bar_label(bar, labels=[_fmt(emp, True)], fontsize=8)
@@ -179,7 +204,7 @@ def plot_mia(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> No
                 labels=[_fmt(ceiling)],
                 fontsize=8,
             )
-        if bound.get("violation"):
+        if _opt(bound, "violation"):
             ax.annotate(
                 "✗ violation",
                 (i - width, height),
@@ -208,41 +233,41 @@ def plot_mia(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> No
     ax.set_title("empirical ε vs the claim")
 
     grid = _roc_axes(roc)
-    if result.get("mu_theory") is not None:
+    if _opt(result, "mu_theory") is not None:
         roc.plot(
             grid,
-            gdp_curve(grid, float(result["mu_theory"])),
+            gdp_curve(grid, float(_need(result, "mu_theory"))),
             color="tab:green",
-            label=f"μ_theory = {result['mu_theory']:.3f}: the claim's limit",
+            label=f"μ_theory = {_need(result, 'mu_theory'):.3f}: the claim's limit",
         )
     for tm, marker in zip(threat_models, ("o", "s"), strict=False):
-        bound = result[tm]
-        if bound.get("tpr") is None or bound.get("fpr") is None:
+        bound = getattr(result, tm)
+        if _opt(bound, "tpr") is None or _opt(bound, "fpr") is None:
             continue
-        color = "tab:red" if bound.get("violation") else "tab:blue"
+        color = "tab:red" if _opt(bound, "violation") else "tab:blue"
         roc.plot(
-            [bound["fpr"]],
-            [bound["tpr"]],
+            [_need(bound, "fpr")],
+            [_need(bound, "tpr")],
             marker,
             color=color,
             markersize=8,
-            label=f"{_THREAT_LABELS[tm]} test (μ_lower = {bound['mu_lower']:.3f})",
+            label=f"{_THREAT_LABELS[tm]} test (μ_lower = {_need(bound, 'mu_lower'):.3f})",
         )
     roc.legend(loc="lower right", fontsize=8)
     roc.set_title("membership tests in ROC space")
-    mech = result.get("mechanism") or {}
-    bug = f", bug: {mech['bug']}" if mech.get("bug") else ""
+    mech = result.mechanism
+    bug = f", bug: {mech.bug}" if _opt(mech, "bug") else ""
     fig.suptitle(
-        f"mia: {mech.get('name', '?')} (T = {mech.get('partitions', '?')}{bug}), claimed ε = "
-        f"{_fmt(theory)}, {result.get('estimator', '')} estimator"
-        + (f", {result['trials']:,} trials per context" if result.get("trials") else "")
+        f"mia: {_opt(mech, 'name', '?')} (T = {_opt(mech, 'partitions', '?')}{bug}), claimed ε = "
+        f"{_fmt(theory)}, {_opt(result, 'estimator', '')} estimator"
+        + (f", {_need(result, 'trials'):,} trials per context" if _opt(result, "trials") else "")
     )
 
 
-def plot_iclinf(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> None:
+def plot_iclinf(fig: Figure, request: dict[str, Any], result: Any) -> None:
     """Mean leave-one-out loss by removed position (001 Fig. 1) with the ICLInf line (001 Eq. 4)."""
-    per_position = [float(v) for v in result["per_position"]]
-    iclinf, std = float(result["iclinf"]), float(result.get("iclinf_std") or 0.0)
+    per_position = [float(v) for v in _need(result, "per_position")]
+    iclinf, std = float(_need(result, "iclinf")), float(_opt(result, "iclinf_std") or 0.0)
     ax = fig.subplots()
     positions = np.arange(1, len(per_position) + 1)
     bars = ax.bar(positions, per_position, color="tab:blue", alpha=0.8, label="mean L_i over queries")
@@ -257,21 +282,21 @@ def plot_iclinf(fig: Figure, request: dict[str, Any], result: dict[str, Any]) ->
     ax.set_ylim(0, max([*per_position, iclinf + std]) * 1.25 or 1.0)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(loc="upper right", fontsize=8)
-    calibrated = ", calibrated" if result.get("calibration") else ""
+    calibrated = ", calibrated" if _opt(result, "calibration") else ""
     fig.suptitle(
-        f"iclinf: {result.get('model', '?')} on {result.get('dataset', '?')}, k = {len(per_position)} shots, "
-        f"m = {result.get('queries', '?')} queries, {result.get('output_space', 'labels')}{calibrated}"
-        + (f", accuracy {result['accuracy']:.0%}" if result.get("accuracy") is not None else "")
+        f"iclinf: {_opt(result, 'model', '?')} on {_opt(result, 'dataset', '?')}, k = {len(per_position)} shots, "
+        f"m = {_opt(result, 'queries', '?')} queries, {_opt(result, 'output_space', 'labels')}{calibrated}"
+        + (f", accuracy {_need(result, 'accuracy'):.0%}" if _opt(result, "accuracy") is not None else "")
     )
 
 
-def plot_synthetic_generation(fig: Figure, request: dict[str, Any], result: dict[str, Any]) -> None:
+def plot_synthetic_generation(fig: Figure, request: dict[str, Any], result: Any) -> None:
     """Data-dependent RDP at α* per token and cumulated (001 Eq. 7) against the theory's per-token bound
     (Eq. 8 / EM bound) over the whole N_gen·T_max budget."""
-    series = [np.asarray(s, dtype=float) for s in result["step_losses"]]
-    alpha, clip = float(result["alpha"]), float(result["clip"])
-    s, tau = int(result["batch_size"]), float(result["temperature"])
-    budget = int(result["sequences"]) * int(result["max_new_tokens"])
+    series = [np.asarray(s, dtype=float) for s in _need(result, "step_losses")]
+    alpha, clip = float(_need(result, "alpha")), float(_need(result, "clip"))
+    s, tau = int(_need(result, "batch_size")), float(_need(result, "temperature"))
+    budget = int(_need(result, "sequences")) * int(_need(result, "max_new_tokens"))
     step_theory = synthetic_generation_step_rdp(alpha, clip, s, tau)
     losses = np.concatenate(series) if series else np.zeros(0)
     steps = np.arange(1, len(losses) + 1)
@@ -312,28 +337,28 @@ def plot_synthetic_generation(fig: Figure, request: dict[str, Any], result: dict
         np.cumsum(losses),
         color="tab:blue",
         linewidth=2,
-        label=f"data-dependent: {len(losses)} tokens → {float(result['total_rdp']):.3g}",
+        label=f"data-dependent: {len(losses)} tokens → {float(_need(result, 'total_rdp')):.3g}",
     )
     cum.set_yscale("log" if losses.size and losses.min() > 0 else "linear")
     cum.set_xlabel("generated tokens")
     cum.set_ylabel(f"cumulative RDP at α* = {alpha:g}")
     cum.set_title("cumulative privacy loss")
     text = (
-        f"ε_empirical = {float(result['epsilon_empirical']):.3g}\n"
-        f"ε_theory = {float(result['epsilon_theory']):.3g}  (δ = {float(result['delta']):g})\n"
-        f"ratio = {float(result['ratio']):.3g}"
+        f"ε_empirical = {float(_need(result, 'epsilon_empirical')):.3g}\n"
+        f"ε_theory = {float(_need(result, 'epsilon_theory')):.3g}  (δ = {float(_need(result, 'delta')):g})\n"
+        f"ratio = {float(_need(result, 'ratio')):.3g}"
     )
     cum.text(0.98, 0.04, text, transform=cum.transAxes, ha="right", va="bottom", fontsize=9, bbox=_BOX)
     for a in (ax, cum):
         a.grid(alpha=0.3, which="both")
         a.legend(loc="upper left", fontsize=8)
     fig.suptitle(
-        f"synthetic_generation: {result.get('model', '?')}, s = {s}, c = {clip:g}, τ = {tau:.3g}, "
-        f"N_gen = {result['sequences']}, T_max = {result['max_new_tokens']}"
+        f"synthetic_generation: {_opt(result, 'model', '?')}, s = {s}, c = {clip:g}, τ = {tau:.3g}, "
+        f"N_gen = {_need(result, 'sequences')}, T_max = {_need(result, 'max_new_tokens')}"
     )
 
 
-PLOTS: dict[str, Callable[[Figure, dict[str, Any], dict[str, Any]], None]] = {
+PLOTS: dict[str, Callable[[Figure, dict[str, Any], Any], None]] = {
     "bound": plot_bound,
     "mia": plot_mia,
     "iclinf": plot_iclinf,

@@ -50,3 +50,11 @@ def test_every_field_is_described_and_extras_pass_through() -> None:
 def test_a_declared_field_of_the_wrong_type_is_refused() -> None:
     with pytest.raises(ValidationError):
         MiaAuditResult.model_validate({"estimator": "exact", "violation": "maybe"})
+
+
+def test_each_example_result_is_valid_for_its_kind() -> None:
+    import importlib
+
+    for kind in KINDS:
+        example = importlib.import_module(f"app.audit.results.{kind}").EXAMPLE
+        assert validate_result(kind, example).kind == kind

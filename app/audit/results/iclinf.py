@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -58,3 +58,29 @@ class IclinfAuditResult(ResultBase):
 
 
 Result = IclinfAuditResult
+
+
+# The output of a real run of examples/iclinf-trec-k1.json with shots = 2, queries = 3 (shown in the OpenAPI document as the example result).
+EXAMPLE: dict[str, Any] = {
+    "kind": "iclinf",
+    "dataset": "trec",
+    "model": "smollm2-135m-instruct",
+    "shots": 2,
+    "queries": 3,
+    "output_space": "labels",
+    "calibration": False,
+    "template": "trec",
+    "labels": ["Abbreviation", "Description", "Entity", "Person", "Location", "Number"],
+    "iclinf": 1.8982993285780194,
+    "iclinf_std": 0.4107965236103541,
+    "per_position": [1.8982993285780194, 1.07228080172968],
+    "per_query": [1.4509361938962995, 1.8009974929034938, 2.442964298934265],
+    "accuracy": 0.0,
+    "chance_accuracy": 0.16666666666666666,
+    "warnings": [
+        "accuracy 0 is below chance (0.167 = 1/6 labels): the model does not solve this task in "
+        "context, so its ICLInf says little about what it learns from the exemplars."
+    ],
+    "llm_forward_passes": 10,
+    "forward_passes_per_query": 3.3333333333333335,
+}

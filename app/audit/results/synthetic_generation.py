@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -49,3 +49,30 @@ class SyntheticGenerationAuditResult(ResultBase):
 
 
 Result = SyntheticGenerationAuditResult
+
+
+# The output of a real run of examples/synthgen-eps1.json with sequences = 1, max_new_tokens = 4, batch_size = 4 (shown in the OpenAPI document as the example result).
+EXAMPLE: dict[str, Any] = {
+    "kind": "synthetic_generation",
+    "dataset": "ag_news",
+    "model": "smollm2-135m-instruct",
+    "label": "Sports",
+    "batch_size": 4,
+    "clip": 10.0,
+    "temperature": 20.22692684427546,
+    "sequences": 1,
+    "max_new_tokens": 4,
+    "delta": 1e-05,
+    "target_epsilon": 1.0,
+    "epsilon_theory": 1.0,
+    "alpha": 18.0,
+    "total_rdp": 0.005953511601777183,
+    "epsilon_empirical": 0.9120082787088413,
+    "ratio": 0.9120082787088413,
+    "generated_tokens": 4,
+    "step_losses": [
+        [0.0014338218532308471, 0.0017626547124550238, 0.0014730806917340712, 0.001283954344357241]
+    ],
+    "texts": ["Actuallywara Playersistocene"],
+    "llm_forward_passes": 5,
+}
