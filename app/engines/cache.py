@@ -3,24 +3,26 @@
 Keys are built by the engines from (model name, operation, the exact token ids the model would see,
 the operation's parameters), so two prompts that format to the same tokens share an entry and a
 change of system message, continuation or label set does not. Values are numpy arrays (or small
-immutable results); the cache is an LRU bounded by bytes, thread-safe, per engine instance.
+immutable results). The eviction is cachetools' LRU, bounded by bytes (`getsizeof`); a lock makes it
+safe across the engine's threads; one cache per engine instance.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 
-def _nbytes(value: Any) -> int:
+def nbytes(value: Any) -> int:
+    """Approximate bytes held by a cached value (arrays exactly, containers summed, others 256)."""
     if isinstance(value, np.ndarray):
         return int(value.nbytes)
     if isinstance(value, tuple | list):
-        return sum(_nbytes(v) for v in value) + 64
+        return sum(nbytes(v) for v in value) + 64
     return 256
 
 
@@ -29,40 +31,26 @@ class ResultCache:
 
     def __init__(self, max_bytes: int = 256 * 2**20) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
-        self._bytes = 0
+        self._lru: LRUCache[Hashable, Any] = LRUCache(maxsize=max_bytes, getsizeof=nbytes)
         self._lock = threading.Lock()
 
     def get(self, key: Hashable) -> Any | None:
         with self._lock:
-            item = self._items.get(key)
-            if item is None:
-                return None
-            self._items.move_to_end(key)
-            return item[0]
+            return self._lru.get(key)
 
     def put(self, key: Hashable, value: Any) -> None:
-        size = _nbytes(value)
-        if size > self.max_bytes:
-            return
+        if nbytes(value) > self.max_bytes:
+            return  # larger than the whole cache: not kept
         with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self._bytes -= old[1]
-            self._items[key] = (value, size)
-            self._bytes += size
-            while self._bytes > self.max_bytes and self._items:
-                _, (_, freed) = self._items.popitem(last=False)
-                self._bytes -= freed
+            self._lru[key] = value
 
     def clear(self) -> None:
         with self._lock:
-            self._items.clear()
-            self._bytes = 0
+            self._lru.clear()
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self._lru)
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        return int(self._lru.currsize)

@@ -25,8 +25,8 @@ model's usual one); other tokenizations of the same string are not summed.
 Next-token distributions are top-k only (`top_k="all"` is refused: servers do not return the
 vocabulary). Token ids are returned when the server gives them (`tokens_as_ids`), else -1.
 
-HTTP: one `httpx.Client`, per-request timeout, retries with exponential backoff (0.5 s · 2^attempt,
-honouring `Retry-After`) on 429, 5xx and transport errors, at most `max_concurrency` requests in
+HTTP: one `httpx.Client`, per-request timeout, retries (tenacity) with exponential backoff
+(0.5 s · 2^attempt, or `Retry-After` when longer) on 429, 5xx and transport errors, at most `max_concurrency` requests in
 flight (a thread pool). Results are cached by (model, request body). Counters: one forward pass per
 request; prompt/generated tokens from the server's `usage`.
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from typing import Any, Literal
 
 import httpx
 import numpy as np
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from app.engines.cache import ResultCache
 from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
@@ -55,6 +55,12 @@ RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 class OpenAIServerError(RuntimeError):
     """The server refused or failed a request after the retries; the message has its status and body."""
+
+
+class _RetryableAnswer(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}")
+        self.response = response
 
 
 class JsonClient:
@@ -81,27 +87,40 @@ class JsonClient:
             limits=httpx.Limits(max_connections=max_concurrency),
         )
 
+    def _wait(self, state: RetryCallState) -> float:
+        """backoff_s · 2^(attempt − 1), or the server's Retry-After (seconds) when that is longer."""
+        delay = self.backoff_s * 2 ** (state.attempt_number - 1)
+        exc = state.outcome.exception() if state.outcome else None
+        if isinstance(exc, _RetryableAnswer):
+            with contextlib.suppress(ValueError, TypeError):
+                delay = max(delay, float(exc.response.headers.get("retry-after")))
+        return delay
+
     def post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """POST JSON, retried (tenacity) on transport errors and RETRY_STATUS answers."""
         url = self.base_url + path
-        for attempt in range(self.max_retries + 1):
-            try:
-                response = self._client.post(url, json=payload)
-            except httpx.TransportError as exc:
-                if attempt == self.max_retries:
-                    raise OpenAIServerError(f"POST {url}: {type(exc).__name__}: {exc}") from exc
-                time.sleep(self.backoff_s * 2**attempt)
-                continue
-            if response.status_code < 400:
-                return response.json()
-            if response.status_code not in RETRY_STATUS or attempt == self.max_retries:
-                raise OpenAIServerError(f"POST {url}: HTTP {response.status_code}: {response.text[:500]}")
-            retry_after = response.headers.get("retry-after")
-            delay = self.backoff_s * 2**attempt
-            if retry_after is not None:
-                with contextlib.suppress(ValueError):
-                    delay = max(delay, float(retry_after))
-            time.sleep(delay)
-        raise AssertionError("unreachable")
+
+        def once() -> httpx.Response:
+            response = self._client.post(url, json=payload)
+            if response.status_code in RETRY_STATUS:
+                raise _RetryableAnswer(response)
+            return response
+
+        retrying = Retrying(
+            retry=retry_if_exception_type((httpx.TransportError, _RetryableAnswer)),
+            stop=stop_after_attempt(self.max_retries + 1),
+            wait=self._wait,
+            reraise=True,
+        )
+        try:
+            response = retrying(once)
+        except _RetryableAnswer as exc:
+            response = exc.response
+        except httpx.TransportError as exc:
+            raise OpenAIServerError(f"POST {url}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 400:
+            raise OpenAIServerError(f"POST {url}: HTTP {response.status_code}: {response.text[:500]}")
+        return response.json()  # type: ignore[no-any-return]
 
     def map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
         """`fn` over `items` in order, at most `max_concurrency` calls (requests) in flight."""
