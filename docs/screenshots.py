@@ -4,7 +4,7 @@
 
 Starts `iclaudit serve` (auth off, SQLite in a temporary directory, the offline datasets of
 ICLAUDIT_DATA_DIR if set), runs a few real audits (a bound, a membership audit of private voting on the
-synthetic records, and one left running), and photographs each page with
+synthetic records, a sweep over ε, and one left running), and photographs each page with
 Debian's headless Chromium. The browser reaches nothing but the server (every other request is aborted).
 """
 
@@ -92,6 +92,14 @@ def main() -> None:
             mia = api.post("/v1/audits", json=mia_body).json()
             for audit in (bound, mia):
                 _wait(api, audit["id"])
+            sweep = api.post(
+                "/v1/sweeps",
+                json={"base": {**mia_body, "trials": 50_000}, "grid": {"epsilon": [0.5, 1, 2, 4, 8]}},
+            ).json()
+            deadline = time.monotonic() + 900
+            while api.get(f"/v1/sweeps/{sweep['id']}").json()["state"] in ("PENDING", "RUNNING"):
+                assert time.monotonic() < deadline, "the sweep did not finish"
+                time.sleep(0.5)
             running = api.post("/v1/audits", json={**mia_body, "trials": 2_000_000, "seed": 9}).json()
             time.sleep(2)
             pages = {
@@ -99,6 +107,7 @@ def main() -> None:
                 "audit-mia": f"/ui/audits/{mia['id']}",
                 "audit-bound": f"/ui/audits/{bound['id']}",
                 "submit": "/ui/submit",
+                "sweep": f"/ui/sweeps?id={sweep['id']}",
                 "docs": "/docs",
             }
             with sync_playwright() as pw:
@@ -113,7 +122,7 @@ def main() -> None:
                         page.goto(path)
                         if name == "docs":
                             page.locator(".swagger-ui .info .title").wait_for(timeout=120_000)
-                        elif name.startswith("audit-"):
+                        elif name.startswith("audit-") or name == "sweep":
                             page.locator("[data-drawn=true]").first.wait_for(timeout=60_000)
                         else:
                             page.locator("#loading").wait_for(state="detached")

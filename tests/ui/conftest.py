@@ -38,6 +38,8 @@ def page(browser, served: Served):
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
+    # The Content-Security-Policy (app/api/headers.py) holds: nothing the pages load or run is refused.
+    page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
     page.errors = errors  # type: ignore[attr-defined]
     yield page
     context.close()

@@ -75,7 +75,7 @@ function row(audit) {
   const verdictCell = el("td");
   const actionCell = el("td");
   const tr = el("tr", { "data-id": audit.id },
-    el("td", {}, el("a", { href: `/ui/audits/${encodeURIComponent(audit.id)}`, class: "mono" }, audit.id.slice(0, 12))),
+    el("td", {}, el("a", { href: `/ui/audits/${encodeURIComponent(audit.id)}`, class: "mono", title: audit.id, "aria-label": `audit ${audit.id}` }, audit.id.slice(0, 8))),
     el("td", { class: "hide-narrow" }, when(audit.created_at)),
     el("td", {}, audit.kind),
     el("td", { class: "hide-narrow" }, r.dataset ?? "—"),
