@@ -9,12 +9,13 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CSP = (
-    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
     "font-src 'self' data:; worker-src 'self' blob:; connect-src 'self'; object-src 'none'; "
     "base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
 )
 """Scripts only from this app (the dashboard and /docs, /redoc use vendored files, no inline script);
-inline styles allowed because Swagger UI and ReDoc inject <style> elements."""
+inline styles allowed because Swagger UI and ReDoc inject <style> elements; blob: images are the
+dashboard's result plot, fetched with the API key and shown from memory."""
 CSP_BY_PREFIX: dict[str, str] = {}
 """Path prefix → a different policy, for a page that needs one."""
 
