@@ -139,10 +139,16 @@ def plot_bound(fig: Figure, request: dict[str, Any], result: Any) -> None:
     ax.grid(axis="y", alpha=0.3)
     text = (
         f"μ_lower = {_need(result, 'mu_lower'):.4f}  (joint confidence {confidence:g})\n"
-        f"ε_empirical = {_fmt(result.epsilon_empirical, _opt(result, 'epsilon_empirical_unbounded', False))}"
+        f"ε_empirical (Gaussian-DP) = {_fmt(result.epsilon_empirical, _opt(result, 'epsilon_empirical_unbounded', False))}"
         f" at δ = {delta:g}\n"
+        f"ε_assumption-free = {_fmt(_opt(result, 'epsilon_empirical_assumption_free'))} (any mechanism)\n"
         f"ε_point = log(TPR/FPR) = {_fmt(_opt(result, 'epsilon_point'), _opt(result, 'epsilon_point_unbounded', False))}"
     )
+    if _opt(result, "epsilon_lower") is not None:
+        text += f"\nverdict uses {_opt(result, 'assumption', 'gdp')}: ε_lower = {_fmt(result.epsilon_lower)}"
+        if _opt(result, "epsilon_claimed") is not None:
+            verdict = "VIOLATION" if _opt(result, "violation") else "holds"
+            text += f" vs claimed ε = {_fmt(result.epsilon_claimed)}: {verdict}"
     if _opt(result, "biased"):
         text += "\nthreshold chosen in-sample: optimistic"
     ax.text(0.98, 0.98, text, transform=ax.transAxes, ha="right", va="top", fontsize=9, bbox=_BOX)

@@ -28,9 +28,13 @@ def test_mia_verdict_rows_follow_the_threat_models(real_result) -> None:
     _, clean = real_result("mia")
     _, bug = real_result("mia_bug")
     clean_rows = validate_result("mia", clean).verdicts()
-    assert [r.name for r in clean_rows] == ["black_box", "white_box"]
+    names = [r.name for r in clean_rows]
+    assert names[:2] == ["black_box", "white_box"]
+    assert names[2:] == (["calibration"] if clean.get("calibration_valid") is not None else [])
     assert not any(r.violation for r in clean_rows)
     assert all(r.epsilon_theory == clean["epsilon_theory"] for r in clean_rows)
+    for row in clean_rows[:2]:
+        assert row.epsilon_empirical == clean[row.name]["epsilon_lower"]  # the bound the verdict used
     typed_bug = validate_result("mia", bug)
     assert typed_bug.violated and typed_bug.violated == bug["violation"]
 
