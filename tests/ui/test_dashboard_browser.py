@@ -85,6 +85,18 @@ def test_a_422_is_shown_beside_the_field_it_names(page, served: Served) -> None:
     )
     assert '"epsilon": -1' in selected  # the named field's line is selected in the editor
 
+    unlabelled = page.evaluate(
+        "() => [...document.querySelectorAll('input, select, textarea')]"
+        ".filter((e) => !e.labels.length && !e.getAttribute('aria-label')).map((e) => e.id || e.name)"
+    )
+    assert unlabelled == []  # every control has a label
+    page.locator("#example").focus()  # the keyboard alone: pick an example, tab to Submit, press Enter
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/ui/audits/*")
+
 
 def test_filter_the_list_and_cancel_a_running_audit(page, served: Served) -> None:
     with served.client(served.alice) as api:
