@@ -26,8 +26,12 @@ def get_audit(session: Session, *, tenant_id: str, audit_id: str) -> Audit | Non
     return session.scalar(owned(Audit, tenant_id).where(Audit.id == audit_id))
 
 
-def add_audit(session: Session, *, tenant_id: str, kind: str, request: dict[str, Any]) -> Audit:
-    audit = Audit(tenant_id=tenant_id, kind=kind, request=request, state=AuditState.PENDING)
+def add_audit(
+    session: Session, *, tenant_id: str, kind: str, request: dict[str, Any], request_id: str | None = None
+) -> Audit:
+    audit = Audit(
+        tenant_id=tenant_id, kind=kind, request=request, state=AuditState.PENDING, request_id=request_id
+    )
     session.add(audit)
     session.flush()
     return audit

@@ -100,6 +100,8 @@ class Audit(Base):
     # the queue incarnation that holds its message (a broker restarted empty, or a new inline process,
     # has another): the sweep re-enqueues a PENDING audit only when this differs from the current one
     queue_epoch: Mapped[str | None] = mapped_column(String(64), default=None)
+    # the X-Request-ID of the submitting request: the audit's log lines and webhook deliveries carry it
+    request_id: Mapped[str | None] = mapped_column(String(128), default=None)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
