@@ -99,6 +99,7 @@ def audit_data(audit: Audit) -> dict[str, Any]:
         "kind": audit.kind,
         "state": audit.state,
         "labels": (audit.request or {}).get("labels") or {},
+        "request_id": audit.request_id,
         "verdict": {
             "epsilon_lower": v.epsilon_lower,
             "epsilon_theory": v.epsilon_theory,
@@ -247,6 +248,9 @@ def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], 
             "content-type": "application/json",
             "user-agent": "iclaudit-webhooks/1",
         }
+        request_id = (delivery.payload.get("data") or {}).get("request_id")
+        if request_id:  # the X-Request-ID of the request that submitted the audit
+            headers["x-request-id"] = request_id
         try:
             allow = settings.webhook_egress
             check_url(delivery.url, allow)

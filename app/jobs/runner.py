@@ -50,12 +50,14 @@ def _logged(fn: Callable[..., AuditState | None]) -> Callable[..., AuditState | 
 
     @functools.wraps(fn)
     def run(audit_id: str, **kwargs: Any) -> AuditState | None:
-        token = observability.tenant.set(None)
+        tenant = observability.tenant.set(None)
+        request_id = observability.request_id.set(observability.request_id.get())
         try:
             with observability.bind(audit_id=audit_id):
                 return fn(audit_id, **kwargs)
         finally:
-            observability.tenant.reset(token)
+            observability.request_id.reset(request_id)
+            observability.tenant.reset(tenant)
 
     return run
 
@@ -74,14 +76,14 @@ def run_audit(
     away mid-way (the audit is back to PENDING, or its stale heartbeat gets it re-run). Raises a transient
     database error only when the claim itself failed for ICLAUDIT_DB_RETRY_SECONDS (the executor retries)."""
 
-    def claim(session: Session) -> tuple[int, str, str, dict[str, Any]] | None:
+    def claim(session: Session) -> tuple[int, str, str, dict[str, Any], str | None] | None:
         stale_before = audits.stale_cutoff(settings.stale_after_seconds)
         attempt = audits.claim_audit(session, audit_id=audit_id, stale_before=stale_before)
         audit = session.get(Audit, audit_id) if attempt is not None else None
         return (
             None
             if audit is None or attempt is None
-            else (attempt, audit.kind, audit.tenant_id, audit.request)
+            else (attempt, audit.kind, audit.tenant_id, audit.request, audit.request_id)
         )
 
     claimed = in_transaction(
@@ -90,8 +92,10 @@ def run_audit(
     if claimed is None:
         log.info("audit %s not claimed (finished, cancelled or held by a live attempt)", audit_id)
         return None
-    attempt, kind, tenant_id, request_json = claimed
+    attempt, kind, tenant_id, request_json, request_id = claimed
     observability.tenant.set(tenant_id)
+    if request_id:  # the submitting request's id, however the audit reached this process
+        observability.request_id.set(request_id)
     log.info("audit %s (%s) claimed, attempt %d", audit_id, kind, attempt)
 
     progress = DbProgress(

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from app import observability
 from app.audit.kinds.base import AuditRequestBase
 from app.config import Settings
 from app.db import audits, datasets, labels
@@ -132,7 +133,13 @@ def submit_audit(
     key, a schedule's run) and may raise to store nothing."""
     check_request(session, tenant_id=tenant_id, request=request, settings=settings)
     body: dict[str, Any] = request.model_dump(mode="json")
-    audit = audits.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
+    audit = audits.add_audit(
+        session,
+        tenant_id=tenant_id,
+        kind=body["kind"],
+        request=body,
+        request_id=observability.request_id.get(),
+    )
     labels.add_labels(session, audit_id=audit.id, labels=request.labels)
     if on_stored is not None:
         on_stored(session, audit)

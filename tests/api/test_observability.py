@@ -33,6 +33,11 @@ def test_request_id_is_echoed_or_made_and_reaches_the_audit_log(client) -> None:
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
+    from app.db.models import Audit
+    from app.integrations.webhooks import audit_data
+
+    with client.app.state.session_factory() as session:  # webhook deliveries carry it too
+        assert audit_data(session.get(Audit, audit["id"]))["request_id"] == "ci-run-42"
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     runner = [line for line in lines if line["logger"] == "app.jobs.runner"]
     assert runner and all(line["audit_id"] == audit["id"] for line in runner)
