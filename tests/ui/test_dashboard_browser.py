@@ -54,10 +54,12 @@ def test_submit_from_the_page_watch_it_live_and_see_the_charts(page, served: Ser
         time.sleep(0.1)
     assert page.locator("#summary [data-state=SUCCEEDED]").count() == 1, page.locator("#summary").inner_text()
     assert page.evaluate("window.__sameDocument") is True
+    fractions.append(float(page.locator("#progress .progress").get_attribute("data-fraction") or 0))
+    # Each stage runs its own 0 → 1, so the bar moves (values strictly between 0 and 1) and ends full.
     assert any(0 < f < 1 for f in fractions) and len(set(fractions)) >= 3, (
         f"the bar did not move: {fractions}"
     )
-    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert fractions[-1] == 1.0
 
     page.locator("#chart-roc[data-drawn=true]").wait_for()
     page.locator("#chart-epsilon[data-drawn=true]").wait_for()
@@ -153,7 +155,7 @@ def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
         response = api.post("/v1/sweeps", json=sweep_body)
         assert response.status_code == 202, response.text
         sweep = response.json()["id"]
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 300
         while api.get(f"/v1/sweeps/{sweep}").json()["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
             assert time.monotonic() < deadline
             time.sleep(0.3)
