@@ -29,7 +29,7 @@ from app.audit.mechanisms.registry import build_mechanism  # noqa: E402
 from app.audit.runtime import no_progress  # noqa: E402
 from app.audit.seeds import SeedTree  # noqa: E402
 
-NAMES = ("none", "voting-eps1", "voting-eps8", "defense1", "defense2", "defense3")
+NAMES = ("none", "none-label", "voting-eps1", "voting-eps8", "defense1", "defense2", "defense3")
 RUNS = ROOT / "docs" / "results" / "leakage-runs.jsonl"
 PLOT = ROOT / "docs" / "img" / "leakage-roc.png"
 
@@ -81,7 +81,7 @@ def plot(rows: list[dict]) -> None:
     for x in (1e-3, 1e-2):
         ax.axvline(x, color="grey", lw=0.6, ls="--")
     ax.set(xscale="log", yscale="log", xlim=(1e-4, 1), ylim=(1e-4, 1.05), xlabel="FPR", ylabel="TPR")
-    ax.set_title("Likelihood attack on SmolLM2-135M (white box), synthetic_records")
+    ax.set_title("Likelihood attack, SmolLM2-135M, white box", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(PLOT, dpi=120)
