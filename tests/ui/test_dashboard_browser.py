@@ -100,6 +100,27 @@ def test_a_422_is_shown_beside_the_field_it_names(page, served: Served) -> None:
     page.wait_for_url("**/ui/audits/*")
 
 
+def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
+    sweep_body = {"base": _mia(trials=20_000), "grid": {"epsilon": [1, 4]}, "seeds": 1}
+    with served.client(served.bob) as api:
+        response = api.post("/v1/sweeps", json=sweep_body)
+        assert response.status_code == 202, response.text
+        sweep = response.json()["id"]
+        deadline = time.monotonic() + 300
+        while api.get(f"/v1/sweeps/{sweep}").json()["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+    _login(page, served, served.bob)
+    page.locator('nav a[data-nav="sweeps"]').click()  # shown once the tenant has a sweep
+    page.get_by_role("link", name=sweep[:12]).click()
+    page.locator("#chart-sweep[data-drawn=true]").wait_for()
+    assert _drawn_pixels(page, "#chart-sweep") > 2000
+    links = page.locator("#sweep-grid a[href^='/ui/audits/']")
+    assert links.count() == 2
+    links.first.click()
+    page.locator("#summary [data-state]").wait_for()
+
+
 def test_filter_the_list_and_cancel_a_running_audit(page, served: Served) -> None:
     with served.client(served.alice) as api:
         bound = api.post("/v1/audits", json=kind_module("bound").EXAMPLE).json()["id"]
@@ -147,24 +168,3 @@ def test_docs_and_redoc_render_offline(page, served: Served) -> None:
     page.locator("h1").filter(has_text="iclaudit").wait_for(timeout=60_000)
     page.goto("/")
     assert page.url.endswith("/ui")
-
-
-def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
-    sweep_body = {"base": _mia(trials=20_000), "grid": {"epsilon": [1, 4]}, "seeds": 1}
-    with served.client(served.alice) as api:
-        response = api.post("/v1/sweeps", json=sweep_body)
-        assert response.status_code == 202, response.text
-        sweep = response.json()["id"]
-        deadline = time.monotonic() + 300
-        while api.get(f"/v1/sweeps/{sweep}").json()["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
-            assert time.monotonic() < deadline
-            time.sleep(0.3)
-    _login(page, served, served.alice)
-    page.locator('nav a[data-nav="sweeps"]').click()  # shown once the tenant has a sweep
-    page.get_by_role("link", name=sweep[:12]).click()
-    page.locator("#chart-sweep[data-drawn=true]").wait_for()
-    assert _drawn_pixels(page, "#chart-sweep") > 2000
-    links = page.locator("#sweep-grid a[href^='/ui/audits/']")
-    assert links.count() == 2
-    links.first.click()
-    page.locator("#summary [data-state]").wait_for()
