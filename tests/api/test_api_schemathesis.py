@@ -143,10 +143,17 @@ def test_every_operation(api_schema: Any, api: TestClient) -> None:
 
 
 def test_stateful_links(api_schema: Any, api: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
-    """Create → read → cancel/delete chains along the OpenAPI links."""
+    """Create → read → cancel/delete chains along the OpenAPI links.
 
-    class Links(api_schema.as_state_machine()):  # type: ignore[misc]
+    The event stream of an audit that stays PENDING never ends, so the chains leave it out (its own tests
+    are in test_api_polling.py; the per-operation run above still fuzzes it), and a long-poll reached by a
+    link waits at most 1 s so the run stays bounded."""
+    chained = api_schema.exclude(operation_id="streamAuditEvents")
+
+    class Links(chained.as_state_machine()):  # type: ignore[misc]
         def call(self, case: Any, **kwargs: Any) -> Response:
+            if case.query and "wait" in case.query:
+                case.query["wait"] = "1"
             return _call(api, case)
 
         def validate_response(self, response: Response, case: Any, **kwargs: Any) -> None:
