@@ -31,6 +31,7 @@ def settings(database_url: str, tmp_path: Path, data_dir: Path) -> Settings:  # 
         stale_after_seconds=5,
         sweep_seconds=60,
         preload_models=False,
+        max_trials=8_000_000,  # the polling tests hold the single inline worker with a long audit
     )
 
 

@@ -20,8 +20,9 @@ def _sqlite_only(settings, why: str) -> None:
 
 
 def _hold_the_worker(client) -> dict[str, Any]:
-    """A long audit on the single inline worker, so that audits submitted after it stay PENDING."""
-    running = client.post("/v1/audits", json=long_mia_request()).json()
+    """A long audit on the single inline worker, so that audits submitted after it stay PENDING: 8M trials
+    (~15 s on an idle machine; 2M finished within the tests' checks), cancelled or stopped with the app."""
+    running = client.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
     wait_for(client.get, running["id"], ("RUNNING",))
     return running
 
