@@ -153,7 +153,7 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
         audits = session.scalars(select(Audit)).all()
     engine.dispose()
     times = [r.fire_time for r in runs_stored]
-    assert len(times) == len(set(times)) >= 4  # each time fired once
+    assert len(times) == len(set(times)) >= 3  # each time fired once (2 private runs + 1 leaky at least)
     assert {r.schedule_id for r in runs_stored} == {schedule["id"]}
     assert all(t.second % 2 == 0 and t.microsecond == 0 for t in times)
     gaps = [(later - earlier).total_seconds() for earlier, later in itertools.pairwise(times)]
