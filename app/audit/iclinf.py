@@ -12,6 +12,11 @@ and the query's loss is max_i L_i. Eq. 4 averages that over m queries:
 next-token vocabulary (001 App. E.1), optionally calibrated (001 App. B, Zhao et al. 2021):
 
     A_cal ∝ diag((p_cf + ε)^{-1}) · p,    p_cf = the content-free distribution.
+
+Which content-free inputs give p_cf (`CONTENT_FREE_INPUTS`): 001 App. B names one, "the same prompt
+template with the content left blank" (`blank`: the query ""); the method it cites (Zhao et al. 2021,
+§4 "Contextual Calibration") averages the label probabilities of three content-free inputs, "N/A", ""
+and "[MASK]" (`zhao2021`): p_cf = normalize((1/n) Σ_c p(· | S, c)).
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ import numpy as np
 
 CALIBRATION_EPSILON = 1e-6
 """The small ε of 001 App. B: W = diag((p_cf + ε)^{-1})."""
+
+CONTENT_FREE_INPUTS: dict[str, tuple[str, ...]] = {"blank": ("",), "zhao2021": ("N/A", "", "[MASK]")}
+"""The queries of the content-free inputs: 001 App. B's blank content, or Zhao et al. 2021's three."""
 
 
 def renormalize(logprobs: np.ndarray) -> np.ndarray:
@@ -42,6 +50,16 @@ def calibrate(
     """
     log_weight = -np.log(np.exp(np.asarray(content_free_logprobs, dtype=np.float64)) + epsilon)
     return renormalize(np.asarray(logprobs, dtype=np.float64) + log_weight)
+
+
+def content_free_distribution(logprobs: np.ndarray) -> np.ndarray:
+    """p_cf from the log-distributions of n content-free inputs (axis 0, each already renormalized):
+    log normalize((1/n) Σ_c p_c) along the last axis (Zhao et al. 2021 average probabilities)."""
+    logprobs = np.asarray(logprobs, dtype=np.float64)
+    top = np.max(logprobs, axis=0)
+    top = np.where(np.isfinite(top), top, 0.0)
+    mean = top + np.log(np.mean(np.exp(logprobs - top), axis=0))
+    return renormalize(mean)
 
 
 def max_abs_log_ratio(log_p: np.ndarray, log_q: np.ndarray) -> np.ndarray:

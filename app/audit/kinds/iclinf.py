@@ -5,7 +5,9 @@ without replacement, fresh per query. The k + 1 prompts (all k, and each one rem
 one engine call, the full context first (leave-one-out prompt i shares with it everything before
 exemplar i, which the transformers engine reuses from its KV cache); the loss of position i is
 max_y |log A(S, x') − log A(S ∖ e_i, x')| over the label set (renormalized) or the full vocabulary,
-optionally calibrated by the content-free distribution of the same exemplars (001 App. B).
+optionally calibrated by the content-free distribution of the same exemplars (001 App. B): the query
+left blank (`content_free: blank`, the default) or the mean over "N/A", "" and "[MASK]" (`zhao2021`,
+the inputs of the method 001 App. B cites, Zhao et al. 2021 §4).
 
     python -m app.audit.kinds.iclinf examples/iclinf-agnews.json
 """
@@ -18,15 +20,19 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from app.audit.iclinf import calibrate, leave_one_out_losses, renormalize, summarize
+from app.audit.iclinf import (
+    CONTENT_FREE_INPUTS,
+    calibrate,
+    content_free_distribution,
+    leave_one_out_losses,
+    renormalize,
+    summarize,
+)
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import AuditError, RunContext
 from app.audit.templates import BUILTIN_TEMPLATES, ClassificationTemplate, custom_template, resolve_template
 from app.datasets.types import Dataset, Example
 from app.engines.protocol import LLMEngine
-
-CONTENT_FREE_QUERY = ""
-"""The query of the content-free input (001 App. B: the template with the content left blank)."""
 
 
 class Request(AuditRequestBase):
@@ -45,6 +51,12 @@ class Request(AuditRequestBase):
     calibration: bool = Field(
         default=False, description="Divide by the content-free distribution and renormalize (001 App. B)."
     )
+    content_free: Literal["blank", "zhao2021"] = Field(
+        default="blank",
+        description="With calibration: the content-free queries p_cf is taken from. blank: the query left "
+        "empty (001 App. B); zhao2021: the mean probabilities over 'N/A', '' and '[MASK]' (Zhao et al. 2021, "
+        "the method 001 App. B cites).",
+    )
     template: str | None = Field(
         default=None,
         description="None: 001 Table 2 for ag_news/dbpedia14/trec, else generic; a built-in name "
@@ -58,6 +70,8 @@ class Request(AuditRequestBase):
 
     @model_validator(mode="after")
     def _check_template(self) -> Request:
+        if self.content_free != "blank" and not self.calibration:
+            raise ValueError("content_free applies only with calibration: true")
         custom = self.template is not None and self.template not in {*BUILTIN_TEMPLATES, "generic"}
         if self.example_format is not None and not custom:
             raise ValueError("example_format applies only to a custom template (one with {examples}/{query})")
@@ -116,6 +130,24 @@ def score(engine: LLMEngine, prompts: Sequence[str], output_space: str, words: S
     return renormalize(np.stack([d.logprobs for d in dists]))
 
 
+def content_free_logprobs(
+    engine: LLMEngine,
+    template: ClassificationTemplate,
+    exemplars: Sequence[Example],
+    inputs: Sequence[str],
+    output_space: str,
+    words: Sequence[str],
+    first_only: bool = False,
+) -> np.ndarray:
+    """log p_cf for the k + 1 exemplar sets of one query (or the full set only): each content-free
+    input in place of the query, averaged over the inputs (`content_free_distribution`). Shape (k + 1, Y)."""
+    per_input = []
+    for text in inputs:
+        prompts = leave_one_out_prompts(template, exemplars, text)
+        per_input.append(score(engine, prompts[:1] if first_only else prompts, output_space, words))
+    return content_free_distribution(np.stack(per_input))
+
+
 def run(request: Request, ctx: RunContext) -> dict:
     if ctx.engines is None or ctx.datasets is None:
         raise AuditError("iclinf needs an engine and a dataset provider")
@@ -133,21 +165,26 @@ def run(request: Request, ctx: RunContext) -> dict:
     passes_before = engine.counters.forward_passes
 
     k, m = request.shots, request.queries
+    inputs = CONTENT_FREE_INPUTS[request.content_free]
     losses = np.empty((m, k))
     correct = 0
     for j, (query, exemplars) in enumerate(draw_queries(dataset, k, m, request.seed)):
         prompts = leave_one_out_prompts(template, exemplars, query.text)
         logp = score(engine, prompts, request.output_space, words)
         if request.calibration:
-            content_free = leave_one_out_prompts(template, exemplars, CONTENT_FREE_QUERY)
-            logp = calibrate(logp, score(engine, content_free, request.output_space, words))
+            logp = calibrate(
+                logp, content_free_logprobs(engine, template, exemplars, inputs, request.output_space, words)
+            )
         losses[j] = leave_one_out_losses(logp[0], logp[1:])
         if request.output_space == "labels":
             label_logp = logp[0]
         else:
             label_logp = score(engine, prompts[:1], "labels", words)[0]
             if request.calibration:
-                label_logp = calibrate(label_logp, score(engine, content_free[:1], "labels", words)[0])
+                cf = content_free_logprobs(
+                    engine, template, exemplars, inputs, "labels", words, first_only=True
+                )
+                label_logp = calibrate(label_logp, cf[0])
         correct += int(np.argmax(label_logp)) == label_index.get(query.label or "", -1)
         ctx.progress("iclinf", (j + 1) / m, f"query {j + 1}/{m}")
 
@@ -171,6 +208,7 @@ def run(request: Request, ctx: RunContext) -> dict:
         "queries": m,
         "output_space": request.output_space,
         "calibration": request.calibration,
+        "content_free": list(inputs) if request.calibration else None,
         "template": request.template
         or (request.dataset if request.dataset in BUILTIN_TEMPLATES else "generic"),
         "labels": list(words),

@@ -47,6 +47,10 @@ class IclinfAuditResult(ResultBase):
     calibration: bool | None = Field(
         default=None, description="Whether answers were calibrated by the content-free prompt."
     )
+    content_free: list[str] | None = Field(
+        default=None,
+        description="With calibration: the content-free queries the calibration distribution was averaged over.",
+    )
     template: str | None = Field(default=None, description="The prompt template used.")
     labels: list[str] | None = Field(default=None, description="The label words as the model saw them.")
     llm_forward_passes: int | None = Field(default=None, description="Forward passes the model ran.")

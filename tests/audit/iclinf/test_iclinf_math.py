@@ -10,6 +10,7 @@ import pytest
 
 from app.audit.iclinf import (
     calibrate,
+    content_free_distribution,
     leave_one_out_losses,
     max_abs_log_ratio,
     renormalize,
@@ -80,6 +81,19 @@ def test_calibration_is_normalized_division_by_content_free():
     eps = 1e-3
     expected = (p / (p_cf + eps)) / (p / (p_cf + eps)).sum()
     assert np.exp(calibrate(np.log(p), np.log(p_cf), eps)) == pytest.approx(expected)
+
+
+def test_content_free_distribution_averages_probabilities():
+    # Zhao et al. 2021: p_cf = normalize(mean over the content-free inputs of p(· | input))
+    per_input = np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8], [0.4, 0.4, 0.2]])
+    expected = per_input.mean(axis=0) / per_input.mean(axis=0).sum()
+    assert np.exp(content_free_distribution(np.log(per_input))) == pytest.approx(expected)
+    # one input (001 App. B's blank content) is that input's distribution; rows of k + 1 sets stay apart
+    rows = np.log(np.array([[[0.6, 0.4], [0.3, 0.7]]]))
+    assert np.exp(content_free_distribution(rows)) == pytest.approx(np.exp(rows[0]))
+    assert np.exp(content_free_distribution(np.array([[0.0, -np.inf], np.log([0.5, 0.5])]))) == pytest.approx(
+        [0.75, 0.25]
+    )
 
 
 def test_impossible_outputs_under_both_count_as_zero():

@@ -13,8 +13,9 @@ from app.audit.templates import resolve_template
 pytestmark = pytest.mark.slow
 
 
-def _reference(smollm2, direct_logprobs, ctx, request):
-    """Eq. 4 with every prompt scored by its own plain forward pass; labels as token sequences."""
+def _reference(smollm2, direct_logprobs, ctx, request, content_free=("",)):
+    """Eq. 4 with every prompt scored by its own plain forward pass; labels as token sequences;
+    calibration by the mean probabilities over the `content_free` queries."""
     dataset = ctx.datasets.load(request.dataset)
     template = resolve_template(request.template, request.dataset, dataset.labels)
     words = template.words(dataset.labels)
@@ -31,9 +32,12 @@ def _reference(smollm2, direct_logprobs, ctx, request):
     losses, vocab_losses, correct = [], [], 0
     for query, exemplars in iclinf.draw_queries(dataset, request.shots, request.queries, request.seed):
         prompts = iclinf.leave_one_out_prompts(template, exemplars, query.text)
-        content_free = iclinf.leave_one_out_prompts(template, exemplars, "")
         lab, voc = zip(*(scores(p) for p in prompts), strict=True)
-        cf = np.stack([scores(p)[0] for p in content_free])
+        cf_probs = [
+            np.stack([np.exp(scores(p)[0]) for p in iclinf.leave_one_out_prompts(template, exemplars, c)])
+            for c in content_free
+        ]
+        cf = np.log(np.mean(cf_probs, axis=0) / np.mean(cf_probs, axis=0).sum(axis=1, keepdims=True))
         cal = calibrate(np.stack(lab), cf)
         losses.append(leave_one_out_losses(cal[0], cal[1:]))
         vocab_losses.append(leave_one_out_losses(voc[0], np.stack(voc[1:])))
@@ -61,6 +65,21 @@ def test_iclinf_matches_independent_scoring(smollm2, direct_logprobs, real_ctx):
     assert vocab["forward_passes_per_query"] <= body["shots"] + 1
 
 
+def test_zhao2021_calibration_averages_three_content_free_inputs(smollm2, direct_logprobs, real_ctx):
+    body = {"dataset": "trec", "model": "smollm2-135m-instruct", "shots": 2, "queries": 1, "seed": 7}
+    request = iclinf.Request(**body, calibration=True, content_free="zhao2021")
+    expected, _, expected_acc = _reference(
+        smollm2, direct_logprobs, real_ctx, request, content_free=("N/A", "", "[MASK]")
+    )
+    result = iclinf.run(request, real_ctx)
+    assert result["content_free"] == ["N/A", "", "[MASK]"]
+    assert result["iclinf"] == pytest.approx(expected.iclinf, abs=1e-3)
+    assert result["per_position"] == pytest.approx(expected.per_position, abs=1e-3)
+    assert result["accuracy"] == expected_acc
+    blank = iclinf.run(iclinf.Request(**body, calibration=True), real_ctx)
+    assert blank["content_free"] == [""] and blank["iclinf"] != pytest.approx(result["iclinf"], abs=1e-6)
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -69,6 +88,8 @@ def test_iclinf_matches_independent_scoring(smollm2, direct_logprobs, real_ctx):
         ({"output_space": "tokens"}, "output_space"),
         ({"template": "{examples} without query"}, "template"),
         ({"example_format": "{text}"}, "example_format"),
+        ({"content_free": "zhao2021"}, "content_free"),
+        ({"content_free": "none", "calibration": True}, "content_free"),
     ],
 )
 def test_validation_names_the_field(body, field):
