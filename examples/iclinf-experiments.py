@@ -1,6 +1,7 @@
-"""Reproduce docs/results/iclinf.md: run the iclinf/synthgen request files, then tabulate and plot.
+"""Reproduce docs/results/iclinf.md's ICLInf sections: run the iclinf request files, then tabulate and plot.
+(The synthetic-generation section has its own script: examples/synthgen-experiments.py.)
 
-    .venv/bin/python examples/iclinf-experiments.py run [FILES...]   # default: every examples/iclinf-*.json, synthgen-*.json
+    .venv/bin/python examples/iclinf-experiments.py run [FILES...]   # default: every examples/iclinf-*.json
     .venv/bin/python examples/iclinf-experiments.py report           # tables (markdown, stdout) + docs/img/iclinf-*.png
 
 `run` executes each request in one process through `app.audit.local.run_request` (the same `run`
@@ -18,9 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RUNS = ROOT / "docs" / "results" / "iclinf-runs.jsonl"
 IMG = ROOT / "docs" / "img"
-ORDER = [  # most informative first: k = 4 labels, synthetic generation, calibration, vocabulary, shots
+ORDER = [  # most informative first: k = 4 labels, calibration, vocabulary, shots
     *(f"iclinf-{d}-k4.json" for d in ("agnews", "trec", "dbpedia")),
-    *(f"synthgen-eps{e}.json" for e in (1, 5, 10)),
     *(f"iclinf-{d}-k4-calibrated.json" for d in ("agnews", "trec", "dbpedia")),
     *(f"iclinf-{d}-k4-vocabulary.json" for d in ("agnews", "trec", "dbpedia")),
     *(f"iclinf-{d}-k{k}.json" for k in (1, 2, 8) for d in ("agnews", "trec", "dbpedia")),
@@ -146,32 +146,6 @@ def report() -> None:
     ax.legend()
     fig.tight_layout()
     fig.savefig(IMG / "iclinf-calibration-vocabulary.png", dpi=120)
-
-    print("\nSynthetic generation audit:\n")
-    print("| target ε | s | c | τ | N_gen | T_max | α* | ε_theory | ε_empirical | ratio | tokens | wall s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    synth = [runs[f] for f in sorted(runs) if f.startswith("synthgen-")]
-    synth.sort(key=lambda row: row["result"]["target_epsilon"])
-    for row in synth:
-        r = row["result"]
-        print(
-            f"| {r['target_epsilon']:g} | {r['batch_size']} | {r['clip']:g} | {r['temperature']:.2f} | "
-            f"{r['sequences']} | {r['max_new_tokens']} | {r['alpha']:g} | {r['epsilon_theory']:.3f} | "
-            f"{r['epsilon_empirical']:.3f} | {r['ratio']:.3f} | {r['generated_tokens']} | {row['wall_seconds']} |"
-        )
-    if synth:
-        fig, ax = plt.subplots(figsize=(5, 3.6))
-        for row in synth:
-            r = row["result"]
-            series = [v for seq in r["step_losses"] for v in seq]
-            ax.plot(
-                range(1, len(series) + 1), series, marker=".", label=f"ε_target = {r['target_epsilon']:g}"
-            )
-        ax.set(xlabel="generated token (all sequences)", ylabel="per-step ε^(t)(D; α*)", yscale="log")
-        ax.set_title("data-dependent RDP per token")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(IMG / "iclinf-synthgen-steps.png", dpi=120)
 
 
 if __name__ == "__main__":
