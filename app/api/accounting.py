@@ -59,6 +59,19 @@ class SyntheticGenerationRequest(BaseModel):
     solve_for: Literal["temperature", "clip", "batch_size"] | None = Field(
         default=None, description="The parameter to solve for target_epsilon (leave it null)."
     )
+    svt_noise: float | None = Field(
+        default=None,
+        ge=MIN_SCALE,
+        le=MAX_SCALE,
+        description="σ of Amin et al.'s sparse vector test (variant svt): only private tokens pay, each "
+        "with one SVT run, ρ = r·(½(c/(sτ))² + 2/(sσ)²) (Amin et al. Thm 1). Null: simplified (every token).",
+    )
+    private_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=100_000_000,
+        description="r: private-token budget with svt_noise (default N_gen·T_max).",
+    )
 
     @model_validator(mode="after")
     def _complete(self) -> SyntheticGenerationRequest:
@@ -67,6 +80,10 @@ class SyntheticGenerationRequest(BaseModel):
                 raise ValueError(f"leave {self.solve_for} null: it is the parameter being solved")
             if self.target_epsilon is None:
                 raise ValueError("target_epsilon is required with solve_for")
+        if self.private_tokens is not None and self.svt_noise is None:
+            raise ValueError(
+                "private_tokens needs svt_noise (without the sparse vector test every token is private)"
+            )
         for name in ("temperature", "clip", "batch_size"):
             if name != self.solve_for and getattr(self, name) is None:
                 raise ValueError(
@@ -80,7 +97,9 @@ class SyntheticGenerationResult(BaseModel):
     clip: float
     batch_size: int
     alpha: int = Field(description="The optimal Rényi order α* of Alg. 2.")
-    epsilon: float = Field(description="ε at δ of N_gen × T_max composed steps.")
+    epsilon: float = Field(
+        description="ε at δ of N_gen × T_max composed steps (with svt_noise: of r private tokens and their SVT runs)."
+    )
 
 
 class GaussianRequest(BaseModel):

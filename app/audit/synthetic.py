@@ -1,5 +1,5 @@
-"""DP synthetic text generation (Amin et al. 2024, Alg. 2; 001 App. C.1 Alg. 1) and its
-data-dependent Rényi audit (001 App. C.3.3, Eq. 7).
+"""DP synthetic text generation (Amin et al. 2024; 001 App. C.1 Alg. 1) and its data-dependent Rényi audit
+(001 App. C.3.3, Eq. 7).
 
 One step of Alg. 1 on a batch D of s prompts with per-prompt next-token logits z_p:
 
@@ -15,8 +15,18 @@ The per-step data-dependent RDP at order α is (001 Eq. 7)
 
     ε^{(t)}(D; α) = max_p D_α^↔( softmax(z̄/τ) ‖ softmax(z̄_{−p}/τ) ),
 
-summed over all generated tokens (Thm C.7), converted by Thm C.8 and doubled by Thm C.9
-(`app.audit.accounting.rdp.data_dependent_epsilon`).
+measured here at every order of a grid (the RDP curve) and summed over the private tokens (Thm C.7);
+`app.audit.accounting.rdp.rdp_curve_epsilon` converts the curve to (ε, δ).
+
+Variant "svt" is the full algorithm of Amin et al. (their Alg. 1 with public predictions): a public prompt
+(the instruction without a private example) gives public logits z_pub; the sparse vector test compares the
+query d = ‖(1/s)Σ_p softmax(z_p) − softmax(z_pub)‖₁ (Amin et al. Eq. 2) plus Lap(2σ) noise with the
+threshold θ + Lap(σ). Above it the token is private (sampled by Alg. 1 as above, budget spent, threshold
+redrawn); below it the token is sampled from softmax(z_pub/τ_pub) and costs nothing beyond the SVT run.
+Generation stops when r private tokens are spent. The data-dependent SVT cost of a run is its ε_SVT with the
+query's sensitivity 1/s replaced by the measured max_p |d(D) − d(D∖{p})| over the run's queries (the
+AboveThreshold proof only uses that difference for the pair D, D∖{p}), with the neighbour's mean also divided
+by s (Amin et al. normalize by the expected batch size).
 
 Clipping is invariant to a constant shift of z, so next-token log-probabilities may stand in for logits.
 """
@@ -28,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.audit.accounting.rdp import symmetric_renyi
+from app.audit.accounting.rdp import symmetric_renyi, symmetric_renyi_curve
 from app.engines.protocol import LLMEngine, Prompt
 
 
@@ -81,13 +91,82 @@ def step_privacy_loss(dists: StepDistributions, alpha: float) -> float:
     return max(float(symmetric_renyi(dists.log_p, q, alpha)) for q in dists.log_neighbours)
 
 
+def step_privacy_curve(dists: StepDistributions, orders: Sequence[float]) -> np.ndarray:
+    """001 Eq. 7 at every order: max_p D_α^↔(A(D) ‖ A(D ∖ {p})), shape (len(orders),)."""
+    return symmetric_renyi_curve(dists.log_p, dists.log_neighbours, orders).max(axis=1)
+
+
+def svt_distances(logprobs: np.ndarray, public_logprobs: np.ndarray) -> tuple[float, np.ndarray]:
+    """Amin et al. Eq. 2 on D and on every D ∖ {p}: d = ‖(1/s)Σ_p P_p − P_pub‖₁ and the s values with P_p left
+    out of the sum (still divided by s, so |d(D) − d(D∖{p})| ≤ 1/s)."""
+    probs = np.exp(np.asarray(logprobs, dtype=np.float64))
+    public = np.exp(np.asarray(public_logprobs, dtype=np.float64))
+    s = probs.shape[0]
+    mean = probs.sum(axis=0) / s
+    distance = float(np.abs(mean - public).sum())
+    neighbours = np.abs(mean[None, :] - probs / s - public[None, :]).sum(axis=1)
+    return distance, neighbours
+
+
+class SparseVectorTest:
+    """The sparse vector test of Amin et al. over one batch: AboveThreshold runs chained until r private tokens.
+
+    `runs` holds, per run (finished by a private token, or still open), the measured sensitivity
+    max_p |d(D) − d(D∖{p})| over its queries; each run's data-dependent RDP is α·2(Δ/σ)² (`rdp_curve`).
+    """
+
+    def __init__(
+        self,
+        *,
+        threshold: float,
+        noise: float,
+        public_temperature: float,
+        max_private_tokens: int,
+        rng: np.random.Generator,
+    ) -> None:
+        self.threshold, self.noise = threshold, noise
+        self.public_temperature = public_temperature
+        self.max_private_tokens = max_private_tokens
+        self.private_tokens = 0
+        self.runs: list[float] = []
+        self._open: float | None = None
+        self._noisy_threshold = threshold + rng.laplace(scale=noise)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.private_tokens >= self.max_private_tokens
+
+    def test(self, distance: float, neighbour_distances: np.ndarray, rng: np.random.Generator) -> bool:
+        """One query: True (private token; the run ends, the threshold is redrawn) if d + Lap(2σ) ≥ θ̂."""
+        sensitivity = float(np.max(np.abs(distance - np.asarray(neighbour_distances)), initial=0.0))
+        self._open = max(self._open or 0.0, sensitivity)
+        if distance + rng.laplace(scale=2 * self.noise) < self._noisy_threshold:
+            return False
+        self.runs.append(self._open)
+        self._open = None
+        self.private_tokens += 1
+        self._noisy_threshold = self.threshold + rng.laplace(scale=self.noise)
+        return True
+
+    def all_runs(self) -> list[float]:
+        """Sensitivities of the finished runs and of the open one (it has answered queries, so it costs)."""
+        return [*self.runs, *([self._open] if self._open is not None else [])]
+
+    def rdp_curve(self, orders: Sequence[float]) -> np.ndarray:
+        """Data-dependent SVT RDP: Σ_runs α·2(Δ_run/σ)² (ε_SVT = 2Δ/σ per run as ½ε²-zCDP)."""
+        total = sum(2 * (d / self.noise) ** 2 for d in self.all_runs())
+        return np.asarray([a * total for a in orders], dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class PrivateSequence:
-    """One generated sequence: its token ids, text, and the per-step data-dependent RDP ε^{(t)}(D; α*)."""
+    """One generated sequence: token ids, text, which tokens were private, and for each token the
+    data-dependent RDP curve of its step (zeros for a public token; SVT costs are in `SparseVectorTest`)."""
 
     token_ids: tuple[int, ...]
     text: str
-    step_losses: tuple[float, ...]
+    private: tuple[bool, ...]
+    step_curves: tuple[np.ndarray, ...]
 
 
 def generate_private_sequence(
@@ -97,32 +176,53 @@ def generate_private_sequence(
     clip: float,
     temperature: float,
     max_new_tokens: int,
-    alpha: float,
+    orders: Sequence[float],
     rng: np.random.Generator,
     stop_token_ids: frozenset[int] = frozenset(),
     on_token: Callable[[int], None] | None = None,
+    public_prompt: str | None = None,
+    svt: SparseVectorTest | None = None,
 ) -> PrivateSequence:
-    """Alg. 1 repeated for up to T_max tokens on the batch `prompts`, with the Eq. 7 loss of every step.
+    """Alg. 1 repeated for up to T_max tokens on the batch `prompts`, with the Eq. 7 curve of every step.
 
-    Each step is one batched forward pass over the s prompts continued by the tokens so far
-    (`Prompt.continuation`); sampling stops early at a token in `stop_token_ids` (that step's loss counts,
-    its token is not part of the text). `on_token(t)` is called after step t (progress/cancel).
+    Each step is one batched forward pass over the s prompts (and the public prompt with `svt`) continued by
+    the tokens so far (`Prompt.continuation`); sampling stops early at a token in `stop_token_ids` (that step
+    counts, its token is not part of the text) or when `svt` has spent its r private tokens.
+    `on_token(t)` is called after step t (progress/cancel).
     """
+    if (svt is None) != (public_prompt is None):
+        raise ValueError("the sparse vector test needs a public prompt, and a public prompt needs the test")
     generated: list[int] = []
-    losses: list[float] = []
+    private: list[bool] = []
+    curves: list[np.ndarray] = []
+    zero = np.zeros(len(orders))
     for t in range(max_new_tokens):
-        batch = [Prompt(text=p, continuation=tuple(generated)) for p in prompts]
-        dists = engine.next_token_logprobs(batch, top_k="all")
-        clipped = clip_logits(np.stack([d.logprobs for d in dists]), clip)
-        step = step_distributions(clipped, temperature)
-        losses.append(step_privacy_loss(step, alpha))
-        token = int(rng.choice(step.log_p.shape[0], p=_probabilities(step.log_p)))
+        if svt is not None and svt.exhausted:
+            break
+        texts = [*prompts, *([public_prompt] if public_prompt is not None else [])]
+        dists = engine.next_token_logprobs(
+            [Prompt(text=p, continuation=tuple(generated)) for p in texts], top_k="all"
+        )
+        logprobs = np.stack([d.logprobs for d in dists[: len(prompts)]])
+        use_private = True
+        if svt is not None:
+            public = np.asarray(dists[-1].logprobs, dtype=np.float64)
+            use_private = svt.test(*svt_distances(logprobs, public), rng)
+        if use_private:
+            step = step_distributions(clip_logits(logprobs, clip), temperature)
+            curves.append(step_privacy_curve(step, orders))
+            token = int(rng.choice(step.log_p.shape[0], p=_probabilities(step.log_p)))
+        else:
+            curves.append(zero)
+            log_pub = log_softmax(public / svt.public_temperature)
+            token = int(rng.choice(log_pub.shape[0], p=_probabilities(log_pub)))
+        private.append(use_private)
         if on_token is not None:
             on_token(t)
         if token in stop_token_ids:
             break
         generated.append(token)
-    return PrivateSequence(tuple(generated), engine.decode(generated), tuple(losses))
+    return PrivateSequence(tuple(generated), engine.decode(generated), tuple(private), tuple(curves))
 
 
 def _probabilities(log_p: np.ndarray) -> np.ndarray:

@@ -176,3 +176,9 @@ def generation_prompt(example_text: str, label: str = "Sports") -> str:
     return (
         f"{GENERATION_INSTRUCTION}\n\nNews Type: {label}\nText: {example_text}\n\nNews Type: {label}\nText:"
     )
+
+
+def public_generation_prompt(label: str = "Sports") -> str:
+    """The public (context-free) prompt of Amin et al.'s sparse vector variant: 001 Table 3 without the private
+    example, i.e. the instruction, then the label and "Text:"."""
+    return f"{GENERATION_INSTRUCTION}\n\nNews Type: {label}\nText:"

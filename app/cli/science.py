@@ -134,10 +134,21 @@ def synthetic_generation(
         str | None,
         typer.Option(help="temperature | clip | batch-size: the parameter to solve (omit its flag)."),
     ] = None,
+    svt_noise: Annotated[
+        float | None,
+        typer.Option(
+            callback=_scale("--svt-noise"), help="σ of the sparse vector test (Amin et al. variant svt)."
+        ),
+    ] = None,
+    private_tokens: Annotated[
+        int | None, typer.Option(min=1, max=100_000_000, help="r: private-token budget (with --svt-noise).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The ε that DP synthetic text generation spends, or the temperature, clip or batch size that reaches a
-    target ε."""
+    target ε. With --svt-noise, Amin et al.'s sparse-vector variant: only r private tokens pay (their Thm 1)."""
+    if private_tokens is not None and svt_noise is None:
+        raise typer.BadParameter("needs --svt-noise", param_hint="--private-tokens")
     target = solve_for.replace("-", "_") if solve_for else None
     if target is not None and target not in ("temperature", "clip", "batch_size"):
         raise typer.BadParameter("choose temperature, clip or batch-size", param_hint="--solve-for")
@@ -156,7 +167,8 @@ def synthetic_generation(
     try:
         result = synthetic_generation_parameters(
             delta=delta, sequences=sequences, max_new_tokens=max_new_tokens, clip=clip, batch_size=batch_size,
-            temperature=temperature, target_epsilon=target_epsilon, solve_for=target,
+            temperature=temperature, target_epsilon=target_epsilon, solve_for=target, svt_noise=svt_noise,
+            private_tokens=private_tokens,
         )  # fmt: skip
     except (ValueError, OverflowError) as error:
         raise typer.BadParameter(str(error), param_hint="--target-epsilon") from error

@@ -20,7 +20,6 @@ from matplotlib.figure import Figure
 from pydantic import ValidationError
 from scipy import special
 
-from app.audit.accounting.rdp import synthetic_generation_step_rdp
 from app.audit.bounds import clopper_pearson_lower, clopper_pearson_upper
 from app.audit.kinds.registry import validate_result
 from app.audit.results.base import ResultBase
@@ -297,69 +296,59 @@ def plot_iclinf(fig: Figure, request: dict[str, Any], result: Any) -> None:
 
 
 def plot_synthetic_generation(fig: Figure, request: dict[str, Any], result: Any) -> None:
-    """Data-dependent RDP at α* per token and cumulated (001 Eq. 7) against the theory's per-token bound
-    (Eq. 8 / EM bound) over the whole N_gen·T_max budget."""
+    """The headline RDP curve: measured data-dependent RDP (001 Eq. 7 summed over the private tokens) and the
+    theory's bound against the order α; beside it the per-token data-dependent RDP at the theory's α*."""
+    orders = np.asarray(_need(result, "orders"), dtype=float)
+    emp = np.asarray(_need(result, "rdp_empirical"), dtype=float)
+    theory = np.asarray(_need(result, "rdp_theory"), dtype=float)
     series = [np.asarray(s, dtype=float) for s in _need(result, "step_losses")]
+    masks = _opt(result, "private_mask") or [[True] * len(s) for s in series]
     alpha, clip = float(_need(result, "alpha")), float(_need(result, "clip"))
     s, tau = int(_need(result, "batch_size")), float(_need(result, "temperature"))
-    budget = int(_need(result, "sequences")) * int(_need(result, "max_new_tokens"))
-    step_theory = synthetic_generation_step_rdp(alpha, clip, s, tau)
-    losses = np.concatenate(series) if series else np.zeros(0)
-    steps = np.arange(1, len(losses) + 1)
-    ax, cum = fig.subplots(1, 2)
+    curve, ax = fig.subplots(1, 2)
 
-    start = 1
-    for i, seq in enumerate(series):
-        idx = np.arange(start, start + len(seq))
-        ax.plot(
-            idx,
-            seq,
-            ".-",
-            linewidth=0.8,
-            markersize=4,
-            color=f"C{i % 10}",
-            alpha=0.85,
-            label="per-token data-dependent RDP" if i == 0 else None,
-        )
-        start += len(seq)
-    ax.axhline(step_theory, color="tab:red", linestyle="--", label=f"theory per token = {step_theory:.3g}")
-    ax.set_xlabel("generated token (sequences one after another)")
-    ax.set_ylabel(f"RDP at α* = {alpha:g}")
-    ax.set_title("per-token privacy loss")
-
-    if losses.size and losses.min() > 0:
-        ax.set_yscale("log")
-        ax.set_ylim(top=max(step_theory, float(losses.max())) * 20)
-    full = np.arange(0, budget + 1)
-    cum.plot(
-        full[1:],
-        full[1:] * step_theory,
-        color="tab:red",
-        linestyle="--",
-        label=f"theory: {budget} tokens → {budget * step_theory:.3g}",
+    curve.plot(orders, theory, color="tab:red", linestyle="--", label="theory (any examples)")
+    curve.plot(
+        orders, emp, color="tab:blue", marker=".", linewidth=2, label="data-dependent (these examples)"
     )
-    cum.plot(
-        steps,
-        np.cumsum(losses),
-        color="tab:blue",
-        linewidth=2,
-        label=f"data-dependent: {len(losses)} tokens → {float(_need(result, 'total_rdp')):.3g}",
+    alpha_emp = float(_need(result, "alpha_empirical"))
+    curve.axvline(
+        alpha_emp, color="tab:blue", alpha=0.4, linewidth=1, label=f"ε_empirical at α = {alpha_emp:g}"
     )
-    cum.set_yscale("log" if losses.size and losses.min() > 0 else "linear")
-    cum.set_xlabel("generated tokens")
-    cum.set_ylabel(f"cumulative RDP at α* = {alpha:g}")
-    cum.set_title("cumulative privacy loss")
+    curve.set_xscale("log")
+    if emp.size and emp.min() > 0:
+        curve.set_yscale("log")
+    curve.set_xlabel("Rényi order α")
+    curve.set_ylabel("RDP ε(α) of the whole run")
+    curve.set_title("RDP curve")
+    private = int(_need(result, "private_tokens"))
     text = (
         f"ε_empirical = {float(_need(result, 'epsilon_empirical')):.3g}\n"
         f"ε_theory = {float(_need(result, 'epsilon_theory')):.3g}  (δ = {float(_need(result, 'delta')):g})\n"
-        f"ratio = {float(_need(result, 'ratio')):.3g}"
+        f"private tokens {private} of {int(_need(result, 'generated_tokens'))}"
     )
-    cum.text(0.98, 0.04, text, transform=cum.transAxes, ha="right", va="bottom", fontsize=9, bbox=_BOX)
-    for a in (ax, cum):
+    curve.text(0.98, 0.04, text, transform=curve.transAxes, ha="right", va="bottom", fontsize=9, bbox=_BOX)
+
+    start = 1
+    for i, (seq, mask) in enumerate(zip(series, masks, strict=False)):
+        idx = np.arange(start, start + len(seq))
+        ax.plot(idx, seq, "-", linewidth=0.8, color=f"C{i % 10}", alpha=0.6)
+        priv = np.asarray(mask, dtype=bool)[: len(seq)]
+        ax.plot(idx[priv], seq[priv], "o", markersize=4, color=f"C{i % 10}", label=f"text {i + 1}: private")
+        if (~priv).any():
+            ax.plot(
+                idx[~priv], seq[~priv], "x", markersize=5, color=f"C{i % 10}", label=f"text {i + 1}: public"
+            )
+        start += len(seq)
+    ax.set_xlabel("generated token (texts one after another)")
+    ax.set_ylabel(f"data-dependent RDP at α* = {alpha:g}")
+    ax.set_title("per-token privacy loss")
+    for a in (curve, ax):
         a.grid(alpha=0.3, which="both")
         a.legend(loc="upper left", fontsize=8)
+    variant = _opt(result, "variant") or "simplified"
     fig.suptitle(
-        f"synthetic_generation: {_opt(result, 'model', '?')}, s = {s}, c = {clip:g}, τ = {tau:.3g}, "
+        f"synthetic_generation ({variant}): {_opt(result, 'model', '?')}, s = {s}, c = {clip:g}, τ = {tau:.3g}, "
         f"N_gen = {_need(result, 'sequences')}, T_max = {_need(result, 'max_new_tokens')}"
     )
 

@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from app.api.accounting import router
+from app.audit.accounting.rdp import synthetic_generation_epsilon
 from app.audit.kinds import bound
 from app.audit.runtime import RunContext
 from app.cli.science import register
@@ -112,6 +113,16 @@ def test_cli_accounting() -> None:
         _cli(), ["accounting", "gaussian", "--epsilon", "1", "--delta", "1e-5", "--json"]
     )
     assert json.loads(gaussian.stdout)["sigma"] == pytest.approx(4.844805, rel=1e-6)
+    svt = runner.invoke(
+        _cli(), ["accounting", "synthetic-generation", "--clip", "10", "--batch-size", "10", "--temperature", "3",
+                 "--sequences", "2", "--max-new-tokens", "6", "--svt-noise", "1", "--private-tokens", "8", "--json"],
+    )  # fmt: skip
+    assert json.loads(svt.stdout)["epsilon"] == pytest.approx(
+        synthetic_generation_epsilon(
+            clip=10, batch_size=10, temperature=3, sequences=2, max_new_tokens=6, delta=1e-5, svt_noise=1.0,
+            private_tokens=8,
+        )[0]
+    )  # fmt: skip
     bad = runner.invoke(_cli(), ["accounting", "gaussian", "--epsilon", "0"])
     assert bad.exit_code == 2 and "--epsilon" in bad.output
 
@@ -132,6 +143,15 @@ def test_api_accounting_router() -> None:
     assert missing.status_code == 422 and "temperature" in missing.text
     clash = client.post("/v1/accounting/synthetic-generation", json=body | {"clip": 3})
     assert clash.status_code == 422 and "clip" in clash.text
+    # Amin et al.'s sparse-vector variant: r private tokens with their SVT runs (Thm 1), same as the library
+    svt = {"clip": 10, "batch_size": 10, "temperature": 3, "sequences": 2, "max_new_tokens": 6}
+    answer = client.post(
+        "/v1/accounting/synthetic-generation", json=svt | {"svt_noise": 1, "private_tokens": 8}
+    )
+    expected = synthetic_generation_epsilon(**svt, delta=1e-5, svt_noise=1.0, private_tokens=8)
+    assert answer.status_code == 200 and (answer.json()["epsilon"], answer.json()["alpha"]) == expected
+    lone = client.post("/v1/accounting/synthetic-generation", json=svt | {"private_tokens": 8})
+    assert lone.status_code == 422 and "svt_noise" in lone.text
     g = client.post("/v1/accounting/gaussian", json={"epsilon": 1, "delta": 1e-5, "sensitivity": 2**0.5})
     assert g.status_code == 200 and g.json()["mu"] == pytest.approx(2**0.5 / g.json()["sigma"])
     assert client.post("/v1/accounting/gaussian", json={"epsilon": -1}).status_code == 422

@@ -26,6 +26,9 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "mia_exact": _example("mia-oracle-eps1.json", estimator="exact", trials=2),
     "iclinf": _example("iclinf-trec-k1.json", shots=2, queries=3),
     "synthetic_generation": _example("synthgen-eps1.json", sequences=2, max_new_tokens=3, batch_size=4),
+    "synthetic_generation_svt": _example(
+        "synthgen-svt-eps10.json", sequences=2, max_new_tokens=3, batch_size=4
+    ),
 }
 
 

@@ -22,6 +22,9 @@ CASES = [
     pytest.param("mia", "mia_exact", id="mia-exact"),
     pytest.param("iclinf", "iclinf", id="iclinf", marks=pytest.mark.slow),
     pytest.param("synthetic_generation", "synthetic_generation", id="synthgen", marks=pytest.mark.slow),
+    pytest.param(
+        "synthetic_generation", "synthetic_generation_svt", id="synthgen-svt", marks=pytest.mark.slow
+    ),
 ]
 
 

@@ -10,8 +10,17 @@ temperature τ, with clip bound c. Per step (001 Eq. 8 and the bound after it):
 
 N_gen sequences × T_max tokens compose additively (Thm C.7); RDP → (ε, δ) by Thm C.8 minimized over
 integer orders α = 2 … 100 (Alg. 2); τ, c are found by bisection (Alg. 3) and s as the smallest integer.
-Data-dependent leakage (ICLInf): the symmetric Rényi divergence of two next-token distributions (Eqs. 5–7),
-summed over tokens, converted at the theory's α*, then doubled for bounded adjacency (Thm C.9).
+Full Amin et al. algorithm (public logits + sparse vector, variant "svt"): only the r private tokens pay, each
+the step bound above plus one AboveThreshold run of the sparse vector test (Amin et al. 2024, Thm 1:
+ρ = r·(½(c/(sτ))² + 2/(sσ)²), the SVT term being the ½ε²-zCDP of ε_SVT = 2/(sσ)-DP, Laplace noise σ and 2σ on a
+query of sensitivity 1/s).
+
+Data-dependent leakage (ICLInf): the symmetric Rényi divergence of two next-token distributions (Eqs. 5–7)
+at every order of `EMPIRICAL_ORDERS`, summed over tokens (the measured RDP curve), converted to (ε, δ) by
+`rdp_curve_epsilon`: dp_accounting's RDP conversion (Balle et al. 2020 Thm 21 = Canonne-Kamath-Steinke 2020
+Prop. 12 = 001 Thm C.8, with its KL case giving ε = 0 when δ² > 1 − e^{−ε_RDP}) minimized over the orders.
+No ×2: Thm C.9 is a pure-DP statement, and both curves are remove-one (add/remove) RDP (the theory's Δ = c/(sτ)
+is the add/remove sensitivity of Amin et al.'s Lemma 3/4).
 """
 
 from __future__ import annotations
@@ -20,9 +29,17 @@ import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
+from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
 from scipy.special import logsumexp
 
 ORDERS = range(2, 101)
+EMPIRICAL_ORDERS: tuple[float, ...] = (
+    *(1.25, 1.5, 1.75),
+    *range(2, 21),
+    *(24, 28, 32, 40, 48, 56, 64, 80, 100, 128, 160, 192, 256, 384, 512, 1024),
+)
+"""Orders at which the data-dependent RDP curve is measured (the theory's α* ∈ 2…100 is added per run, so the
+curve's (ε, δ) is never above the theory's when the curve lies below the theory's)."""
 _BISECTION_STEPS = 60
 
 
@@ -74,17 +91,76 @@ def rdp_to_approx_dp(
     return best_eps, best_alpha
 
 
+def svt_rdp(alpha: float, batch_size: int, svt_noise: float) -> float:
+    """RDP of one AboveThreshold run of Amin et al.'s sparse vector test: α·2/(sσ)².
+
+    The query d(Z, z_pub) = ‖(1/s)Σ_p softmax(z_p) − softmax(z_pub)‖₁ (Amin et al. Eq. 2) changes by at most
+    1/s when one prompt is removed; threshold noise Lap(σ) and query noise Lap(2σ) make one run (until the
+    first "above", i.e. one private token) ε_SVT = 2/(sσ)-DP (Dwork & Roth Thm 3.23), which is
+    ½ε_SVT²-zCDP (Bun & Steinke Prop. 1.4), i.e. RDP α·2/(sσ)² (Thm C.3) — Amin et al. Thm 1's SVT term.
+    """
+    return alpha * 2 / (batch_size * svt_noise) ** 2
+
+
+def synthetic_generation_rdp(
+    alpha: float,
+    *,
+    clip: float,
+    batch_size: int,
+    temperature: float,
+    steps: int,
+    svt_noise: float | None = None,
+) -> float:
+    """The theory's RDP curve at α: `steps` private tokens, each ε_step(α) (Thm C.7), plus with the sparse
+    vector test one AboveThreshold run per private token (Amin et al. Thm 1: r·(ε_step + SVT term))."""
+    per_token = synthetic_generation_step_rdp(alpha, clip, batch_size, temperature)
+    if svt_noise is not None:
+        per_token += svt_rdp(alpha, batch_size, svt_noise)
+    return steps * per_token
+
+
 def synthetic_generation_epsilon(
-    *, clip: float, batch_size: int, temperature: float, sequences: int, max_new_tokens: int, delta: float
+    *,
+    clip: float,
+    batch_size: int,
+    temperature: float,
+    sequences: int,
+    max_new_tokens: int,
+    delta: float,
+    svt_noise: float | None = None,
+    private_tokens: int | None = None,
 ) -> tuple[float, int]:
-    """(ε*, α*) of N_gen sequences × T_max tokens: Alg. 2 on N_gen·T_max·ε_step(α) (Thm C.7)."""
+    """(ε*, α*) by Alg. 2 on the theory's RDP curve.
+
+    Simplified Alg. 1: every one of the N_gen·T_max tokens is private (Thm C.7). With the sparse vector test
+    (`svt_noise` σ given) only the r = `private_tokens` (at most N_gen·T_max) private tokens pay, each with its
+    SVT run: RDP(α) = r·(ε_step(α) + α·2/(sσ)²) (Amin et al. Thm 1).
+    """
     _check_positive(clip=clip, batch_size=batch_size, temperature=temperature)
     steps = sequences * max_new_tokens
     if steps < 1:
         raise ValueError("sequences and max_new_tokens must be ≥ 1")
+    if svt_noise is not None:
+        _check_positive(svt_noise=svt_noise)
+        steps = min(steps, private_tokens or steps)
     return rdp_to_approx_dp(
-        lambda a: steps * synthetic_generation_step_rdp(a, clip, batch_size, temperature), delta
+        lambda a: synthetic_generation_rdp(
+            a, clip=clip, batch_size=batch_size, temperature=temperature, steps=steps, svt_noise=svt_noise
+        ),
+        delta,
     )
+
+
+def rdp_curve_epsilon(
+    orders: Iterable[float], rdp_values: Iterable[float], delta: float
+) -> tuple[float, float]:
+    """(ε, α) of an RDP curve: dp_accounting's `compute_epsilon`, i.e. min over the orders of
+    ε_RDP(α) + log((α−1)/α) − (log δ + log α)/(α−1) (Balle et al. 2020 Thm 21; Canonne, Kamath & Steinke 2020
+    Prop. 12; the same formula as 001 Thm C.8), and ε = 0 where δ² > 1 − e^{−ε_RDP(α)} (the KL bound)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    eps, order = compute_epsilon(list(orders), list(rdp_values), delta)
+    return float(eps), float(order)
 
 
 def solve_temperature(
@@ -95,6 +171,8 @@ def solve_temperature(
     batch_size: int,
     sequences: int,
     max_new_tokens: int,
+    svt_noise: float | None = None,
+    private_tokens: int | None = None,
     iterations: int = _BISECTION_STEPS,
 ) -> tuple[float, int, float]:
     """001 Alg. 3: bisection on τ (ε decreases as τ grows) → (τ*, α*, ε*) with ε* ≤ ε_target at τ*'s upper end."""
@@ -102,13 +180,13 @@ def solve_temperature(
     def eps(tau: float) -> float:
         return synthetic_generation_epsilon(
             clip=clip, batch_size=batch_size, temperature=tau, sequences=sequences,
-            max_new_tokens=max_new_tokens, delta=delta,
+            max_new_tokens=max_new_tokens, delta=delta, svt_noise=svt_noise, private_tokens=private_tokens,
         )[0]  # fmt: skip
 
     tau = _bisect_decreasing(eps, target_epsilon, iterations)
     eps_star, alpha_star = synthetic_generation_epsilon(
         clip=clip, batch_size=batch_size, temperature=tau, sequences=sequences,
-        max_new_tokens=max_new_tokens, delta=delta,
+        max_new_tokens=max_new_tokens, delta=delta, svt_noise=svt_noise, private_tokens=private_tokens,
     )  # fmt: skip
     return tau, alpha_star, eps_star
 
@@ -121,6 +199,8 @@ def solve_clip(
     batch_size: int,
     sequences: int,
     max_new_tokens: int,
+    svt_noise: float | None = None,
+    private_tokens: int | None = None,
     iterations: int = _BISECTION_STEPS,
 ) -> tuple[float, int, float]:
     """Alg. 3 on the clip bound c (ε increases with c) → (c*, α*, ε*) (001 Table 5)."""
@@ -128,14 +208,14 @@ def solve_clip(
     def eps(clip: float) -> float:
         return synthetic_generation_epsilon(
             clip=clip, batch_size=batch_size, temperature=temperature, sequences=sequences,
-            max_new_tokens=max_new_tokens, delta=delta,
+            max_new_tokens=max_new_tokens, delta=delta, svt_noise=svt_noise, private_tokens=private_tokens,
         )[0]  # fmt: skip
 
     clip = _bisect_decreasing(lambda inv: eps(1 / inv), target_epsilon, iterations)
     clip = 1 / clip
     eps_star, alpha_star = synthetic_generation_epsilon(
         clip=clip, batch_size=batch_size, temperature=temperature, sequences=sequences,
-        max_new_tokens=max_new_tokens, delta=delta,
+        max_new_tokens=max_new_tokens, delta=delta, svt_noise=svt_noise, private_tokens=private_tokens,
     )  # fmt: skip
     return clip, alpha_star, eps_star
 
@@ -148,13 +228,15 @@ def solve_batch_size(
     temperature: float,
     sequences: int,
     max_new_tokens: int,
+    svt_noise: float | None = None,
+    private_tokens: int | None = None,
 ) -> tuple[int, int, float]:
     """The smallest integer s with ε(s) ≤ ε_target (ε decreases in s) → (s*, α*, ε*) (001 Table 6)."""
 
     def result(s: int) -> tuple[float, int]:
         return synthetic_generation_epsilon(
             clip=clip, batch_size=s, temperature=temperature, sequences=sequences,
-            max_new_tokens=max_new_tokens, delta=delta,
+            max_new_tokens=max_new_tokens, delta=delta, svt_noise=svt_noise, private_tokens=private_tokens,
         )  # fmt: skip
 
     _check_positive(target_epsilon=target_epsilon)
@@ -189,11 +271,23 @@ def symmetric_renyi(log_p: np.ndarray, log_q: np.ndarray, alpha: float) -> float
     return max(renyi_divergence(log_p, log_q, alpha), renyi_divergence(log_q, log_p, alpha))
 
 
-def data_dependent_epsilon(total_rdp: float, alpha: int, delta: float) -> float:
-    """ε_empirical = 2·(ε_A^{(1:T)} + log((α−1)/α) − (log δ + log α)/(α−1)) (Thm C.8, then ×2 by Thm C.9)."""
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
-    return 2 * _rdp_to_dp(total_rdp, alpha, delta)
+def symmetric_renyi_curve(log_p: np.ndarray, log_qs: np.ndarray, orders: Iterable[float]) -> np.ndarray:
+    """D_α↔(P‖Q_j) (001 Eq. 6) for every order (rows) and every Q_j (columns of `log_qs`, shape (n, V)).
+
+    Both distributions must have full support (softmax of clipped logits does). log Σ P^α Q^{1−α} is taken
+    as log Σ P·exp((α−1)(log P − log Q)) by logsumexp, clipped at 0 (rounding of a zero divergence).
+    """
+    log_p = np.asarray(log_p, dtype=np.float64)
+    log_qs = np.atleast_2d(np.asarray(log_qs, dtype=np.float64))
+    ratio = log_p[None, :] - log_qs
+    out = []
+    for alpha in orders:
+        if alpha <= 1:
+            raise ValueError(f"alpha must be > 1, got {alpha}")
+        forward = logsumexp(log_p[None, :] + (alpha - 1) * ratio, axis=1)
+        backward = logsumexp(log_qs - (alpha - 1) * ratio, axis=1)
+        out.append(np.maximum(np.maximum(forward, backward), 0.0) / (alpha - 1))
+    return np.asarray(out)
 
 
 def _rdp_to_dp(rdp_value: float, alpha: float, delta: float) -> float:
@@ -234,14 +328,24 @@ def synthetic_generation_parameters(
     temperature: float | None = None,
     target_epsilon: float | None = None,
     solve_for: str | None = None,
+    svt_noise: float | None = None,
+    private_tokens: int | None = None,
 ) -> dict:
     """The calculator behind the CLI and POST /v1/accounting/synthetic-generation.
 
     With `solve_for` (temperature | clip | batch_size) that parameter is found for `target_epsilon`
-    (001 Alg. 3); without it, ε of the given parameters. Returns {temperature, clip, batch_size, alpha, epsilon}.
+    (001 Alg. 3); without it, ε of the given parameters. With `svt_noise` σ, the full Amin et al. algorithm:
+    only `private_tokens` r (default N_gen·T_max) tokens pay, each with its sparse-vector run (Amin et al. Thm 1).
+    Returns {temperature, clip, batch_size, alpha, epsilon}.
     """
     params = {"temperature": temperature, "clip": clip, "batch_size": batch_size}
-    common = {"delta": delta, "sequences": sequences, "max_new_tokens": max_new_tokens}
+    common = {
+        "delta": delta,
+        "sequences": sequences,
+        "max_new_tokens": max_new_tokens,
+        "svt_noise": svt_noise,
+        "private_tokens": private_tokens,
+    }
     if solve_for is not None and solve_for not in SOLVE_FOR:
         raise ValueError(f"solve_for must be one of {', '.join(SOLVE_FOR)}, got {solve_for!r}")
     missing = [name for name, value in params.items() if value is None and name != solve_for]

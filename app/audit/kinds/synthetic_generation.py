@@ -4,8 +4,15 @@ A batch D of s one-shot prompts (001 Table 3, one private example each, all with
 Alg. 1: per step the clipped next-token logits are averaged and the token is sampled from softmax(z̄/τ);
 N_gen sequences of up to T_max tokens. Theory: (c, s, τ, N_gen, T_max, δ) → (ε_theory, α*) by Eq. 8 /
 EM bound, N_gen·T_max-fold composition and Alg. 2; with `target_epsilon` the missing one of τ, c, s is
-solved (Alg. 3). Audit: the per-step data-dependent RDP at α* (Eq. 7, same clipped logits, no extra
-forward passes), summed over all generated tokens, Thm C.8, ×2 (Thm C.9) → ε_empirical.
+solved (Alg. 3). Audit: the per-step data-dependent RDP (Eq. 7, same clipped logits, no extra forward passes)
+at every order of a grid, summed over the private tokens (Thm C.7): the curve `rdp_empirical` beside the
+theory's `rdp_theory`, converted to ε_empirical by dp_accounting's RDP → (ε, δ) conversion (Balle et al. 2020
+Thm 21 / Canonne-Kamath-Steinke Prop. 12, the formula of 001 Thm C.8) minimized over the orders. Both curves
+are for remove-one neighbours, so nothing is doubled (001's ×2 of Thm C.9 is a pure-DP theorem).
+
+`variant: "svt"` runs Amin et al.'s full algorithm: public (context-free) logits and the sparse vector test;
+only private tokens (at most `max_private_tokens` r) pay, each with one SVT run, and the theory is Amin et al.
+Thm 1, ρ = r·(½(c/(sτ))² + 2/(sσ)²) (with the step's exponential-mechanism bound where it is smaller).
 
     python -m app.audit.kinds.synthetic_generation examples/synthgen-eps1.json
 """
@@ -17,11 +24,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON, rdp
+from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE, rdp
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import AuditError, RunContext
-from app.audit.synthetic import generate_private_sequence
-from app.audit.templates import generation_prompt
+from app.audit.synthetic import SparseVectorTest, generate_private_sequence
+from app.audit.templates import generation_prompt, public_generation_prompt
 
 SOLVABLE = ("temperature", "clip", "batch_size")
 
@@ -47,9 +54,39 @@ class Request(AuditRequestBase):
     sequences: int = Field(default=50, ge=1, le=1000, description="N_gen: synthetic texts generated.")
     max_new_tokens: int = Field(default=40, ge=1, le=512, description="T_max: new tokens per text.")
     delta: float = Field(default=1e-5, ge=MIN_DELTA, lt=1, description="δ of the (ε, δ)-DP conversion.")
+    variant: Literal["simplified", "svt"] = Field(
+        default="simplified",
+        description="simplified: every token private (001 Alg. 1); svt: Amin et al.'s public logits with the "
+        "sparse vector test, only tokens where private and public predictions differ spend budget.",
+    )
+    svt_threshold: float = Field(
+        default=0.5,
+        ge=0,
+        le=2,
+        description="svt: θ, threshold on the L1 distance of private and public predictions.",
+    )
+    svt_noise: float = Field(
+        default=0.2,
+        ge=MIN_SCALE,
+        le=MAX_SCALE,
+        description="svt: σ, Laplace noise scale (threshold σ, query 2σ).",
+    )
+    public_temperature: float = Field(
+        default=1.5, ge=MIN_SCALE, le=MAX_SCALE, description="svt: temperature of the public tokens."
+    )
+    max_private_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=512_000,
+        description="svt: r, private tokens allowed in all (default N_gen·T_max).",
+    )
 
     @model_validator(mode="after")
     def _check_parameters(self) -> Request:
+        if self.variant == "simplified" and self.max_private_tokens is not None:
+            raise ValueError(
+                'max_private_tokens applies to variant "svt" only (simplified: every token is private)'
+            )
         missing = [name for name in SOLVABLE if getattr(self, name) is None]
         if self.target_epsilon is None and missing:
             raise ValueError(
@@ -83,12 +120,22 @@ EXAMPLE: dict = {
 }
 
 
+def private_token_budget(request: Request) -> int:
+    """Tokens that may spend budget: all N_gen·T_max (simplified), r = max_private_tokens at most that (svt)."""
+    steps = request.sequences * request.max_new_tokens
+    if request.variant == "svt" and request.max_private_tokens is not None:
+        return min(steps, request.max_private_tokens)
+    return steps
+
+
 def theory(request: Request) -> dict[str, float]:
     """(τ, c, s, α*, ε_theory): solve the missing parameter from target_epsilon (Alg. 3) or account (Alg. 2)."""
     common = {
         "delta": request.delta,
         "sequences": request.sequences,
         "max_new_tokens": request.max_new_tokens,
+        "svt_noise": request.svt_noise if request.variant == "svt" else None,
+        "private_tokens": private_token_budget(request),
     }
     tau, clip, s = request.temperature, request.clip, request.batch_size
     if request.target_epsilon is not None:
@@ -133,11 +180,27 @@ def run(request: Request, ctx: RunContext) -> dict:
     batch = [private[i] for i in rng.choice(len(private), size=s, replace=False)]
     prompts = [generation_prompt(e.text, request.label) for e in batch]
     stop = frozenset(getattr(engine, "eos_token_ids", ()) or ())
+    orders = sorted({*rdp.EMPIRICAL_ORDERS, alpha})
+    budget = private_token_budget(request)
+    svt = None
+    if request.variant == "svt":
+        svt = SparseVectorTest(
+            threshold=request.svt_threshold,
+            noise=request.svt_noise,
+            public_temperature=request.public_temperature,
+            max_private_tokens=budget,
+            rng=rng,
+        )
 
     n, t_max = request.sequences, request.max_new_tokens
     texts: list[str] = []
+    curve = np.zeros(len(orders))
     step_losses: list[list[float]] = []
+    private_mask: list[list[bool]] = []
+    at_alpha = orders.index(alpha)
     for i in range(n):
+        if svt is not None and svt.exhausted:
+            break
 
         def on_token(t: int, i: int = i) -> None:
             ctx.progress(
@@ -150,21 +213,40 @@ def run(request: Request, ctx: RunContext) -> dict:
             clip=params["clip"],
             temperature=params["temperature"],
             max_new_tokens=t_max,
-            alpha=alpha,
+            orders=orders,
             rng=rng,
             stop_token_ids=stop,
             on_token=on_token,
+            public_prompt=public_generation_prompt(request.label) if svt is not None else None,
+            svt=svt,
         )
         texts.append(seq.text)
-        step_losses.append(list(seq.step_losses))
-
-    total_rdp = float(sum(sum(series) for series in step_losses))
-    epsilon_empirical = float(rdp.data_dependent_epsilon(total_rdp, alpha, request.delta))
+        for step in seq.step_curves:
+            curve += step
+        step_losses.append([float(step[at_alpha]) for step in seq.step_curves])
+        private_mask.append(list(seq.private))
+    if svt is not None:
+        curve += svt.rdp_curve(orders)
+    theory_curve = [
+        rdp.synthetic_generation_rdp(
+            a,
+            clip=params["clip"],
+            batch_size=s,
+            temperature=params["temperature"],
+            steps=budget,
+            svt_noise=request.svt_noise if svt is not None else None,
+        )
+        for a in orders
+    ]
+    epsilon_empirical, alpha_empirical = rdp.rdp_curve_epsilon(orders, curve, request.delta)
+    private_tokens = sum(sum(mask) for mask in private_mask)
+    generated = sum(len(mask) for mask in private_mask)
     forward_passes = engine.counters.forward_passes - passes_before
     if ctx.on_counters is not None:
         ctx.on_counters({"forward_passes": forward_passes})
     return {
         "kind": "synthetic_generation",
+        "variant": request.variant,
         "dataset": request.dataset,
         "model": request.model,
         "label": request.label,
@@ -177,11 +259,27 @@ def run(request: Request, ctx: RunContext) -> dict:
         "target_epsilon": request.target_epsilon,
         "epsilon_theory": params["epsilon"],
         "alpha": alpha,
-        "total_rdp": total_rdp,
         "epsilon_empirical": epsilon_empirical,
-        "ratio": epsilon_empirical / params["epsilon"],
-        "generated_tokens": sum(len(series) for series in step_losses),
+        "alpha_empirical": alpha_empirical,
+        "orders": [float(a) for a in orders],
+        "rdp_empirical": [float(v) for v in curve],
+        "rdp_theory": [float(v) for v in theory_curve],
+        "generated_tokens": generated,
+        "private_tokens": private_tokens,
+        "public_tokens": generated - private_tokens,
+        **(
+            {
+                "svt_threshold": request.svt_threshold,
+                "svt_noise": request.svt_noise,
+                "public_temperature": request.public_temperature,
+                "max_private_tokens": budget,
+                "svt_sensitivities": [float(d) for d in svt.all_runs()],
+            }
+            if svt is not None
+            else {}
+        ),
         "step_losses": step_losses,
+        "private_mask": private_mask,
         "texts": texts,
         "llm_forward_passes": forward_passes,
     }

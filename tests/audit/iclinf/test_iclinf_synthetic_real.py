@@ -59,15 +59,69 @@ def test_kind_end_to_end(real_ctx):
     assert result["temperature"] == pytest.approx(tau) and result["alpha"] == alpha
     assert result["epsilon_theory"] == pytest.approx(eps)
     assert len(result["texts"]) == 2 and len(result["step_losses"]) == 2
+    assert "ratio" not in result and "total_rdp" not in result  # dropped: ratio was ≈ 2·conv/ε_theory
+    orders, emp, theory = result["orders"], result["rdp_empirical"], result["rdp_theory"]
+    # the curve at α* is the sum of the per-token losses (Thm C.7); ε_empirical converts the whole curve
     total = sum(sum(s) for s in result["step_losses"])
-    assert result["epsilon_empirical"] == pytest.approx(rdp.data_dependent_epsilon(total, alpha, 1e-5))
-    assert result["ratio"] == pytest.approx(result["epsilon_empirical"] / result["epsilon_theory"])
+    assert emp[orders.index(alpha)] == pytest.approx(total)
+    assert (result["epsilon_empirical"], result["alpha_empirical"]) == pytest.approx(
+        rdp.rdp_curve_epsilon(orders, emp, 1e-5)
+    )
+    assert theory == pytest.approx(
+        [rdp.synthetic_generation_rdp(a, clip=10.0, batch_size=3, temperature=tau, steps=6) for a in orders]
+    )
+    assert all(0 <= e < t for e, t in zip(emp, theory, strict=True))  # measured below the bound
+    assert result["epsilon_empirical"] < result["epsilon_theory"]
+    assert result["private_tokens"] == result["generated_tokens"] and result["public_tokens"] == 0
     assert all(0 <= v < math.inf for s in result["step_losses"] for v in s)
     assert progress == sorted(progress) and progress[-1] <= 1.0
     assert result["llm_forward_passes"] <= 2 * 3  # one batched pass per generated token
     # the same seed gives the same texts
     again = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx)
     assert again["texts"] == result["texts"] and again["step_losses"] == result["step_losses"]
+
+
+def test_svt_variant_end_to_end(real_ctx):
+    """Amin et al.'s public logits + sparse vector test: only private tokens pay, the curve adds each SVT run at
+    its measured sensitivity (≤ 1/s), and the theory is Amin et al. Thm 1 on the r private tokens."""
+    body = {
+        "model": "smollm2-135m-instruct",
+        "batch_size": 3,
+        "clip": 10.0,
+        "target_epsilon": 8.0,
+        "sequences": 2,
+        "max_new_tokens": 3,
+        "seed": 2,
+        "variant": "svt",
+        "svt_threshold": 0.5,
+        "svt_noise": 1.0,
+        "max_private_tokens": 4,
+    }
+    result = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx)
+    tau, alpha, eps = rdp.solve_temperature(
+        target_epsilon=8.0, delta=1e-5, clip=10.0, batch_size=3, sequences=2, max_new_tokens=3,
+        svt_noise=1.0, private_tokens=4,
+    )  # fmt: skip
+    assert result["temperature"] == pytest.approx(tau) and result["epsilon_theory"] == pytest.approx(eps)
+    masks, losses = result["private_mask"], result["step_losses"]
+    private = sum(sum(m) for m in masks)
+    assert result["private_tokens"] == private <= 4
+    assert result["public_tokens"] == result["generated_tokens"] - private
+    assert all(
+        v == 0.0 for m, s in zip(masks, losses, strict=True) for priv, v in zip(m, s, strict=True) if not priv
+    )
+    runs = result["svt_sensitivities"]
+    assert private <= len(runs) <= private + 1 and all(0 <= d <= 1 / 3 + 1e-12 for d in runs)
+    orders, emp = result["orders"], result["rdp_empirical"]
+    em_part = sum(sum(s) for s in losses)
+    assert emp[orders.index(alpha)] == pytest.approx(em_part + alpha * sum(2 * d**2 for d in runs))
+    theory = [
+        rdp.synthetic_generation_rdp(a, clip=10.0, batch_size=3, temperature=tau, steps=4, svt_noise=1.0)
+        for a in orders
+    ]
+    assert result["rdp_theory"] == pytest.approx(theory)
+    assert result["epsilon_empirical"] == pytest.approx(rdp.rdp_curve_epsilon(orders, emp, 1e-5)[0])
+    assert result["epsilon_empirical"] <= result["epsilon_theory"]
 
 
 @pytest.mark.parametrize(
@@ -77,6 +131,12 @@ def test_kind_end_to_end(real_ctx):
         ({"target_epsilon": 1.0, "temperature": 2.0}, "exactly one"),
         ({"batch_size": 1, "temperature": 2.0}, "batch_size"),
         ({"delta": 1.0, "temperature": 2.0}, "delta"),
+        ({"temperature": 2.0, "max_private_tokens": 3}, "max_private_tokens"),
+        ({"temperature": 2.0, "variant": "dp"}, "variant"),
+        (
+            {"variant": "svt", "svt_noise": 0.001, "target_epsilon": 1.0, "temperature": None},
+            "target_epsilon",
+        ),
     ],
 )
 def test_validation_names_the_field(body, field):

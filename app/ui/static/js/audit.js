@@ -198,9 +198,10 @@ function renderIclinf(a, res) {
 function renderSynth(a, res) {
   const out = [
     table("DP synthetic generation", ["", "value"], [
-      ["ε theory (target)", fmt(res.epsilon_theory)], ["ε empirical", fmt(res.epsilon_empirical)], ["ratio", fmt(res.ratio)],
-      ["RDP order α", fmt(res.alpha)], ["total RDP", fmt(res.total_rdp)], ["temperature", fmt(res.temperature)],
-      ["sequences", fmt(res.sequences)], ["generated tokens", fmt(res.generated_tokens)], ["LLM forward passes", fmt(res.llm_forward_passes)],
+      ["variant", res.variant ?? "simplified"], ["ε theory (target)", fmt(res.epsilon_theory)],
+      ["ε empirical (RDP curve → (ε, δ))", fmt(res.epsilon_empirical)], ["order α of ε empirical", fmt(res.alpha_empirical)],
+      ["theory order α*", fmt(res.alpha)], ["temperature", fmt(res.temperature)], ["sequences", fmt(res.sequences)],
+      ["private / generated tokens", `${fmt(res.private_tokens)} / ${fmt(res.generated_tokens)}`], ["LLM forward passes", fmt(res.llm_forward_passes)],
     ], "synthgen"),
   ];
   if (Array.isArray(res.texts)) out.push(el("h3", {}, "Generated texts"), el("ol", {}, res.texts.map((t) => el("li", {}, el("code", {}, t)))));
@@ -208,6 +209,11 @@ function renderSynth(a, res) {
     barChart("chart-epsilon", "ε empirical against ε theory", ["this run"], [
       { label: "ε empirical", values: [res.epsilon_empirical ?? null] },
     ], null, { lines: [{ label: "ε theory", value: res.epsilon_theory }] }));
+  if (Array.isArray(res.orders) && Array.isArray(res.rdp_empirical) && Array.isArray(res.rdp_theory)) {
+    charts.append(lineChart("chart-rdp", "RDP curve: data-dependent vs theory", "order α", res.orders,
+      [{ label: "data-dependent", values: res.rdp_empirical }, { label: "theory", values: res.rdp_theory }],
+      "Rényi DP of the whole run at each order; ε empirical converts the data-dependent curve.", { yLabel: "RDP", logY: true }));
+  }
   if (Array.isArray(res.step_losses) && res.step_losses.length) {
     const steps = Math.max(...res.step_losses.map((s) => s.length));
     charts.append(lineChart("chart-steps", "Privacy loss per generated token", "token", Array.from({ length: steps }, (_, i) => i + 1),
