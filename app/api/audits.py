@@ -11,12 +11,19 @@ from fastapi import APIRouter, Body, Header, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
-from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep, get_tenant
+from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep, run_in_session, tenant_id_of
 from app.api.errors import ApiError
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
-from app.api.watch import CACHE_CONTROL, WaitDep, brief_session, etag_of, matches, watch_of
+from app.api.watch import (
+    CACHE_CONTROL,
+    FinishedBodies,
+    WaitDep,
+    bodies_of,
+    etag_of,
+    matches,
+    watch_of,
+)
 from app.audit.kinds.base import MAX_LABELS
 from app.db import audits as audit_rows
 from app.db import polling
@@ -59,10 +66,9 @@ def _not_found(audit_id: str) -> ApiError:
     return ApiError(404, f"No audit {audit_id!r} (for this API key).")
 
 
-def _json(model: BaseModel, etag: str | None = None) -> Response:
-    """200 with the model's JSON (rendered once, by pydantic) and, for an audit, its ETag."""
-    headers = {"ETag": etag, "Cache-Control": CACHE_CONTROL} if etag else None
-    return Response(model.model_dump_json(), media_type="application/json", headers=headers)
+def _json(model: BaseModel) -> Response:
+    """200 with the model's JSON (rendered once, by pydantic)."""
+    return Response(model.model_dump_json(), media_type="application/json")
 
 
 def _not_modified(etag: str) -> Response:
@@ -73,12 +79,12 @@ Authorization = Annotated[str | None, Header(description="`Bearer ica_…` (from
 
 
 def _authenticated(
-    request: Request, session: Session, authorization: str | None, read: Callable[..., Any], *args: Any
+    session: Session, request: Request, authorization: str | None, read: Callable[..., Any], *args: Any
 ) -> tuple[str, Any]:
-    """(tenant id, `read(session, tenant_id, *args)`): app.api.deps.get_tenant and the first read in one
+    """(tenant id, `read(session, tenant_id, *args)`): app.api.deps.tenant_id_of and the first read in one
     thread hop, for the routes that cannot hold TenantDep's session while they wait."""
-    tenant = get_tenant(request, session, request.app.state.settings, authorization)
-    return tenant.id, read(session, tenant.id, *args)
+    tenant_id = tenant_id_of(request, session, authorization)
+    return tenant_id, read(session, tenant_id, *args)
 
 
 @router.post("", status_code=202, response_model=AuditResource, responses=_ERRORS)
@@ -169,20 +175,34 @@ def _label_filter(given: list[str]) -> list[Any]:
 
 
 def _read_audit(
-    session: Session, tenant_id: str, audit_id: str, if_none_match: str | None
+    session: Session, tenant_id: str, audit_id: str, if_none_match: str | None, bodies: FinishedBodies
 ) -> tuple[str, str, Response | None]:
-    """(ETag, state, answer): no answer while `If-None-Match` holds (the narrow mark read only), else the
-    whole audit (its ETag taken from the same read as its body)."""
+    """(ETag, state, answer): no answer while `If-None-Match` holds (the narrow mark read only); a
+    finished audit's body from `bodies` when rendered before; else the whole audit (its ETag taken from
+    the same read as its body)."""
     mark = polling.get_mark(session, tenant_id=tenant_id, audit_id=audit_id)
     if mark is None:
         raise _not_found(audit_id)
     etag = etag_of(mark)
     if matches(if_none_match, etag):
         return etag, mark.state, None
+    body = bodies.get(audit_id, etag) if mark.state in TERMINAL_STATES else None
+    if body is not None:
+        return etag, mark.state, _json_bytes(body, etag)
     audit = audit_rows.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
     if audit is None:
         raise _not_found(audit_id)
-    return etag_of(audit), audit.state, _json(AuditResource.of(audit), etag_of(audit))
+    etag = etag_of(audit)
+    body = AuditResource.of(audit).model_dump_json().encode()
+    if audit.state in TERMINAL_STATES:
+        bodies.put(audit_id, etag, body)
+    return etag, audit.state, _json_bytes(body, etag)
+
+
+def _json_bytes(body: bytes, etag: str) -> Response:
+    return Response(
+        body, media_type="application/json", headers={"ETag": etag, "Cache-Control": CACHE_CONTROL}
+    )
 
 
 @router.get("/{audit_id}", response_model=AuditResource, responses={**_ERRORS, **_NOT_MODIFIED})
@@ -196,22 +216,21 @@ async def get_audit(
     """The audit, with a strong `ETag` that changes with its state, progress and result. `If-None-Match`
     → 304 while unchanged. `wait=30s` → long-poll: the answer comes when the audit changes (or the wait
     ends); no thread, database connection or request slot is held meanwhile."""
-    watch = watch_of(request.app)
+    watch, bodies = watch_of(request.app), bodies_of(request.app)
     since = watch.wakes
     # A long-poll without If-None-Match waits for a change from what the audit is now ("*": mark only).
     held = if_none_match or ("*" if wait > 0 else None)
-    async with brief_session(request) as session:
-        tenant_id, (etag, state, answer) = await run_in_threadpool(
-            _authenticated, request, session, authorization, _read_audit, audit_id, held
-        )
-        if answer is None and held != if_none_match and state in TERMINAL_STATES:
-            etag, state, answer = await run_in_threadpool(_read_audit, session, tenant_id, audit_id, None)
+    # One thread hop: authentication (from memory for a recently verified key), the mark, the body.
+    tenant_id, (etag, state, answer) = await run_in_session(
+        request, _authenticated, request, authorization, _read_audit, audit_id, held, bodies
+    )
+    if answer is None and held != if_none_match and state in TERMINAL_STATES:
+        etag, state, answer = await run_in_session(request, _read_audit, tenant_id, audit_id, None, bodies)
     if answer is None and wait > 0 and state not in TERMINAL_STATES:
         await watch.changed(audit_id, etag, timeout=wait, since=since)
-        async with brief_session(request) as session:
-            etag, state, answer = await run_in_threadpool(
-                _read_audit, session, tenant_id, audit_id, if_none_match
-            )
+        etag, state, answer = await run_in_session(
+            request, _read_audit, tenant_id, audit_id, if_none_match, bodies
+        )
     return answer if answer is not None else _not_modified(etag)
 
 
@@ -238,10 +257,7 @@ async def audit_events(
     session; nothing is held between events)."""
     watch = watch_of(request.app)
     since = watch.wakes
-    async with brief_session(request) as session:
-        tenant_id, row = await run_in_threadpool(
-            _authenticated, request, session, authorization, _summary, audit_id
-        )
+    tenant_id, row = await run_in_session(request, _authenticated, request, authorization, _summary, audit_id)
     if row is None:
         raise _not_found(audit_id)
 
@@ -254,8 +270,7 @@ async def audit_events(
             await watch.changed(audit_id, etag, timeout=None, since=since)
             since = watch.wakes
             try:
-                async with brief_session(request) as session:
-                    row = await run_in_threadpool(_summary, session, tenant_id, audit_id)
+                row = await run_in_session(request, _summary, tenant_id, audit_id)
             except ApiError:  # no slot within ICLAUDIT_API_QUEUE_SECONDS: end; the client reconnects
                 return
             if row is not None and etag_of(row) != etag:

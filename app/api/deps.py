@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any, TypeVar
 
 import anyio
 from anyio import to_thread
@@ -20,16 +21,17 @@ from app.db.retry import short_reason
 from app.jobs.executors import Executor
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-async def get_session(request: Request) -> AsyncIterator[Session]:
-    """A session, while holding one of ICLAUDIT_API_CONCURRENCY slots. Waiting for a slot costs no thread
-    and no connection; past ICLAUDIT_API_QUEUE_SECONDS the answer is 503 with Retry-After. The pool has a
-    connection per slot, so a request never waits for one while holding a thread (no pool stall)."""
+@contextlib.asynccontextmanager
+async def request_slot(request: Request) -> AsyncIterator[None]:
+    """One of ICLAUDIT_API_CONCURRENCY slots for the block. Waiting for a slot costs no thread and no
+    connection; past ICLAUDIT_API_QUEUE_SECONDS the answer is 503 with Retry-After."""
     slots: anyio.Semaphore = request.app.state.db_slots
     acquired = False
     with anyio.move_on_after(request.app.state.settings.api_queue_seconds):
@@ -38,16 +40,42 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     if not acquired:
         raise ApiError(503, "The service is busy; retry in a moment.", headers={"Retry-After": "1"})
     try:
+        yield
+    finally:
+        slots.release()
+
+
+def _close(session: Session) -> None:
+    try:
+        session.close()
+    except Exception as exc:  # a connection that died under us: the pool replaces it
+        log.warning("session close failed (%s)", short_reason(exc))
+
+
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """A session, while holding one of the request slots (`request_slot`). The pool has a connection per
+    slot, so a request never waits for one while holding a thread (no pool stall)."""
+    async with request_slot(request):
         session = request.app.state.session_factory()
         try:
             yield session
         finally:
-            try:
-                await to_thread.run_sync(session.close)
-            except Exception as exc:  # a connection that died under us: the pool replaces it
-                log.warning("session close failed (%s)", short_reason(exc))
+            await to_thread.run_sync(_close, session)
+
+
+def _in_session(factory: Callable[[], Session], step: Callable[..., T], args: tuple[Any, ...]) -> T:
+    session = factory()
+    try:
+        return step(session, *args)
     finally:
-        slots.release()
+        _close(session)
+
+
+async def run_in_session(request: Request, step: Callable[..., T], *args: Any) -> T:
+    """`step(session, *args)` in one worker thread, in a session opened and closed there, under one request
+    slot: a single thread hop for a short step (a poll), and nothing held once it returns."""
+    async with request_slot(request):
+        return await to_thread.run_sync(_in_session, request.app.state.session_factory, step, args)
 
 
 def get_executor(request: Request) -> Executor:
@@ -59,21 +87,15 @@ SessionDep = Annotated[Session, Depends(get_session)]
 ExecutorDep = Annotated[Executor, Depends(get_executor)]
 
 
-def get_tenant(
-    request: Request,
-    session: SessionDep,
-    settings: SettingsDep,
-    authorization: Annotated[
-        str | None, Header(description="`Bearer ica_…` (from `iclaudit keys create`).")
-    ] = None,
-) -> Tenant:
-    """The caller's tenant from `Authorization: Bearer <key>`; the single default tenant when auth is off."""
+def tenant_id_of(request: Request, session: Session, authorization: str | None) -> str:
+    """The caller's tenant id from `Authorization: Bearer <key>` (the default tenant when auth is off),
+    after the failed-authentication throttles and counted against the tenant's rate limits. A key verified
+    in the last few seconds costs no database read (app.db.keys.authenticated_tenant_id)."""
     guard: Guard = request.app.state.guard
-    if not settings.auth_enabled:
-        tenant = session.get(Tenant, request.app.state.default_tenant_id)
-        assert tenant is not None
-        guard.request(tenant.id, request.method)
-        return tenant
+    if not request.app.state.settings.auth_enabled:
+        tenant_id: str = request.app.state.default_tenant_id
+        guard.request(tenant_id, request.method)
+        return tenant_id
     scheme, _, key = (authorization or "").partition(" ")
     key = key.strip()
     if scheme.lower() != "bearer" or not key:
@@ -84,12 +106,25 @@ def get_tenant(
     key_id = parsed[0] if parsed else None
     address = request.client.host if request.client else "unknown"
     guard.before_authentication(key, key_id, address)  # 429 before scrypt once over the failure limits
-    tenant = keys.authenticate(session, key)
-    if tenant is None:
+    found = keys.authenticated_tenant_id(session, key)
+    if found is None:
         guard.authentication_failed(key, key_id, address)
         raise ApiError(401, "This API key is unknown or revoked.")
     guard.authenticated(key)
-    guard.request(tenant.id, request.method)  # 429 over ICLAUDIT_RATE_LIMIT / ICLAUDIT_WRITE_RATE_LIMIT
+    guard.request(found, request.method)  # 429 over ICLAUDIT_RATE_LIMIT / ICLAUDIT_WRITE_RATE_LIMIT
+    return found
+
+
+def get_tenant(
+    request: Request,
+    session: SessionDep,
+    authorization: Annotated[
+        str | None, Header(description="`Bearer ica_…` (from `iclaudit keys create`).")
+    ] = None,
+) -> Tenant:
+    """The caller's tenant (`tenant_id_of`) as its row."""
+    tenant = session.get(Tenant, tenant_id_of(request, session, authorization))
+    assert tenant is not None  # tenants are never deleted
     return tenant
 
 

@@ -18,15 +18,16 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+import threading
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from anyio import to_thread
-from fastapi import Depends, Query, Request
+from cachetools import LRUCache
+from fastapi import Depends, Query
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.api.deps import get_session
 from app.api.errors import ApiError
 from app.db import polling
 from app.schemas.errors import FieldViolation
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 
 MAX_WAIT_SECONDS = 60.0
 CACHE_CONTROL = "private, no-cache"
+BODY_CACHE_BYTES = 32 * 2**20
 
 
 def etag_of(row: Any) -> str:
@@ -74,19 +76,6 @@ def wait_seconds(
 
 
 WaitDep = Annotated[float, Depends(wait_seconds)]
-
-
-@contextlib.asynccontextmanager
-async def brief_session(request: Request) -> AsyncIterator[Session]:
-    """A session for one short step, under app.api.deps.get_session's rules (one of the request slots;
-    503 past the queue), given back at the end of the block: a route that waits between steps (long-poll,
-    event stream) holds no slot, connection or thread while it waits."""
-    steps = get_session(request)
-    session = await anext(steps)
-    try:
-        yield session
-    finally:
-        await steps.aclose()
 
 
 class AuditWatch:
@@ -185,3 +174,32 @@ class AuditWatch:
 
 def watch_of(app: Any) -> AuditWatch:
     return app.state.audit_watch
+
+
+class FinishedBodies:
+    """Rendered JSON of finished audits by (audit id, ETag), LRU-bounded by bytes (thread-safe): a
+    finished audit's representation never changes while its ETag holds (`updated_at` is its finish time),
+    so a poll of one answers from its mark read alone. Running audits are rendered every time (their
+    `updated_at` follows the heartbeat, which the ETag leaves out). Keys are looked up only after the
+    tenant-scoped mark read found the audit, so a body never crosses tenants."""
+
+    def __init__(self, max_bytes: int = BODY_CACHE_BYTES) -> None:
+        self._cache: LRUCache[tuple[str, str], bytes] = LRUCache(max_bytes, getsizeof=len)
+        self._lock = threading.Lock()
+
+    def get(self, audit_id: str, etag: str) -> bytes | None:
+        with self._lock:
+            return self._cache.get((audit_id, etag))
+
+    def put(self, audit_id: str, etag: str, body: bytes) -> None:
+        if len(body) <= self._cache.maxsize:
+            with self._lock:
+                self._cache[(audit_id, etag)] = body
+
+
+def bodies_of(app: Any) -> FinishedBodies:
+    """The app's FinishedBodies (made on first use, on the event loop)."""
+    bodies = getattr(app.state, "finished_bodies", None)
+    if bodies is None:
+        bodies = app.state.finished_bodies = FinishedBodies()
+    return bodies

@@ -4,9 +4,11 @@ SQLite gets WAL journaling, foreign keys and a busy timeout on every connection 
 in-process executor's threads can share one file.
 
 Each process opens separate engines for separate callers (the API's requests; the runner, heartbeat and
-sweep), so that one can never exhaust the other's pool. Every engine checks a pooled connection before
-use (`pool_pre_ping`), so a connection broken by a database restart is replaced instead of failing the
-next query, and retries opening a connection while the server restarts (`connect_retry_seconds`).
+sweep), so that one can never exhaust the other's pool. A server engine (Postgres) checks a pooled
+connection before use (`pool_pre_ping`), so a connection broken by a database restart is replaced instead
+of failing the next query, and retries opening a connection while the server restarts
+(`connect_retry_seconds`); a SQLite file has no server to lose, so it skips the ping (a query saved on
+every checkout, i.e. every request).
 Postgres sessions get `lock_timeout`, so a write stuck behind a held row lock fails (transiently) instead
 of waiting for ever.
 """
@@ -42,7 +44,7 @@ def make_engine(
         "pool_size": pool_size,
         "max_overflow": max_overflow,
         "pool_timeout": pool_timeout,
-        "pool_pre_ping": True,
+        "pool_pre_ping": parsed.get_backend_name() != "sqlite",
     }
     if parsed.get_backend_name() != "sqlite":
         engine = create_engine(

@@ -5,6 +5,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+import time
+from collections import OrderedDict
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -13,10 +16,15 @@ from app.db.models import ApiKey, Tenant, utcnow
 
 KEY_PREFIX = "ica"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1, "dklen": 32}
-# key id → sha256 of a key that passed scrypt in this process: spares the ~50 ms scrypt on every request.
-# The row is still read each time, so revocation takes effect at once.
-_verified: dict[str, bytes] = {}
+VERIFIED_TTL_SECONDS = 5.0
+"""How long a verified key is trusted without reading its row: a key revoked in this process stops at
+once; one revoked elsewhere (the CLI, another API process) within this many seconds."""
 _VERIFIED_MAX = 4096
+# sha256 of a full key that passed scrypt here → (key id, tenant id, monotonic time verified): a hit costs
+# neither the ~50 ms scrypt nor a read, so a poll authenticates without the database. Bounded (LRU) and
+# short-lived; a wrong secret never hits (its digest differs), so failed-auth throttling is unchanged.
+_verified: OrderedDict[bytes, tuple[str, str, float]] = OrderedDict()
+_verified_lock = threading.Lock()
 
 
 def get_or_create_tenant(session: Session, name: str) -> Tenant:
@@ -46,10 +54,18 @@ def create_api_key(session: Session, tenant_name: str) -> tuple[ApiKey, str]:
 
 def revoke_api_key(session: Session, key_id: str) -> bool:
     """Revoke by key id (the part after `ica_`); False if no such live key."""
+    forget_key(key_id)
     result = session.execute(
         update(ApiKey).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None)).values(revoked_at=utcnow())
     )
     return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+def forget_key(key_id: str) -> None:
+    """Drop this process's verified entries for a key id (it is being revoked)."""
+    with _verified_lock:
+        for digest in [d for d, (kid, _, _) in _verified.items() if kid == key_id]:
+            del _verified[digest]
 
 
 def parse_api_key(key: str) -> tuple[str, str] | None:
@@ -60,20 +76,38 @@ def parse_api_key(key: str) -> tuple[str, str] | None:
     return key_id, secret
 
 
-def authenticate(session: Session, key: str) -> Tenant | None:
-    """The tenant owning a live key, or None. Constant-time comparison of scrypt(secret, salt) hashes."""
+def authenticated_tenant_id(session: Session, key: str) -> str | None:
+    """The id of the tenant owning a live key, or None. A key verified here in the last
+    VERIFIED_TTL_SECONDS answers from memory; after that its row is read again (revoked → None), and
+    scrypt(secret, salt) is compared (in constant time) only for a key not verified before."""
     parsed = parse_api_key(key)
     if parsed is None:
         return None
     key_id, secret = parsed
+    digest = hashlib.sha256(key.encode()).digest()
+    now = time.monotonic()
+    with _verified_lock:
+        hit = _verified.get(digest)
+        if hit is not None:
+            _verified.move_to_end(digest)
+    if hit is not None and now - hit[2] < VERIFIED_TTL_SECONDS:
+        return hit[1]
     row = session.get(ApiKey, key_id)
     if row is None or row.revoked_at is not None:
+        with _verified_lock:
+            _verified.pop(digest, None)
         return None
-    digest = hashlib.sha256(key.encode()).digest()
-    if not hmac.compare_digest(_verified.get(key_id, b""), digest):
-        if not hmac.compare_digest(row.secret_hash, _hash_secret(secret, row.salt)):
-            return None
-        _verified[key_id] = digest
+    if hit is None and not hmac.compare_digest(row.secret_hash, _hash_secret(secret, row.salt)):
+        return None
+    with _verified_lock:
+        _verified[digest] = (key_id, row.tenant_id, now)
+        _verified.move_to_end(digest)
         while len(_verified) > _VERIFIED_MAX:
-            _verified.pop(next(iter(_verified)))
-    return session.get(Tenant, row.tenant_id)
+            _verified.popitem(last=False)
+    return row.tenant_id
+
+
+def authenticate(session: Session, key: str) -> Tenant | None:
+    """The tenant owning a live key, or None (`authenticated_tenant_id`, then the tenant's row)."""
+    tenant_id = authenticated_tenant_id(session, key)
+    return None if tenant_id is None else session.get(Tenant, tenant_id)
