@@ -7,7 +7,8 @@
 process through `app.audit.local.run_request` (the same `run` the service calls) and appends
 {file, wall_seconds, result} to docs/results/synthgen-runs.jsonl; files already there are skipped.
 `report` prints the summary table, the RDP-curve table (rdp_empirical vs rdp_theory at a few orders) and
-plots both curves against α for every run (app/reports/plots.py draws the same for one result).
+plots both curves against α for every run, and the service's result plot (app/reports/plots.py) of
+synthgen-svt-eps5.json.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def report() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, row in rows:
         r = row["result"]
-        runs = r.get("svt_sensitivities")
-        svt = "—" if runs is None else f"{len(runs)} (max Δ {max(runs, default=0):.3f})"
+        sens = r.get("svt_sensitivities")
+        svt = "—" if sens is None else f"{len(sens)} (max Δ {max(sens, default=0):.3f})"
         tokens = sum(sum(seq) for seq in r["step_losses"])
         at_alpha = r["rdp_empirical"][r["orders"].index(r["alpha"])]
         print(
@@ -101,6 +102,16 @@ def report() -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(IMG / "synthgen-rdp-curves.png", dpi=120)
+    sys.path.insert(0, str(ROOT))
+    from app.reports.plots import (
+        render,
+    )  # the result plot the service serves (GET /v1/audits/{id}/result.png)
+
+    for name in ("synthgen-svt-eps5.json",):
+        if name in runs:
+            body = json.loads((ROOT / "examples" / name).read_text())
+            png = render("synthetic_generation", body, runs[name]["result"])
+            (IMG / name.replace(".json", "-result.png")).write_bytes(png)
 
 
 if __name__ == "__main__":
