@@ -9,12 +9,18 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from app.audit.contexts import PARTITIONERS, NeighbouringContexts
+from app.audit.mechanisms.decoding import (
+    label_distribution,
+    label_prefixes,
+    longest_match,
+    sequence_logprobs,
+)
 from app.audit.runtime import AuditError
 from app.datasets.types import Example
 from app.engines.protocol import Embedder, LLMEngine, Prompt
@@ -125,25 +131,6 @@ def claimed_theory(epsilon: float, delta: float) -> Theory:
     return Theory(epsilon, delta, None, None, mu_for_epsilon(epsilon, delta), epsilon, "claimed")
 
 
-def label_distribution(logprobs: np.ndarray, temperature: float) -> np.ndarray:
-    """Per-prompt probability of voting each label, shape (n, K); 1 − row sum = an invalid vote.
-
-    The valid mass is the model's own mass on the label set, s = Σ_k exp(ℓ_k) (what parsing a free
-    generation would accept); within the label set the choice is softmax(ℓ/τ) (τ = 0: argmax).
-    """
-    logprobs = np.asarray(logprobs, dtype=np.float64)
-    valid = np.clip(np.exp(logprobs).sum(axis=1, keepdims=True), 0.0, 1.0)
-    if temperature == 0:
-        choice = np.zeros_like(logprobs)
-        choice[np.arange(len(logprobs)), np.argmax(logprobs, axis=1)] = 1.0
-    else:
-        scaled = logprobs / temperature
-        scaled = scaled - scaled.max(axis=1, keepdims=True)
-        choice = np.exp(scaled)
-        choice /= choice.sum(axis=1, keepdims=True)
-    return valid * choice
-
-
 def draw_votes(label_probs: np.ndarray, n_calls: int, rng: np.random.Generator) -> np.ndarray:
     """`n_calls` clean vote vectors (n_calls, K): each of the T partitions votes once from its row of
     `label_probs` (T, K), or casts no vote with the missing mass (003 Alg. 2 lines 3–6)."""
@@ -167,6 +154,7 @@ class CleanSource:
         self.seed = seed
         self.distinct_prompts = 0
         self._labels: dict[tuple[Prompt, tuple[str, ...]], np.ndarray] = {}
+        self._votes: dict[tuple[Prompt, tuple[str, ...], float], np.ndarray] = {}
         self._generations: dict[tuple[Prompt, int, float, int], list[str]] = {}
 
     def label_logprobs(self, prompts: Sequence[Prompt], answers: Sequence[str]) -> np.ndarray:
@@ -181,6 +169,37 @@ class CleanSource:
                 self._labels[(p, key_answers)] = row
             self.distinct_prompts += len(missing)
         return np.stack([self._labels[(p, key_answers)] for p in prompts])
+
+    def vote_probs(
+        self, prompts: Sequence[Prompt], answers: Sequence[str], temperature: float, chunk: int = 16
+    ) -> np.ndarray:
+        """(n, K) probability that a partition's answer, decoded at temperature τ, is each label
+        (mechanisms/decoding.py); 1 − row sum = an invalid vote.
+
+        Engines with a tokenizer and full next-token distributions (transformers, vLLM): τ = 1 is
+        exp(label_logprobs) (the same product of token probabilities); τ ≠ 1 the decoding equations
+        from the distributions after each prompt and each label prefix (one engine call per `chunk`
+        prompts; the transformers engine reuses the prompt's KV cache for the prefixes). Engines with
+        label scores only (oracle, simulated, HTTP top-k): `label_distribution`."""
+        encode = getattr(self.llm, "encode", None)
+        if encode is None:
+            return label_distribution(self.label_logprobs(prompts, answers), temperature)
+        label_ids = [tuple(encode(a)) for a in answers]
+        if temperature == 1.0:
+            return longest_match(np.exp(self.label_logprobs(prompts, answers)), label_ids)
+        key_answers = tuple(answers)
+        prefixes = label_prefixes(label_ids)
+        missing = list(dict.fromkeys(p for p in prompts if (p, key_answers, temperature) not in self._votes))
+        for start in range(0, len(missing), chunk):
+            batch = missing[start : start + chunk]
+            steps = [replace(p, continuation=p.continuation + prefix) for p in batch for prefix in prefixes]
+            dists = iter(self.llm.next_token_logprobs(steps, top_k="all"))  # type: ignore[union-attr]
+            self.distinct_prompts += len(steps)
+            for p in batch:
+                rows = {prefix: next(dists).logprobs for prefix in prefixes}
+                start_probs = np.exp(sequence_logprobs(rows, label_ids, temperature))[None, :]
+                self._votes[(p, key_answers, temperature)] = longest_match(start_probs, label_ids)[0]
+        return np.stack([self._votes[(p, key_answers, temperature)] for p in prompts])
 
     def generations(
         self, prompts: Sequence[Prompt], n: int, temperature: float, max_new_tokens: int

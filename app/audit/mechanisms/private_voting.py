@@ -23,7 +23,6 @@ from app.audit.mechanisms.base import (
     Theory,
     calibrate,
     draw_votes,
-    label_distribution,
 )
 from app.engines.protocol import Prompt
 
@@ -72,8 +71,9 @@ class PrivateVoting(Mechanism):
     def label_probs(
         self, prompts: Sequence[Prompt], answers: Sequence[str], source: CleanSource
     ) -> np.ndarray:
-        """Each partition's probability of voting each answer at the mechanism temperature, (T, K)."""
-        return label_distribution(source.label_logprobs(prompts, answers), self.temperature)
+        """Each partition's probability of voting each answer when its answer is decoded at the
+        mechanism temperature (`CleanSource.vote_probs`, mechanisms/decoding.py), (T, K)."""
+        return source.vote_probs(prompts, answers, self.temperature)
 
     def collect(
         self,
