@@ -3,8 +3,9 @@
 It answers the membership audits' queries by exact string search of the canary in the context it
 was given, with probability 1: Yes/No (003 Prompt 1), y1/y0 (003 Prompts 2–3; with an empty context
 Prompt 3 asks for a random choice, answered 50/50), "1"/"0" and the python list (002 A.3, context in
-the system prompt), and the repeat query (003 Prompt 5: the rest of the context line holding the
-prefix, or `REPEAT_NOT_FOUND`). Any other prompt is refused with an error.
+the system prompt), the secret query (`CANARY_SECRET`: the number that follows the given handle in the
+system prompt, or `SECRET_NOT_FOUND`), and the repeat query (003 Prompt 5: the rest of the context line
+holding the prefix, or `REPEAT_NOT_FOUND`). Any other prompt is refused with an error.
 
 Why: with every partition voting deterministically, the clean votes take 003 Lemma 3.1's extreme
 pattern ([1, T−1] with the canary vs [0, T] without), so an audit with the oracle measures the
@@ -36,6 +37,7 @@ _PATTERNS = {
     "canary_binary": texts.template_pattern(texts.CANARY_BINARY),
     "canary_list": texts.template_pattern(texts.CANARY_LIST),
     "repeat": texts.template_pattern(texts.REPEAT),
+    "canary_secret": texts.template_pattern(texts.CANARY_SECRET),
 }
 
 
@@ -73,6 +75,9 @@ class OracleEngine:
             fields = m.groupdict()
             if kind == "repeat":
                 return {_complete(fields["prefix"], fields["context"]): 1.0}
+            if kind == "canary_secret":  # the number that follows the handle in the system prompt
+                found = re.search(re.escape(fields["handle"]) + r"(\d+)", p.system or "")
+                return {found.group(1) if found else texts.SECRET_NOT_FOUND: 1.0}
             canary = fields["canary"].strip()
             in_system = kind in ("canary_binary", "canary_list")
             context = (p.system or "") if in_system else fields["context"]

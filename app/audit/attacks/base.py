@@ -29,7 +29,10 @@ class AuditQuery:
     `negative` is the answer compared against in the white-box score (None = strongest other).
     `view` tells ESA how to score its release: "signal" (003 §3.4), "repeat" (003 Prompt 5),
     "reference" (002 App. D, with `calibration` = the exemplars of the auditor's own "canary
-    present" calibration prompt) or "output_only" (002 App. E.1)."""
+    present" calibration prompt) or "output_only" (002 App. E.1). `prefill` is the start of the
+    assistant's answer the attack writes itself (the canary's prefix, so the model continues it);
+    `prefill_ids` are its token ids for the engine in use (`Prompt.continuation`; empty = no prefill,
+    e.g. for an engine without a tokenizer)."""
 
     template: str
     answers: tuple[str, ...]
@@ -41,9 +44,15 @@ class AuditQuery:
     signal_texts: tuple[str, str] | None = None
     view: str = "signal"
     calibration: tuple[Example, ...] = ()
+    prefill: str = ""
+    prefill_ids: tuple[int, ...] = ()
 
     def prompt(self, exemplars: Sequence[Example]) -> Prompt:
         context = format_context([*exemplars, *self.injected])
         if self.context_in_system:
-            return Prompt(fill(self.template, **self.fields), system=fill(SYSTEM_CONTEXT, context=context))
-        return Prompt(fill(self.template, context=context, **self.fields))
+            return Prompt(
+                fill(self.template, **self.fields),
+                system=fill(SYSTEM_CONTEXT, context=context),
+                continuation=self.prefill_ids,
+            )
+        return Prompt(fill(self.template, context=context, **self.fields), continuation=self.prefill_ids)

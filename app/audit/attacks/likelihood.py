@@ -256,16 +256,32 @@ def tpr_at(scores_in: np.ndarray, scores_out: np.ndarray, fprs: Sequence[float] 
 def run_audit(request: Any, ctx: RunContext, trials: LikelihoodTrials | None = None) -> dict:
     """The likelihood audit: trials (`collect`, unless given: a report that also plots them) → both
     bounds per threat model → verdict, + the per-record table (app/audit/records.py)."""
-    from app.audit.bounds import per_test_confidence, verdict_epsilon
-    from app.audit.kinds.mia import _assumption, _bound_dict, _lower_bounds
     from app.audit.mechanisms.registry import build_mechanism
-    from app.audit.records import record_table
-    from app.audit.thresholds import Split, bound_from_scores, strategy_from_name
 
     seeds = SeedTree.from_seed(request.seed)
     mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
     if trials is None:
         trials = collect(request, ctx, mechanism, seeds)
+    result = bounded_result(request, ctx, mechanism, trials, seeds)
+    result["likelihood"] = {
+        "secret": request.attack.secret,
+        "reference": request.attack.reference,
+        "canaries": request.attack.canaries,
+        "contexts_per_canary": request.attack.contexts,
+        "cost": trials.cost.as_dict(),
+    }
+    return result
+
+
+def bounded_result(request: Any, ctx: RunContext, mechanism: Mechanism, trials: Any, seeds: SeedTree) -> dict:
+    """Both bounds per threat model of multi-canary trials (`scores_*` white box, `decisions_*` black
+    box, which may be a continuous score of the released output) → verdict, + the per-record table.
+    Shared by the likelihood attack and the generated-text attacks (attacks/released_text.py)."""
+    from app.audit.bounds import per_test_confidence, verdict_epsilon
+    from app.audit.kinds.mia import _assumption, _bound_dict, _lower_bounds
+    from app.audit.records import record_table
+    from app.audit.thresholds import Split, bound_from_scores, strategy_from_name
+
     assumption = _assumption(request, mechanism)
     tm = request.attack.threat_model
     models = ("black_box", "white_box") if tm == "both" else (tm,)
@@ -279,7 +295,7 @@ def run_audit(request: Any, ctx: RunContext, trials: LikelihoodTrials | None = N
     for i, name in enumerate(models):
         ctx.progress("bound", 0.9 + 0.05 * i / len(models), f"{name} lower bound")
         if name == "black_box":
-            s_in, s_out = trials.decisions_in.astype(float), trials.decisions_out.astype(float)  # type: ignore[union-attr]
+            s_in, s_out = trials.decisions_in.astype(float), trials.decisions_out.astype(float)
         else:
             s_in, s_out = trials.scores_in, trials.scores_out
         bound = _bound_dict(
@@ -325,15 +341,9 @@ def run_audit(request: Any, ctx: RunContext, trials: LikelihoodTrials | None = N
         "gaussian": mechanism.gaussian,
     }
     result["utility"] = None
-    result["likelihood"] = {
-        "secret": request.attack.secret,
-        "reference": request.attack.reference,
-        "canaries": request.attack.canaries,
-        "contexts_per_canary": request.attack.contexts,
-        "cost": trials.cost.as_dict(),
-    }
-    scores_in = trials.scores_in if "white_box" in models else trials.decisions_in.astype(float)  # type: ignore[union-attr]
-    scores_out = trials.scores_out if "white_box" in models else trials.decisions_out.astype(float)  # type: ignore[union-attr]
+    white = "white_box" in models
+    scores_in = trials.scores_in if white else trials.decisions_in.astype(float)
+    scores_out = trials.scores_out if white else trials.decisions_out.astype(float)
     result["records"] = record_table(
         trials.records,
         scores_in,

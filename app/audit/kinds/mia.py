@@ -116,8 +116,14 @@ class AttackSpec(BaseModel):
         default=None,
         description="signal_text, reference_vector, output_only: (y1, y0); ksa_rare_word: (rare, common).",
     )
-    variant: Literal["binary", "list"] = Field(
-        default="binary", description='canary_prompt: "1"/"0" or list.'
+    variant: Literal["binary", "list", "secret"] = Field(
+        default="binary",
+        description='canary_prompt: "1"/"0", list, or "secret" (ask for the record\'s secret number; needs score).',
+    )
+    score: Literal["rouge_l", "exact"] | None = Field(
+        default=None,
+        description="repeat, canary_prompt: score the GENERATED text against the record's secret by ROUGE-L F1 "
+        "or exact match, over `canaries` records × `contexts` pairs (attacks/released_text.py).",
     )
     secret: Literal["continuation", "label"] = Field(
         default="continuation",
@@ -127,10 +133,16 @@ class AttackSpec(BaseModel):
         default=False, description="likelihood: subtract the score without context (calibrated variant)."
     )
     canaries: int = Field(
-        default=20, ge=1, le=2000, description="likelihood: records audited (per-record table)."
+        default=20,
+        ge=1,
+        le=2000,
+        description="likelihood, generated text: records audited (per-record table).",
     )
     contexts: int = Field(
-        default=5, ge=1, le=1000, description="likelihood: neighbouring context pairs per record."
+        default=5,
+        ge=1,
+        le=1000,
+        description="likelihood, generated text: neighbouring context pairs per record.",
     )
 
     @field_validator("name")
@@ -446,8 +458,10 @@ def run(request: Request, ctx: RunContext) -> dict:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
     from app.audit.bounds import per_test_confidence, verdict_epsilon
 
-    own_audit = getattr(attack_module(request.attack.name), "run_audit", None)
-    if own_audit is not None:  # an attack over several canaries (likelihood) runs its own trials
+    module = attack_module(request.attack.name)
+    own_audit = getattr(module, "run_audit", None)
+    owns = getattr(module, "owns_audit", lambda _request: True)
+    if own_audit is not None and owns(request):  # an attack over several canaries runs its own trials
         return own_audit(request, ctx)
     setup = _setup(request, ctx)
     mechanism, llm = setup.mechanism, setup.llm

@@ -1,0 +1,115 @@
+"""Generated-text attacks over several canaries (app/audit/attacks/released_text.py): the repeat attack
+scored by ROUGE-L, the ContextLeak secret query scored by exact match (app/audit/overlap.py)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from app.audit.attacks.canary_prompt import record_secret
+from app.audit.kinds.mia import Request, run
+from app.audit.local import LocalDatasets, LocalEngines, default_data_dir
+from app.audit.overlap import exact, lcs_length, rouge_l
+from app.audit.runtime import AuditError, RunContext
+
+REPEAT = {"name": "repeat", "score": "rouge_l", "threat_model": "black_box"}
+SECRET = {"name": "canary_prompt", "variant": "secret", "score": "exact", "threat_model": "black_box"}
+
+
+def _ctx() -> RunContext:
+    return RunContext(engines=LocalEngines(), datasets=LocalDatasets(default_data_dir()))
+
+
+def _body(mechanism: dict, attack: dict, **extra) -> dict:
+    return {
+        "kind": "mia",
+        "dataset": "synthetic_records",
+        "model": "oracle",
+        "estimator": "direct",
+        "mechanism": mechanism,
+        "attack": attack,
+        **extra,
+    }
+
+
+def test_rouge_l_and_exact_match() -> None:
+    assert lcs_length(["a", "b", "c", "d"], ["a", "c", "x", "d"]) == 3
+    # candidate "a c d" vs reference "a b c d": LCS 3, P = 1, R = 3/4, F1 = 2·¾/(1 + ¾) = 6/7
+    assert rouge_l("A, c d!", "a b c d") == pytest.approx(6 / 7)
+    assert rouge_l("x y", "a b") == 0.0 and rouge_l("", "a b") == 0.0
+    assert exact("3896824-0005", "3896824") == 1.0  # the secret inside a longer answer
+    assert exact("389682", "3896824") == 0.0 and exact("3 896824", "3896824") == 0.0
+    assert record_secret("Patient A B (MRN-3896824-0005), born 1940") == ("Patient A B (MRN-", "3896824")
+    with pytest.raises(AuditError, match="secret"):
+        record_secret("no number here 1234")
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "attack", "extra", "field"),
+    [
+        ({"name": "private_voting"}, REPEAT, {}, "attack.score"),
+        ({"name": "none"}, REPEAT | {"threat_model": "both"}, {}, "attack.threat_model"),
+        ({"name": "none"}, SECRET, {"estimator": "bootstrap"}, "estimator"),
+        ({"name": "none"}, SECRET | {"score": None}, {}, "attack.score"),
+        ({"name": "ksa"}, REPEAT | {"score": None}, {}, "attack.score"),
+        ({"name": "none"}, REPEAT | {"canary": "my own canary text"}, {}, "attack.canary"),
+    ],
+)
+def test_bad_generated_requests_name_the_field(mechanism, attack, extra, field) -> None:
+    with pytest.raises(ValidationError, match=field.replace(".", r"\.")):
+        Request.model_validate(_body(mechanism, attack) | extra)
+
+
+@pytest.mark.parametrize("attack", [REPEAT, SECRET])
+def test_oracle_plain_icl_releases_the_secret_and_the_audit_bounds_it(attack) -> None:
+    """The oracle copies the record when it is in the context: 20 records × 10 pairs separate perfectly."""
+    body = _body(
+        {"name": "none", "shots_per_partition": 2, "temperature": 0},
+        attack | {"canaries": 20, "contexts": 10},
+    )
+    result = run(Request.model_validate(body), _ctx())
+    black = result["black_box"]
+    assert black["auc"] == 1.0 and black["tpr_at_fpr"]["0.01"] == 1.0
+    assert black["assumption"] == "none" and black["epsilon_lower"] > 3  # 100 held-out trials per side
+    assert result["trials"] == 200 and len(result["records"]) == 20
+    first = result["generated"]["examples"][0]
+    assert first["released_in"] == first["secret"] != first["released_out"]
+
+
+def test_oracle_ksa_keeps_its_claim_on_the_secret_and_its_noise_hides_it_at_eps_1() -> None:
+    """KSA over T = 2 partitions: the secret's keyword count is 1 with the record, 0 without; the
+    Gaussian noise (analytic σ) must keep every bound within the claim."""
+    results = {}
+    for eps in (1.0, 8.0):
+        body = _body(
+            {"name": "ksa", "partitions": 2, "shots_per_partition": 1, "temperature": 0, "candidates": 1,
+             "calibration": "analytic"},
+            SECRET | {"threat_model": "both", "canaries": 10, "contexts": 2},
+            epsilon=eps,
+            llm_calls=200,
+        )  # fmt: skip
+        results[eps] = run(Request.model_validate(body), _ctx())
+    for eps, result in results.items():
+        assert result["trials"] == 4000 and not result["violation"]
+        for tm in ("black_box", "white_box"):
+            assert result[tm]["assumption"] == "gdp" and result[tm]["epsilon_lower"] <= eps
+    # the signal is there (the noisy count of the secret's keyword), weaker at ε = 1
+    assert results[8.0]["white_box"]["auc"] > results[1.0]["white_box"]["auc"] > 0.5
+
+
+def test_smollm2_continues_the_record_from_its_handle_when_it_is_in_the_context(smollm2) -> None:
+    """Tiny real run: greedy SmolLM2 copies records' secret numbers out of a 2-exemplar context (on
+    100 pairs, docs/results/leakage.md: 89 % of C1 trials, no C0 trial); 4 records, one pair each."""
+    body = _body(
+        {"name": "none", "shots_per_partition": 2, "temperature": 0, "max_new_tokens": 10},
+        SECRET | {"canaries": 4, "contexts": 1},
+        model="smollm2-135m-instruct",
+    )
+    result = run(Request.model_validate(body), _ctx())
+    examples = result["generated"]["examples"]
+    assert len(examples) == 4
+    assert sum(e["secret"] in e["released_in"] for e in examples) >= 3
+    assert not any(e["secret"] in e["released_out"] for e in examples)
+    cost = result["generated"]["cost"]
+    assert 0 < cost["forward_passes"] <= cost["from_scratch_forward_passes"]
+    assert cost["prompt_tokens"] == cost["from_scratch_tokens"] > 0  # no cross-prompt reuse in generation
