@@ -1,13 +1,17 @@
-"""docs/results/leakage.md: the likelihood attack on SmolLM2 — plain ICL, defenses 1–3, private voting.
+"""docs/results/leakage.md: leakage attacks on SmolLM2 — plain ICL, defenses 1–3, private voting, ESA, KSA.
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python docs/results/leakage.py [--small] [names…]
     .venv/bin/python docs/results/leakage.py --report     # the tables of leakage.md, from the runs file
+    .venv/bin/python docs/results/leakage.py --plot       # the ROC plots, from the runs file
+    … leakage.py --out FILE names…   # parallel processes each append to their own FILE (then cat >> runs)
 
-Runs the request files examples/leakage-likelihood-*.json in one process (one engine, so ε = 8 re-uses
-ε = 1's model answers from the result cache), appends one JSON line per audit to
-docs/results/leakage-runs.jsonl (result + the white-box ROC curve), then draws docs/img/leakage-roc.png
-(log-log ROC, TPR at FPR = 1e-3 and 1e-2 marked) from that file. `--small` runs 2 records × 1 context
-each (a smoke test; nothing written).
+Runs the request files in one process (one engine, so ε = 8 re-uses ε = 1's model answers from the
+result cache): examples/leakage-likelihood-{name}.json for the likelihood runs (NAMES) and
+examples/leakage-{name}.json for the generated-text runs (GENERATED: the repeat attack scored by ROUGE-L,
+the ContextLeak secret query scored by exact match), appends one JSON line per audit to
+docs/results/leakage-runs.jsonl (result + ROC curves), then draws docs/img/leakage-roc.png (likelihood,
+white box) and docs/img/leakage-generated-roc.png (generated text, black box; log-log, FPR = 1e-3 and
+1e-2 marked) from that file. `--small` runs 2 records × 1 context each (a smoke test; nothing written).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from app.audit.attacks import released_text  # noqa: E402
 from app.audit.attacks.likelihood import collect, run_audit  # noqa: E402
 from app.audit.kinds.mia import Request  # noqa: E402
 from app.audit.local import local_context  # noqa: E402
@@ -30,8 +35,19 @@ from app.audit.runtime import no_progress  # noqa: E402
 from app.audit.seeds import SeedTree  # noqa: E402
 
 NAMES = ("none", "none-label", "voting-eps1", "voting-eps8", "defense1", "defense2", "defense3")
+GENERATED = tuple(
+    f"{attack}-{mech}"
+    for attack in ("repeat", "secret")
+    for mech in ("none", "defense1", "defense2", "defense3", "esa-eps1", "esa-eps8", "ksa-eps1", "ksa-eps8")
+)
 RUNS = ROOT / "docs" / "results" / "leakage-runs.jsonl"
 PLOT = ROOT / "docs" / "img" / "leakage-roc.png"
+PLOT_GENERATED = ROOT / "docs" / "img" / "leakage-generated-roc.png"
+
+
+def request_file(name: str) -> Path:
+    prefix = "leakage-" if name in GENERATED else "leakage-likelihood-"
+    return ROOT / "examples" / f"{prefix}{name}.json"
 
 
 def roc(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[list[float], list[float]]:
@@ -43,26 +59,29 @@ def roc(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[list[float], lis
 
 
 def run(name: str, ctx, small: bool) -> dict:
-    body = json.loads((ROOT / "examples" / f"leakage-likelihood-{name}.json").read_text())
+    body = json.loads(request_file(name).read_text())
     if small:
         body["attack"].update(canaries=2, contexts=1)
         body["llm_calls"] = 20
     request = Request.model_validate(body)
     mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
     start = time.time()
-    trials = collect(request, ctx, mechanism, SeedTree.from_seed(request.seed))
-    result = run_audit(request, ctx, trials)
+    seeds = SeedTree.from_seed(request.seed)
+    row: dict = {"name": name, "request": body}
+    if name in GENERATED:
+        trials = released_text.collect(request, ctx, mechanism, seeds)
+        result = released_text.run_generated(request, ctx, trials)
+        fpr, tpr = roc(trials.decisions_in, trials.decisions_out)
+        row["roc_black_box"] = {"fpr": fpr, "tpr": tpr}
+    else:
+        trials = collect(request, ctx, mechanism, seeds)
+        result = run_audit(request, ctx, trials)
     fpr, tpr = roc(trials.scores_in, trials.scores_out)
-    return {
-        "name": name,
-        "request": body,
-        "seconds": round(time.time() - start, 1),
-        "result": result,
-        "roc": {"fpr": fpr, "tpr": tpr},
-    }
+    row.update(seconds=round(time.time() - start, 1), result=result, roc={"fpr": fpr, "tpr": tpr})
+    return row
 
 
-def plot(rows: list[dict]) -> None:
+def plot(rows: list[dict], path: Path = PLOT, key: str = "roc", title: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -70,7 +89,7 @@ def plot(rows: list[dict]) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 5))
     for row in rows:
-        fpr, tpr = np.array(row["roc"]["fpr"]), np.array(row["roc"]["tpr"])
+        fpr, tpr = np.array(row[key]["fpr"]), np.array(row[key]["tpr"])
         n_out = row["result"]["trials"]
         floor = 1 / n_out
         ax.step(
@@ -81,10 +100,10 @@ def plot(rows: list[dict]) -> None:
     for x in (1e-3, 1e-2):
         ax.axvline(x, color="grey", lw=0.6, ls="--")
     ax.set(xscale="log", yscale="log", xlim=(1e-4, 1), ylim=(1e-4, 1.05), xlabel="FPR", ylabel="TPR")
-    ax.set_title("Likelihood attack, SmolLM2-135M, white box", fontsize=10)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title or "Likelihood attack, SmolLM2-135M, white box", fontsize=10)
+    ax.legend(fontsize=6, loc="lower right", ncol=2)
     fig.tight_layout()
-    fig.savefig(PLOT, dpi=120)
+    fig.savefig(path, dpi=120)
 
 
 def _num(value, digits: int = 3) -> str:
@@ -99,24 +118,29 @@ def report() -> str:
         "| ε claimed | violation | forward passes (scratch) | tokens fed (scratch) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in [n for n in NAMES if n in rows]:
+    for name in [n for n in (*NAMES, *GENERATED) if n in rows]:
         row, r = rows[name], rows[name]["result"]
         mech = row["request"]["mechanism"]
         label = mech["name"] + (f" L{mech['defense_level']}" if mech["name"] == "prompt_defense" else "")
-        cost = r["likelihood"]["cost"]
+        if "generated" in r:
+            cost = r["generated"]["cost"]
+            secret = f"{r['generated']['attack']} ({r['generated']['score']})"
+        else:
+            cost = r["likelihood"]["cost"]
+            secret = f"{r['likelihood']['secret']}{' + ref' if r['likelihood']['reference'] else ''}"
         for tm in ("white_box", "black_box"):
             if tm not in r:
                 continue
             b = r[tm]
             lower = "∞" if b.get("epsilon_lower_unbounded") else _num(b["epsilon_lower"])
             lines.append(
-                f"| {name} | {label} | {r['likelihood']['secret']}{' + ref' if r['likelihood']['reference'] else ''} "
+                f"| {name} | {label} | {secret} "
                 f"| {r['trials']} | {tm} | {_num(b['auc'])} | {_num(b['tpr_at_fpr']['0.001'])} "
                 f"| {_num(b['tpr_at_fpr']['0.01'])} | {lower} ({b['assumption']}) | {_num(r['epsilon_theory'])} "
                 f"| {b['violation']} | {cost['forward_passes']} ({cost['from_scratch_forward_passes']}) "
                 f"| {cost['prompt_tokens']} ({cost['from_scratch_tokens']}) |"
             )
-    for name in ("none",):
+    for name in ("none", "secret-none", "repeat-none"):
         if name not in rows:
             continue
         recs = rows[name]["result"]["records"]
@@ -137,12 +161,28 @@ def report() -> str:
     return "\n".join(lines)
 
 
+def plots() -> None:
+    """Both ROC plots from the runs file (the latest line of each run)."""
+    rows = list({row["name"]: row for row in map(json.loads, RUNS.read_text().splitlines())}.values())
+    plot([r for r in rows if r["name"] in NAMES])
+    plot(
+        [r for r in rows if r["name"] in GENERATED],
+        PLOT_GENERATED,
+        "roc_black_box",
+        "Generated text (repeat: ROUGE-L, secret: exact), SmolLM2-135M, black box",
+    )
+
+
 def main(argv: list[str]) -> int:
     if "--report" in argv:
         print(report())
         return 0
+    if "--plot" in argv:
+        plots()
+        return 0
     small = "--small" in argv
-    names = [a for a in argv if not a.startswith("--")] or list(NAMES)
+    out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else RUNS  # parallel runs: one file each
+    names = [a for a in argv if not a.startswith("--") and a != str(out)] or list(NAMES)
     ctx = local_context(progress=no_progress)
     for name in names:
         row = run(name, ctx, small)
@@ -152,13 +192,15 @@ def main(argv: list[str]) -> int:
             for tm in ("black_box", "white_box")
             if tm in r
         }
-        print(name, row["seconds"], "s", json.dumps(summary), json.dumps(r["likelihood"]["cost"]), flush=True)
+        cost = (r.get("likelihood") or r["generated"])["cost"]
+        print(name, row["seconds"], "s", json.dumps(summary), json.dumps(cost), flush=True)
+        if "generated" in r:
+            print("  examples:", json.dumps(r["generated"]["examples"][:2]), flush=True)
         if not small:
-            with RUNS.open("a") as f:
+            with out.open("a") as f:
                 f.write(json.dumps(row) + "\n")
-    if not small:
-        rows = [json.loads(line) for line in RUNS.read_text().splitlines()]
-        plot(list({row["name"]: row for row in rows}.values()))
+    if not small and out == RUNS:
+        plots()
     return 0
 
 
