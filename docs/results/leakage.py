@@ -34,7 +34,19 @@ from app.audit.mechanisms.registry import build_mechanism  # noqa: E402
 from app.audit.runtime import no_progress  # noqa: E402
 from app.audit.seeds import SeedTree  # noqa: E402
 
-NAMES = ("none", "none-label", "voting-eps1", "voting-eps8", "defense1", "defense2", "defense3")
+NAMES = (
+    "none",
+    "none-label",
+    "voting-eps1",
+    "voting-eps8",
+    "defense1",
+    "defense2",
+    "defense3",
+    "code-none",
+    "code-defense1",
+    "code-defense2",
+    "code-defense3",
+)
 GENERATED = tuple(
     f"{attack}-{mech}"
     for attack in ("repeat", "secret")

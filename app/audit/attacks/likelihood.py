@@ -6,6 +6,9 @@ place of the training set; Wen et al. 2024 §4 for ICL). `secret`:
 
 - `continuation`: the record's second half of words, after 003 Prompt 5 ("complete the following
   sentence: {first half}"), scored as the assistant's answer — plain ICL and the system-prompt defenses;
+- `code`: the record's secret number, after the ContextLeak secret query (attacks/canary_prompt.py,
+  variant "secret": context in the system prompt, the assistant's answer prefilled with the text before
+  the number) — the white-box twin of that generated-text attack;
 - `label`: the record's label, after 003 Prompt 4 (classify the record's own text) — also under private
   voting, whose release is scored instead: white box Ṽ_secret − max_{k≠secret} Ṽ_k, black box
   "the released label is the secret".
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -54,7 +57,7 @@ from app.datasets.types import Dataset, Example
 from app.engines.protocol import Prompt
 
 MECHANISMS = frozenset({"none", "prompt_defense", "private_voting"})
-SECRETS = ("continuation", "label")
+SECRETS = ("continuation", "label", "code")
 LOGP_FLOOR = -1e4
 """Log-likelihoods are clipped here: a secret of probability 0 (an exact-search engine) scores −10⁴."""
 
@@ -64,7 +67,7 @@ def check_request(request: Any) -> None:
     spec, mechanism = request.attack, request.mechanism.name
     if mechanism not in MECHANISMS:
         return  # the mia request names the mechanisms this attack audits
-    if spec.secret == "continuation" and mechanism == "private_voting":
+    if spec.secret != "label" and mechanism == "private_voting":
         raise ValueError('attack.secret: private voting votes over the dataset\'s labels; use "label"')
     if mechanism != "private_voting" and spec.threat_model != "white_box":
         raise ValueError(
@@ -79,6 +82,10 @@ def build_query(
     *, canary: Example, dataset: Dataset, spec: AttackOptions, rng: np.random.Generator | None = None
 ) -> AuditQuery:
     """The query for one record; `answers[positive]` is its secret."""
+    if getattr(spec, "secret", "continuation") == "code":
+        from app.audit.attacks.canary_prompt import secret_query
+
+        return secret_query(canary)
     if getattr(spec, "secret", "continuation") == "label":
         labels = tuple(dataset.labels)
         if dataset.task != "classification" or not labels or canary.label not in labels:
@@ -180,6 +187,8 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
         ctx.progress("collect", 0.9 * r / len(canaries), f"record {r + 1} of {len(canaries)}")
         canary = train[int(index)]
         query = build_query(canary=canary, dataset=dataset, spec=spec)
+        if query.prefill and hasattr(llm, "encode"):  # the secret is scored after the prefilled handle
+            query = replace(query, prefill_ids=tuple(llm.encode(query.prefill)))
         secret = query.positive
         records.append(
             {"record_id": f"train:{int(index)}", "text": canary.text, "secret": query.answers[secret]}

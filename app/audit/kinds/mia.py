@@ -125,9 +125,10 @@ class AttackSpec(BaseModel):
         description="repeat, canary_prompt: score the GENERATED text against the record's secret by ROUGE-L F1 "
         "or exact match, over `canaries` records × `contexts` pairs (attacks/released_text.py).",
     )
-    secret: Literal["continuation", "label"] = Field(
+    secret: Literal["continuation", "label", "code"] = Field(
         default="continuation",
-        description="likelihood: the record's field scored — its second half of words or its label.",
+        description="likelihood: the record's field scored — its second half of words, its label or its "
+        "secret number (code, asked for by the ContextLeak secret query).",
     )
     reference: bool = Field(
         default=False, description="likelihood: subtract the score without context (calibrated variant)."

@@ -113,3 +113,18 @@ def test_smollm2_continues_the_record_from_its_handle_when_it_is_in_the_context(
     cost = result["generated"]["cost"]
     assert 0 < cost["forward_passes"] <= cost["from_scratch_forward_passes"]
     assert cost["prompt_tokens"] == cost["from_scratch_tokens"] > 0  # no cross-prompt reuse in generation
+
+
+def test_likelihood_of_the_secret_number_is_the_white_box_twin_on_the_oracle() -> None:
+    # seed 1: no C0 context holds a namesake of a record (seed 0 does; the oracle then answers the
+    # namesake's number, which it cannot score among the labels (secret, "none") and refuses)
+    body = _body(
+        {"name": "none", "shots_per_partition": 2},
+        {"name": "likelihood", "secret": "code", "threat_model": "white_box", "canaries": 5, "contexts": 4},
+        seed=1,
+    )
+    result = run(Request.model_validate(body), _ctx())
+    assert result["white_box"]["auc"] == 1.0  # log p(secret) = 0 with the record, −10⁴ without
+    assert len(result["records"]) == 5 and result["likelihood"]["secret"] == "code"
+    with pytest.raises(ValidationError, match=r"attack\.secret"):
+        Request.model_validate(body | {"mechanism": {"name": "private_voting"}})
