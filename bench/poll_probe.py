@@ -48,7 +48,7 @@ async def _probe(base: str, key: str, pid: int, mode: str, n: int, seconds: floa
         if os.environ.get("PYSPY") == "1":
             spy = subprocess.Popen(
                 [
-                    "py-spy",
+                    str(Path(sys.executable).parent / "py-spy"),
                     "record",
                     "-p",
                     str(pid),

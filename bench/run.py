@@ -2,6 +2,9 @@
 
 Each line has `name`, `value`, `unit`, and for comparisons measured side by side in the same run
 `baseline` and `ratio`. Suites live in bench/suites/<name>.py and expose `run() -> Iterator[dict]`.
+
+`--quick`: the same measures, shorter (the `api` suite's load phases last 5 s instead of 20:
+ICLAUDIT_BENCH_LOAD_SECONDS, which also sets it directly), for a check before the full run.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("suites", nargs="*", choices=SUITES, default=None)
+    parser.add_argument("--quick", action="store_true", help="shorter load phases (5 s) for a check")
     args = parser.parse_args(argv)
+    if args.quick:
+        os.environ.setdefault("ICLAUDIT_BENCH_LOAD_SECONDS", "5")
     for suite in args.suites or SUITES:
         module = importlib.import_module(f"bench.suites.{suite}")
         for row in module.run():

@@ -45,11 +45,22 @@ def worker(
     queues: Annotated[
         str, typer.Option(help="Queues to consume: audits, and webhooks (signed deliveries, short tasks).")
     ] = "audits,webhooks",
+    nice: Annotated[
+        int,
+        typer.Option(
+            help="Added to the process's nice value: on a host shared with an API process, audits get the "
+            "CPU its requests leave (as the inline executor's threads do). 0 keeps the priority."
+        ),
+    ] = 10,
 ) -> None:
     """Run one Celery worker process (--pool=solo: one audit at a time; one process per GPU)."""
+    import os
+
     from workers.celery_app import celery_app
 
     _logging()
+    if nice:
+        os.nice(nice)
     celery_app.worker_main(
         [
             "worker",

@@ -34,18 +34,18 @@ log = logging.getLogger(__name__)
 
 
 EPOCH_KEY = "iclaudit:queue-epoch"
-AUDIT_THREAD_NICE = 10
+AUDIT_NICE = 10
 """Added to the nice value of the inline executor's audit threads (Linux schedules threads apart): an
 audit computing in the API process gets the CPU the requests leave, so polls and /healthz stay fast while
 it runs; on an idle machine it still gets a whole core."""
 
 
 def _lower_thread_priority() -> None:
-    """Renice the calling thread by AUDIT_THREAD_NICE (Linux: a thread is a schedulable task with its own
+    """Renice the calling thread by AUDIT_NICE (Linux: a thread is a schedulable task with its own
     nice value, inherited by the threads it starts, e.g. the audit's heartbeat); elsewhere a no-op."""
     try:
         tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + AUDIT_THREAD_NICE)
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + AUDIT_NICE)
     except (AttributeError, OSError) as exc:  # not Linux, or not permitted: run at the process's priority
         log.debug("audit thread keeps its priority (%s)", exc)
 

@@ -204,6 +204,7 @@ async def _scenarios(stack: str, base: str, key: str, pid: int) -> list[dict]:
                     "audits_running": running_now,
                     "server_cpu_ms_per_request": round(1000 * cpu / max(1, len(stats.latencies)), 2),
                     "machine_load_1m": round(os.getloadavg()[0], 1),
+                    "phase_seconds": SECONDS,
                 }
             )
             print(f"# {rows[-1]}", file=sys.stderr, flush=True)

@@ -106,5 +106,5 @@ def test_audit_threads_run_below_the_requests_priority() -> None:
     thread = threading.Thread(target=probe)
     thread.start()
     thread.join()
-    assert seen["nice"] == min(19, base + executors.AUDIT_THREAD_NICE)
+    assert seen["nice"] == min(19, base + executors.AUDIT_NICE)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # this thread untouched

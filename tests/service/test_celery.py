@@ -92,6 +92,8 @@ def api(stack: dict[str, str]) -> Iterator[TestClient]:
 def test_celery_worker_runs_a_bound_audit(api: TestClient, start_worker) -> None:
     worker = start_worker("w1")
     assert b"loading oracle" in worker.log.read_bytes()  # type: ignore[attr-defined]
+    # audits run below the priority of an API on the same host (`iclaudit worker --nice`, default 10)
+    assert os.getpriority(os.PRIO_PROCESS, worker.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 10)
     ready = api.get("/readyz").json()
     assert ready["checks"] == {"database": "ok", "broker": "ok"}
     posted = api.post("/v1/audits", json=bound_request())
