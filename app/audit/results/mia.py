@@ -175,6 +175,11 @@ class MiaAuditResult(ResultBase):
         description="The likelihood attack's setup (secret, reference, canaries, contexts per canary) and "
         "its cost: forward passes and fed tokens beside the from-scratch count.",
     )
+    generated: dict[str, Any] | None = Field(
+        default=None,
+        description="A generated-text audit's setup (attack, score rouge_l|exact, canaries, contexts and calls "
+        "per canary), a few released texts beside the secret, and its cost beside the from-scratch count.",
+    )
     records: list[RecordRisk] | None = Field(
         default=None, description="Per-record risk of an audit over several canaries, riskiest first."
     )
