@@ -108,3 +108,19 @@ def test_audit_threads_run_below_the_requests_priority() -> None:
     thread.join()
     assert seen["nice"] == min(19, base + executors.AUDIT_NICE)
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # this thread untouched
+
+
+def test_healthz_needs_no_database_and_no_slot(client) -> None:
+    engine = client.app.state.session_factory.kw["bind"]
+    slots = client.app.state.db_slots
+    taken = 0
+    while slots.value > 0:  # every request slot held: a route needing one would wait, then 503
+        slots.acquire_nowait()
+        taken += 1
+    try:
+        with _statements(engine) as seen:
+            assert client.get("/healthz").json() == {"status": "ok"}
+        assert seen == []
+    finally:
+        for _ in range(taken):
+            slots.release()
