@@ -194,7 +194,7 @@ def main(argv: list[str]) -> int:
         return 0
     small = "--small" in argv
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else RUNS  # parallel runs: one file each
-    names = [a for a in argv if not a.startswith("--") and a != str(out)] or list(NAMES)
+    names = [a for a in argv if not a.startswith("--") and a != str(out)] or [*NAMES, *GENERATED]
     ctx = local_context(progress=no_progress)
     for name in names:
         row = run(name, ctx, small)
