@@ -12,7 +12,16 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep, run_in_session, tenant_id_of
+from app.api.deps import (
+    ExecutorDep,
+    SessionDep,
+    SettingsDep,
+    TenantDep,
+    count_remembered,
+    remembered_tenant_id,
+    run_in_session,
+    tenant_id_of,
+)
 from app.api.errors import ApiError
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.watch import (
@@ -177,26 +186,37 @@ def _label_filter(given: list[str]) -> list[Any]:
 def _read_audit(
     session: Session, tenant_id: str, audit_id: str, if_none_match: str | None, bodies: FinishedBodies
 ) -> tuple[str, str, Response | None]:
-    """(ETag, state, answer): no answer while `If-None-Match` holds (the narrow mark read only); a
-    finished audit's body from `bodies` when rendered before; else the whole audit (its ETag taken from
-    the same read as its body)."""
+    """(ETag, state, answer): a finished audit rendered before from `bodies` (no query); no answer while
+    `If-None-Match` holds (the narrow mark read only); else the whole audit (its ETag taken from the same
+    read as its body)."""
+    final = _finished_answer(bodies, tenant_id, audit_id, if_none_match)
+    if final is not None:
+        return final
     mark = polling.get_mark(session, tenant_id=tenant_id, audit_id=audit_id)
     if mark is None:
         raise _not_found(audit_id)
     etag = etag_of(mark)
     if matches(if_none_match, etag):
         return etag, mark.state, None
-    body = bodies.get(audit_id, etag) if mark.state in TERMINAL_STATES else None
-    if body is not None:
-        return etag, mark.state, _json_bytes(body, etag)
     audit = audit_rows.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
     if audit is None:
         raise _not_found(audit_id)
     etag = etag_of(audit)
     body = AuditResource.of(audit).model_dump_json().encode()
     if audit.state in TERMINAL_STATES:
-        bodies.put(audit_id, etag, body)
+        bodies.put(tenant_id, audit_id, etag, audit.state, body)
     return etag, audit.state, _json_bytes(body, etag)
+
+
+def _finished_answer(
+    bodies: FinishedBodies, tenant_id: str, audit_id: str, if_none_match: str | None
+) -> tuple[str, str, Response | None] | None:
+    """`_read_audit`'s answer for a finished audit held in `bodies` (its state is final), else None."""
+    held = bodies.get(tenant_id, audit_id)
+    if held is None:
+        return None
+    etag, state, body = held
+    return etag, state, None if matches(if_none_match, etag) else _json_bytes(body, etag)
 
 
 def _json_bytes(body: bytes, etag: str) -> Response:
@@ -217,6 +237,13 @@ async def get_audit(
     → 304 while unchanged. `wait=30s` → long-poll: the answer comes when the audit changes (or the wait
     ends); no thread, database connection or request slot is held meanwhile."""
     watch, bodies = watch_of(request.app), bodies_of(request.app)
+    # A finished audit this tenant polled before, by a key verified moments ago: answered on the event
+    # loop, with no thread, slot or database (limits still counted).
+    remembered = remembered_tenant_id(request, authorization)
+    if remembered is not None and (final := _finished_answer(bodies, remembered, audit_id, if_none_match)):
+        count_remembered(request, authorization, remembered)
+        etag, _, answer = final
+        return answer if answer is not None else _not_modified(etag)
     since = watch.wakes
     # A long-poll without If-None-Match waits for a change from what the audit is now ("*": mark only).
     held = if_none_match or ("*" if wait > 0 else None)

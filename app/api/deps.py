@@ -87,6 +87,16 @@ SessionDep = Annotated[Session, Depends(get_session)]
 ExecutorDep = Annotated[Executor, Depends(get_executor)]
 
 
+def _bearer(authorization: str | None) -> str:
+    scheme, _, key = (authorization or "").partition(" ")
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key:
+        raise ApiError(
+            401, "Send `Authorization: Bearer <API key>`; `iclaudit keys create --tenant NAME` makes one."
+        )
+    return key
+
+
 def tenant_id_of(request: Request, session: Session, authorization: str | None) -> str:
     """The caller's tenant id from `Authorization: Bearer <key>` (the default tenant when auth is off),
     after the failed-authentication throttles and counted against the tenant's rate limits. A key verified
@@ -96,12 +106,7 @@ def tenant_id_of(request: Request, session: Session, authorization: str | None) 
         tenant_id: str = request.app.state.default_tenant_id
         guard.request(tenant_id, request.method)
         return tenant_id
-    scheme, _, key = (authorization or "").partition(" ")
-    key = key.strip()
-    if scheme.lower() != "bearer" or not key:
-        raise ApiError(
-            401, "Send `Authorization: Bearer <API key>`; `iclaudit keys create --tenant NAME` makes one."
-        )
+    key = _bearer(authorization)
     parsed = keys.parse_api_key(key)
     key_id = parsed[0] if parsed else None
     address = request.client.host if request.client else "unknown"
@@ -113,6 +118,33 @@ def tenant_id_of(request: Request, session: Session, authorization: str | None) 
     guard.authenticated(key)
     guard.request(found, request.method)  # 429 over ICLAUDIT_RATE_LIMIT / ICLAUDIT_WRITE_RATE_LIMIT
     return found
+
+
+def remembered_tenant_id(request: Request, authorization: str | None) -> str | None:
+    """`tenant_id_of`'s answer when it needs neither the database nor I/O (auth off, or a key verified here
+    within the memo's TTL, with the limits counted in this process's memory); None when it does. Checks
+    and counts nothing: `count_remembered` does, once the caller answers from memory."""
+    if not request.app.state.guard.local:
+        return None
+    if not request.app.state.settings.auth_enabled:
+        return request.app.state.default_tenant_id
+    scheme, _, key = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        return None
+    return keys.remembered_tenant_id(key.strip())
+
+
+def count_remembered(request: Request, authorization: str | None, tenant_id: str) -> None:
+    """The checks and counts `tenant_id_of` makes around a successful authentication (429s included), for
+    a caller `remembered_tenant_id` recognised."""
+    guard: Guard = request.app.state.guard
+    if request.app.state.settings.auth_enabled:
+        key = _bearer(authorization)
+        parsed = keys.parse_api_key(key)
+        address = request.client.host if request.client else "unknown"
+        guard.before_authentication(key, parsed[0] if parsed else None, address)
+        guard.authenticated(key)
+    guard.request(tenant_id, request.method)
 
 
 def get_tenant(

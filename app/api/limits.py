@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from limits import RateLimitItem, parse_many
-from limits.storage import Storage, storage_from_string
+from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -131,6 +131,8 @@ class Guard:
         auth_failures_per_address: str,
     ) -> None:
         self._limiter = SlidingWindowCounterRateLimiter(storage)
+        self.local = isinstance(storage, MemoryStorage)
+        """Counts in this process's memory: checking a limit costs no I/O (may run on the event loop)."""
         self._rate = _Rule.of(rate, "ICLAUDIT_RATE_LIMIT")
         self._write_rate = _Rule.of(write_rate, "ICLAUDIT_WRITE_RATE_LIMIT")
         self._per_key = _Rule.of(auth_failures_per_key, "ICLAUDIT_AUTH_FAILURE_LIMIT")

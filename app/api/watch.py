@@ -177,24 +177,28 @@ def watch_of(app: Any) -> AuditWatch:
 
 
 class FinishedBodies:
-    """Rendered JSON of finished audits by (audit id, ETag), LRU-bounded by bytes (thread-safe): a
-    finished audit's representation never changes while its ETag holds (`updated_at` is its finish time),
-    so a poll of one answers from its mark read alone. Running audits are rendered every time (their
-    `updated_at` follows the heartbeat, which the ETag leaves out). Keys are looked up only after the
-    tenant-scoped mark read found the audit, so a body never crosses tenants."""
+    """Finished audits' ETag and rendered JSON by (tenant id, audit id), LRU-bounded by bytes
+    (thread-safe). A terminal state is final (every write of an audit's state is conditioned on PENDING or
+    RUNNING, app/db/audits.py) and its `updated_at` is its finish time, so the answer to a poll of a
+    finished audit never changes: once rendered, it is served without reading the database. Running
+    audits are never stored. Keyed by tenant: an entry is made only from a tenant-scoped read, so a body
+    never crosses tenants."""
 
     def __init__(self, max_bytes: int = BODY_CACHE_BYTES) -> None:
-        self._cache: LRUCache[tuple[str, str], bytes] = LRUCache(max_bytes, getsizeof=len)
+        self._cache: LRUCache[tuple[str, str], tuple[str, str, bytes]] = LRUCache(
+            max_bytes, getsizeof=lambda entry: len(entry[2])
+        )
         self._lock = threading.Lock()
 
-    def get(self, audit_id: str, etag: str) -> bytes | None:
+    def get(self, tenant_id: str, audit_id: str) -> tuple[str, str, bytes] | None:
+        """(ETag, state, body) of the tenant's finished audit, if rendered before."""
         with self._lock:
-            return self._cache.get((audit_id, etag))
+            return self._cache.get((tenant_id, audit_id))
 
-    def put(self, audit_id: str, etag: str, body: bytes) -> None:
+    def put(self, tenant_id: str, audit_id: str, etag: str, state: str, body: bytes) -> None:
         if len(body) <= self._cache.maxsize:
             with self._lock:
-                self._cache[(audit_id, etag)] = body
+                self._cache[(tenant_id, audit_id)] = (etag, state, body)
 
 
 def bodies_of(app: Any) -> FinishedBodies:

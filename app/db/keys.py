@@ -76,6 +76,17 @@ def parse_api_key(key: str) -> tuple[str, str] | None:
     return key_id, secret
 
 
+def remembered_tenant_id(key: str) -> str | None:
+    """The tenant id of a key verified here in the last VERIFIED_TTL_SECONDS (no database), else None."""
+    digest = hashlib.sha256(key.encode()).digest()
+    with _verified_lock:
+        hit = _verified.get(digest)
+        if hit is None or time.monotonic() - hit[2] >= VERIFIED_TTL_SECONDS:
+            return None
+        _verified.move_to_end(digest)
+        return hit[1]
+
+
 def authenticated_tenant_id(session: Session, key: str) -> str | None:
     """The id of the tenant owning a live key, or None. A key verified here in the last
     VERIFIED_TTL_SECONDS answers from memory; after that its row is read again (revoked → None), and

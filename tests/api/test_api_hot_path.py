@@ -35,19 +35,43 @@ def _statements(engine) -> Iterator[list[str]]:
         event.remove(engine, "before_cursor_execute", record)
 
 
-def test_a_poll_of_a_finished_audit_is_one_query(client) -> None:
+def test_a_poll_of_a_finished_audit_needs_no_database_thread_or_slot(client) -> None:
+    audit = client.post("/v1/audits", json=bound_request()).json()
+    wait_for(client.get, audit["id"])
+    engine = client.app.state.session_factory.kw["bind"]
+    first = client.get(f"/v1/audits/{audit['id']}")  # wait_for's last poll rendered the finished audit
+    assert first.status_code == 200 and first.json()["state"] == "SUCCEEDED"
+    slots = client.app.state.db_slots
+    taken = 0
+    while slots.value > 0:  # every request slot held: a poll that needed one would wait, then 503
+        slots.acquire_nowait()
+        taken += 1
+    try:
+        with _statements(engine) as seen:
+            again = client.get(f"/v1/audits/{audit['id']}")
+            etag = first.headers["ETag"]
+            unchanged = client.get(f"/v1/audits/{audit['id']}", headers={"If-None-Match": etag})
+            waited = client.get(f"/v1/audits/{audit['id']}", params={"wait": "30s"})
+    finally:
+        for _ in range(taken):
+            slots.release()
+    assert seen == []
+    assert again.status_code == 200 and again.content == first.content and again.headers["ETag"] == etag
+    assert again.headers["Cache-Control"] == first.headers["Cache-Control"]
+    assert unchanged.status_code == 304 and unchanged.headers["ETag"] == etag
+    assert waited.status_code == 200 and waited.content == first.content  # finished: answered at once
+
+
+def test_a_poll_by_a_key_not_remembered_takes_the_database_path(client, make_key, monkeypatch) -> None:
     audit = client.post("/v1/audits", json=bound_request()).json()
     wait_for(client.get, audit["id"])
     first = client.get(f"/v1/audits/{audit['id']}")
+    monkeypatch.setattr(keys, "VERIFIED_TTL_SECONDS", 0.0)  # every key must be looked up again
     engine = client.app.state.session_factory.kw["bind"]
     with _statements(engine) as seen:
         again = client.get(f"/v1/audits/{audit['id']}")
-    assert again.status_code == 200 and again.content == first.content
-    assert again.headers["ETag"] == first.headers["ETag"]
-    assert len(seen) == 1 and "api_keys" not in seen[0] and "result" not in seen[0], seen
-    with _statements(engine) as seen:
-        unchanged = client.get(f"/v1/audits/{audit['id']}", headers={"If-None-Match": first.headers["ETag"]})
-    assert unchanged.status_code == 304 and len(seen) == 1
+    assert again.content == first.content
+    assert len(seen) == 1 and "api_keys" in seen[0], seen  # the key's row; the body from memory
 
 
 def test_another_tenant_never_gets_a_cached_body(client, make_key) -> None:
