@@ -26,6 +26,9 @@ from app.config import get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"
+# An audit that still runs seconds after it is submitted: 2M oracle trials finished within a second on an
+# idle CI machine, before the cancel and Ctrl-C below.
+LONG_TRIALS = 16_000_000
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +45,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict
         "ICLAUDIT_STATE_DIR": str(state),
         "ICLAUDIT_AUTH_ENABLED": "false",
         "ICLAUDIT_PRELOAD_MODELS": "false",  # no test here needs SmolLM2
+        "ICLAUDIT_MAX_TRIALS": str(LONG_TRIALS),
         "HF_HUB_OFFLINE": "1",
     }
     env.pop("ICLAUDIT_DATABASE_URL", None)
@@ -183,7 +187,7 @@ def test_gate_exit_2_when_the_audit_fails_or_is_cancelled(cli: CliRunner, server
     ((_, case),) = _junit(report)
     assert case.result[0].type == "FAILED"  # a JUnit <error>
 
-    long = json.dumps(long_mia_request())
+    long = json.dumps(long_mia_request(trials=LONG_TRIALS))
     started = cli.invoke(app, ["submit", "-", "--url", url], input=long)
     audit_id = started.stdout.strip()
     assert cli.invoke(app, ["cancel", audit_id, "--url", url]).exit_code == 0
@@ -216,7 +220,9 @@ def test_gate_exit_3_on_usage_and_connection_errors(cli: CliRunner, server, tmp_
 def test_wait_timeout_exits_3_and_says_how_to_reattach(cli: CliRunner, server) -> None:
     url = server[0]
     out = cli.invoke(
-        app, ["submit", "-", "--wait", "--timeout", "1", "--url", url], input=json.dumps(long_mia_request())
+        app,
+        ["submit", "-", "--wait", "--timeout", "1", "--url", url],
+        input=json.dumps(long_mia_request(trials=LONG_TRIALS)),
     )
     assert out.exit_code == 3, out.output
     audit_id = out.output.split("submitted mia audit ")[1].split()[0]
@@ -229,7 +235,7 @@ def test_ctrl_c_during_watch_leaves_the_audit_running_and_says_how_to_reattach(
 ) -> None:
     url, env, _ = server
     request = tmp_path / "long.json"
-    request.write_text(json.dumps(long_mia_request()))
+    request.write_text(json.dumps(long_mia_request(trials=LONG_TRIALS)))
     proc = subprocess.Popen(
         [str(ICLAUDIT), "submit", str(request), "--watch", "--url", url],
         stdout=subprocess.PIPE,
