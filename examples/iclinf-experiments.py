@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,6 +23,7 @@ IMG = ROOT / "docs" / "img"
 ORDER = [  # most informative first: k = 4 labels, calibration, vocabulary, shots
     *(f"iclinf-{d}-k4.json" for d in ("agnews", "trec", "dbpedia")),
     *(f"iclinf-{d}-k4-calibrated.json" for d in ("agnews", "trec", "dbpedia")),
+    *(f"iclinf-{d}-k4-calibrated-zhao2021.json" for d in ("agnews", "trec", "dbpedia")),
     *(f"iclinf-{d}-k4-vocabulary.json" for d in ("agnews", "trec", "dbpedia")),
     *(f"iclinf-{d}-k{k}.json" for k in (1, 2, 8) for d in ("agnews", "trec", "dbpedia")),
 ]
@@ -88,6 +90,8 @@ def report() -> None:
             + f" | {base['wall_seconds'] / base['queries']:.1f} |"
         )
 
+    calibration_table(get)
+
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for k, ax in zip((4, 8), axes, strict=True):
         print(f"\nPer-position loss (mean over queries, before the max; k = {k}):\n")
@@ -129,23 +133,52 @@ def report() -> None:
     fig, ax = plt.subplots(figsize=(6, 3.6))
     names = list(DATASETS.values())
     for offset, (suffix, label) in enumerate(
-        (("k4", "labels"), ("k4-calibrated", "labels, calibrated"), ("k4-vocabulary", "vocabulary"))
+        (
+            ("k4", "labels"),
+            ("k4-calibrated", "calibrated, blank"),
+            ("k4-calibrated-zhao2021", "calibrated, N/A + blank + [MASK]"),
+            ("k4-vocabulary", "vocabulary"),
+        )
     ):
         vals = [get(d, suffix) for d in DATASETS]
-        xs = [i + (offset - 1) * 0.27 for i, v in enumerate(vals) if v is not None]
+        xs = [i + (offset - 1.5) * 0.2 for i, v in enumerate(vals) if v is not None]
         ax.bar(
             xs,
             [v["iclinf"] for v in vals if v is not None],
-            width=0.27,
+            width=0.2,
             yerr=[v["iclinf_std"] for v in vals if v is not None],
             capsize=3,
             label=label,
         )
     ax.set(xticks=range(len(names)), xticklabels=names, ylabel="ICLInf (k = 4)")
     ax.set_title("calibration (RQ5) and output space (App. E.1)")
-    ax.legend()
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(IMG / "iclinf-calibration-vocabulary.png", dpi=120)
+
+
+def calibration_table(get: Callable[[str, str], dict | None]) -> None:
+    """k = 4 uncalibrated vs calibrated by the blank content-free input (001 App. B) vs by the mean
+    over 'N/A', '', '[MASK]' (Zhao et al. 2021), on the same queries and exemplars: ICLInf, accuracy,
+    and the paired per-query difference zhao2021 − blank (mean ± standard error, ddof = 1)."""
+    import numpy as np
+
+    print(
+        "\n| dataset | m | ICLInf uncal. | cal. blank | cal. N/A+blank+[MASK] | paired Δ (zhao2021 − blank) "
+        "| acc. uncal. | acc. blank | acc. zhao2021 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for d, name in DATASETS.items():
+        base, blank, zhao = get(d, "k4"), get(d, "k4-calibrated"), get(d, "k4-calibrated-zhao2021")
+        if base is None or blank is None or zhao is None:
+            continue
+        diff = np.array(zhao["per_query"]) - np.array(blank["per_query"])
+        se = diff.std(ddof=1) / np.sqrt(len(diff))
+        cells = " | ".join(f"{r['iclinf']:.2f} ± {r['iclinf_std']:.2f}" for r in (base, blank, zhao))
+        print(
+            f"| {name} | {base['queries']} | {cells} | {diff.mean():+.2f} ± {se:.2f} | {base['accuracy']:.2f} "
+            f"| {blank['accuracy']:.2f} | {zhao['accuracy']:.2f} |"
+        )
 
 
 if __name__ == "__main__":
