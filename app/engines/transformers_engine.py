@@ -23,7 +23,9 @@ Speed, all automatic (no special call needed):
   the one that gives it the most (`next_wave`; the caller's order breaks ties): ICLInf's full
   context runs first, then the k leave-one-out contexts each feed only what follows their removed
   exemplar; a multi-token label feeds only its own tokens after the prompt's cache; a DP
-  synthetic-generation step feeds one token per prompt. A wave is cut into batches of similar
+  synthetic-generation step feeds one token per prompt; `generate` prefills each distinct prompt
+  once the same way (its n samples and every later prompt sharing its context reuse that cache), then
+  decodes step by step on the laid-out caches. A wave is cut into batches of similar
   suffix length (`_batches`); each row has its own past, left-padded and masked. To use it, pass
   all prompts that share a context in ONE call (the first one the one the others share most with),
   e.g. `engine.label_logprobs([full, *leave_one_out], labels)`;
@@ -455,33 +457,37 @@ class TransformersEngine:
 
         for ids, _ in rows:
             self._check_length(ids, max_new_tokens)
-        width = max(len(ids) for ids, _ in rows)
         batch = len(rows)
-        input_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((batch, width), dtype=torch.long)
-        for b, (ids, _) in enumerate(rows):
-            input_ids[b, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            mask[b, width - len(ids) :] = 1
-        positions = (mask.cumsum(1) - 1).clamp(min=0)
         generators = [torch.Generator().manual_seed(_ids_seed(seed, j, ids)) for ids, j in rows]
-        past = DynamicCache()
         tokens: list[list[int]] = [[] for _ in rows]
         logps: list[list[float]] = [[] for _ in rows]
         finished = [False] * batch
-        self.counters.prompt_tokens += int(mask.sum())
-        step_ids, step_pos = input_ids, positions
-        for _ in range(max_new_tokens):
-            with torch.inference_mode():
-                logits = self.model(
-                    input_ids=step_ids.to(self.device),
-                    attention_mask=mask.to(self.device),
-                    position_ids=step_pos.to(self.device),
-                    past_key_values=past,
-                    use_cache=True,
-                    logits_to_keep=1,
-                ).logits[:, -1, :]
-            self.counters.forward_passes += 1
-            raw = torch.log_softmax(logits.to(torch.float64), dim=-1).cpu()
+        prefilled = self._prefill(rows)
+        if prefilled is not None:  # the prompts ran once each, on top of their longest cached prefixes
+            raw, past, mask, step_pos = prefilled
+        else:  # the whole prompts are fed in the first step
+            width = max(len(ids) for ids, _ in rows)
+            step_ids = torch.full((batch, width), self.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((batch, width), dtype=torch.long)
+            for b, (ids, _) in enumerate(rows):
+                step_ids[b, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                mask[b, width - len(ids) :] = 1
+            step_pos = (mask.cumsum(1) - 1).clamp(min=0)
+            past = DynamicCache()
+            self.counters.prompt_tokens += int(mask.sum())
+        for step in range(max_new_tokens):
+            if step or prefilled is None:
+                with torch.inference_mode():
+                    logits = self.model(
+                        input_ids=step_ids.to(self.device),
+                        attention_mask=mask.to(self.device),
+                        position_ids=step_pos.to(self.device),
+                        past_key_values=past,
+                        use_cache=True,
+                        logits_to_keep=1,
+                    ).logits[:, -1, :]
+                self.counters.forward_passes += 1
+                raw = torch.log_softmax(logits.to(torch.float64), dim=-1).cpu()
             chosen = torch.full((batch,), self.pad_token_id, dtype=torch.long)
             for b in range(batch):
                 if finished[b]:
@@ -503,6 +509,42 @@ class TransformersEngine:
             Generation(text=self.decode(t), token_ids=tuple(t), token_logprobs=tuple(lp))
             for t, lp in zip(tokens, logps, strict=True)
         ]
+
+    def _prefill(self, rows: Sequence[tuple[Ids, int]]) -> tuple[Any, Any, Any, Any] | None:
+        """The first decoding step of `rows` from the prefix KV store: each distinct prompt runs once
+        (`_run`: only the tokens past its longest cached prefix are fed, and its KV cache is kept), then
+        the rows' caches are laid out left-padded as the step-by-step loop continues them.
+
+        → (first-token log-probabilities (batch, V), cache, attention mask, next positions), or None
+        when the store keeps nothing or evicted a prompt before its rows were laid out (the caller then
+        feeds whole prompts)."""
+        import torch
+        from transformers import DynamicCache
+
+        if self.kv_store.max_bytes <= 0:
+            return None
+        prompts = list(dict.fromkeys(ids for ids, _ in rows))
+        first = self._run({ids: (1, True) for ids in prompts})
+        if not all(ids in self.kv_store for ids in prompts):
+            return None
+        sources = {ids: self.kv_store.get(ids) for ids in prompts}
+        batch, past_len = len(rows), max(len(ids) for ids in prompts)
+        mask = torch.zeros((batch, past_len), dtype=torch.long)
+        for b, (ids, _) in enumerate(rows):
+            mask[b, past_len - len(ids) :] = 1
+        layers = []
+        for layer in range(len(sources[prompts[0]])):
+            k0, v0 = sources[prompts[0]][layer]
+            keys = k0.new_zeros((batch, k0.shape[1], past_len, k0.shape[3]))
+            values = v0.new_zeros((batch, v0.shape[1], past_len, v0.shape[3]))
+            for b, (ids, _) in enumerate(rows):
+                keys[b, :, past_len - len(ids) :] = sources[ids][layer][0][0]
+                values[b, :, past_len - len(ids) :] = sources[ids][layer][1][0]
+            layers.append((keys, values))
+        past = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        raw = torch.from_numpy(np.stack([first[ids][-1] for ids, _ in rows]))
+        positions = torch.tensor([[len(ids) - 1] for ids, _ in rows], dtype=torch.long)
+        return raw, past, mask, positions
 
     @staticmethod
     def _choose(logprobs: Any, temperature: float, top_p: float, generator: Any) -> int:

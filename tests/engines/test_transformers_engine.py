@@ -201,6 +201,30 @@ def test_generate_is_seeded_and_reports_raw_logprobs(engine: TransformersEngine)
     assert [g.token_ids for r in other_seed for g in r] != [g.token_ids for r in first for g in r]
 
 
+def test_generate_prefills_each_prompt_once_on_its_longest_cached_prefix(engine: TransformersEngine) -> None:
+    prompts, n = PROMPTS[:2], 3  # two queries on one six-review context, three samples each
+    ids = [engine.format_ids(p) for p in prompts]
+
+    def fed(kv_bytes: int, temperature: float) -> tuple[list[list[object]], int]:
+        engine.cache.clear()
+        engine.kv_store.clear()
+        engine.kv_store.max_bytes = kv_bytes
+        before = engine.counters.prompt_tokens
+        out = engine.generate(prompts, max_new_tokens=6, temperature=temperature, seed=5, n=n)
+        return out, engine.counters.prompt_tokens - before
+
+    for temperature in (0.0, 0.9):
+        scratch, scratch_fed = fed(0, temperature)  # no store: every sample feeds its whole prompt
+        reused, reused_fed = fed(512 * 2**20, temperature)
+        assert scratch_fed == n * sum(len(i) for i in ids)
+        # the first prompt once, the second only past what it shares with the first
+        assert reused_fed == len(ids[0]) + len(ids[1]) - lcp(ids[0], ids[1])
+        for a, b in zip(scratch, reused, strict=True):
+            assert [g.token_ids for g in a] == [g.token_ids for g in b]
+            for ga, gb in zip(a, b, strict=True):
+                assert gb.token_logprobs == pytest.approx(ga.token_logprobs, abs=1e-4)
+
+
 def test_prompt_longer_than_the_context_is_refused(engine: TransformersEngine) -> None:
     too_long = Prompt("hi", continuation=tuple([100] * (engine.context_length or 0)))
     with pytest.raises(PromptTooLong, match="context length"):
