@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-import enum
 import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, LargeBinary, String, Text, TypeDecorator
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# Re-exported: the states live in app.db.constants (no SQLAlchemy) for the API models and the client.
+from app.db.constants import TERMINAL_STATES as TERMINAL_STATES
+from app.db.constants import AuditState as AuditState
 
 
 def utcnow() -> datetime:
@@ -36,17 +39,6 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class AuditState(enum.StrEnum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-
-TERMINAL_STATES = frozenset({AuditState.SUCCEEDED, AuditState.FAILED, AuditState.CANCELLED})
 
 
 class Base(DeclarativeBase):

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Row, and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
+from app.db.constants import CLAIM_FIELDS
 from app.db.models import Audit
 from app.db.scoping import Page, decode_page_token, encode_page_token
 
@@ -29,8 +30,6 @@ MARK_FIELDS = (
     "started_at",
     "finished_at",
 )
-# The request fields that hold the ε a kind claims (mia: `epsilon`; synthetic_generation: `target_epsilon`).
-CLAIM_FIELDS = ("epsilon", "target_epsilon")
 
 _MARK = [getattr(Audit, name) for name in MARK_FIELDS]
 _CLAIMED = func.coalesce(*(Audit.request[name].as_float() for name in CLAIM_FIELDS)).label("epsilon_claimed")

@@ -7,15 +7,17 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from functools import cache
-from typing import Annotated, Any, Self, Union
+from typing import TYPE_CHECKING, Annotated, Any, Self, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.kinds.registry import KINDS, kind_module, result_model, validate_result
 from app.audit.results.base import ResultBase
-from app.db.models import Audit, AuditState
-from app.db.polling import CLAIM_FIELDS
+from app.db.constants import CLAIM_FIELDS, AuditState
+
+if TYPE_CHECKING:
+    from app.db.models import Audit
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +117,7 @@ def verdict_of(result: dict[str, Any] | None) -> Verdict | None:
 
 
 def claimed_epsilon(request: dict[str, Any]) -> float | None:
-    """The ε the audited system claims, from the request (the fields in app.db.polling.CLAIM_FIELDS)."""
+    """The ε the audited system claims, from the request (the fields in app.db.constants.CLAIM_FIELDS)."""
     for name in CLAIM_FIELDS:
         if isinstance(request.get(name), int | float):
             return float(request[name])

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.db.models import AuditState
+from app.db.constants import AuditState
 from app.schemas.audits import request_union
 from app.schemas.sweeps import SweepRequest
 
