@@ -1,5 +1,5 @@
 """The `iclaudit` command: service commands (app/cli/service.py), client commands (app/cli/audits.py, through
-app.client) and calculators (app/cli/science.py)."""
+iclaudit.client) and calculators (app/cli/science.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Client commands: submit, watch, status, result, list, cancel, datasets, models — all through
-app.client.IclauditClient (one HTTP code path).
+iclaudit.client.IclauditClient (one HTTP code path).
 
 Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate):
   0  the audit SUCCEEDED and no claimed ε is violated
@@ -27,8 +27,8 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 
 from app.audit.results.base import ResultBase
-from app.client import ApiError as ClientApiError
-from app.client import Audit, ClientError, IclauditClient, WaitTimeout
+from iclaudit.client import ApiError as ClientApiError
+from iclaudit.client import Audit, ClientError, IclauditClient, WaitTimeout
 
 console = Console()
 err_console = Console(stderr=True)

@@ -1,4 +1,4 @@
-"""app.client against a real HTTP server on loopback that answers 429/503 first: retries wait at least what
+"""iclaudit.client against a real HTTP server on loopback that answers 429/503 first: retries wait at least what
 Retry-After asks, keep one Idempotency-Key across the retries of a POST, and give up with one clear error."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import ClassVar
 import pytest
 from service.servers import free_port
 
-from app.client import ApiError, IclauditClient, ServiceUnreachable, retry_after_seconds
+from iclaudit.client import ApiError, IclauditClient, ServiceUnreachable, retry_after_seconds
 
 AUDIT = {
     "id": "a" * 32,

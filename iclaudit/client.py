@@ -1,22 +1,33 @@
 """A small typed Python client of the iclaudit REST API (the `iclaudit` CLI uses it; there is no other
 HTTP code path in the CLI).
 
-    from app.client import IclauditClient
+    from iclaudit.client import IclauditClient
 
     with IclauditClient("http://127.0.0.1:8000", api_key="ica_…") as client:
         audit = client.submit({"kind": "bound", "counts": {"tp": 2400, "fn": 1600, "fp": 1500, "tn": 2500}})
         audit = client.wait(audit.id, timeout=600)          # long-poll with ETags until SUCCEEDED/FAILED/CANCELLED
         print(audit.result.epsilon_empirical if audit.result else audit.error)
 
+Sweeps, webhooks and schedules come back as the API's own response models (app/schemas: `SweepResource`,
+`SweepResult`, `WebhookCreated`, `DeliveryList`, `ScheduleResource`, `ScheduleRunList`, …); `wait_sweep`
+polls a sweep with back-off until every child audit has ended.
+
 Retries (tenacity): connection failures, time-outs and 429/502/503/504 answers are retried with exponential
 back-off and jitter, waiting at least what `Retry-After` asks. Every POST carries an `Idempotency-Key`
-(one per logical call, reused by its retries), so a retried submit never creates a second audit.
+(one per logical call, reused by its retries), so a retried submit never creates a second audit. The
+server de-duplicates submitAudit, uploadDataset and submitSweep by that key; the other creating POSTs
+(createWebhook, createSchedule) are retried only when they cannot have been processed: no connection
+made, or a 429/503 answer (refused before any write).
 
 Waiting: `GET /v1/audits/{id}?wait=30s` with `If-None-Match` (304 while nothing changed); a server that
 answers at once (no long-poll support) is polled with back-off instead of hammered.
 
 Errors: `ApiError` (the server answered 4xx/5xx: status, message, per-field details),
-`ServiceUnreachable` (no answer after the retries), `WaitTimeout` (`wait` ran past its timeout).
+`ServiceUnreachable` (no answer after the retries), `WaitTimeout` (`wait`/`wait_sweep` ran past its timeout).
+
+Server-only code (FastAPI, SQLAlchemy, Celery) is never imported (tests/service/test_layering.py); the
+sweep and schedule models build every kind's request model (numpy, scipy: ~0.8 s), so they are imported on
+first use and `iclaudit submit` starts fast.
 """
 
 from __future__ import annotations
@@ -24,12 +35,12 @@ from __future__ import annotations
 import email.utils
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any, Union
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -38,17 +49,29 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from app.audit.kinds.registry import KINDS, result_model, validate_result
+from app.audit.kinds.registry import validate_result
 from app.audit.results.base import ResultBase
+from app.db.constants import TERMINAL_STATES
+from app.schemas.audits import AuditResult
+from app.schemas.webhooks import (
+    DeliveryList,
+    DeliveryResource,
+    NotifySecret,
+    WebhookCreated,
+    WebhookList,
+    WebhookResource,
+)
 
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+if TYPE_CHECKING:
+    from app.schemas.schedules import ScheduleList, ScheduleResource, ScheduleRunList
+    from app.schemas.sweeps import SweepList, SweepResource, SweepResult
+
 RETRY_STATUS = frozenset({429, 502, 503, 504})
+# Answers after which the server has written nothing (rate limit, busy, database unavailable).
+NOT_PROCESSED_STATUS = frozenset({429, 503})
+# Failures before the request reached the server.
+NOT_SENT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 MAX_RETRY_AFTER_S = 120.0
-
-AuditResult = Annotated[
-    Union[tuple(result_model(kind) for kind in KINDS)],  # noqa: UP007 - built from the registry
-    Field(discriminator="kind"),
-]
 
 
 # --- errors -------------------------------------------------------------------------------------------
@@ -82,11 +105,13 @@ class ServiceUnreachable(ClientError):
 
 
 class WaitTimeout(ClientError):
-    """The audit had not ended when `wait`'s timeout ran out; `audit` is the last state seen."""
+    """The audit (`wait`) or sweep (`wait_sweep`) had not ended when the timeout ran out; `last` is the
+    last state seen."""
 
-    def __init__(self, audit: Audit, timeout: float) -> None:
-        super().__init__(f"audit {audit.id} still {audit.state} after {timeout:g} s")
-        self.audit = audit
+    def __init__(self, last: Audit | SweepResource, timeout: float) -> None:
+        what = "audit" if isinstance(last, Audit) else "sweep"
+        super().__init__(f"{what} {last.id} still {last.state} after {timeout:g} s")
+        self.last = last
 
 
 class _Retryable(Exception):
@@ -112,6 +137,29 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
+
+
+def _body(value: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
+    """A request body from a dict or from the API's own request model (dumped as the server stores it)."""
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
+
+
+def _page(size: int, token: str | None) -> dict[str, str | int]:
+    """The query of one page of a list (`page_token` from the previous page's `next_page_token`)."""
+    return {"page_size": size, **({"page_token": token} if token else {})}
+
+
+class _Pause:
+    """The sleep between two polls: `first` seconds after a change, x1.5 per unchanged poll up to `most`,
+    never past the deadline."""
+
+    def __init__(self, first: float = 0.25, most: float = 2.0) -> None:
+        self.first, self.most, self.delay = first, most, first
+
+    def __call__(self, changed: bool, deadline: float | None) -> None:
+        self.delay = self.first if changed else min(self.delay * 1.5, self.most)
+        left = self.delay if deadline is None else deadline - time.monotonic()
+        time.sleep(max(0.0, min(self.delay, left)))
 
 
 # --- resources ----------------------------------------------------------------------------------------
@@ -153,7 +201,7 @@ class Audit(BaseModel):
 
     @property
     def done(self) -> bool:
-        return self.state in TERMINAL
+        return self.state in TERMINAL_STATES
 
     @model_validator(mode="before")
     @classmethod
@@ -219,10 +267,13 @@ class IclauditClient:
         *,
         ok: tuple[int, ...] = (),
         idempotency_key: str | None = None,
+        replay_safe: bool = True,
         **kwargs: Any,
     ) -> httpx.Response:
         """One call with retries; 2xx (and any status in `ok`) is returned, other answers raise ApiError.
-        A POST gets an Idempotency-Key (a fresh one unless given) that all its retries share."""
+        A POST gets an Idempotency-Key (a fresh one unless given) that all its retries share. A call that
+        is not `replay_safe` (a POST the server does not de-duplicate) is retried only when it cannot have
+        been processed: no connection made, or a 429/503 answer."""
         if method.upper() == "POST":
             kwargs["headers"] = {
                 **kwargs.get("headers", {}),
@@ -235,8 +286,15 @@ class IclauditClient:
                 raise _Retryable(response)
             return response
 
+        def worth_retrying(exc: BaseException) -> bool:
+            if replay_safe:
+                return isinstance(exc, _Retryable | httpx.TransportError)
+            if isinstance(exc, _Retryable):
+                return exc.response.status_code in NOT_PROCESSED_STATUS
+            return isinstance(exc, NOT_SENT_ERRORS)
+
         retrying = Retrying(
-            retry=retry_if_exception(lambda e: isinstance(e, _Retryable | httpx.TransportError)),
+            retry=retry_if_exception(worth_retrying),
             stop=stop_after_attempt(self.retries + 1),
             wait=self._wait,
             reraise=True,
@@ -257,10 +315,10 @@ class IclauditClient:
 
     # -- audits --------------------------------------------------------------------------------------
 
-    def submit(self, request: dict[str, Any], *, idempotency_key: str | None = None) -> Audit:
+    def submit(self, request: Mapping[str, Any] | BaseModel, *, idempotency_key: str | None = None) -> Audit:
         """POST /v1/audits: start an audit (202); the same idempotency key returns the same audit."""
         return Audit.model_validate(
-            self._json("POST", "/v1/audits", json=request, idempotency_key=idempotency_key)
+            self._json("POST", "/v1/audits", json=_body(request), idempotency_key=idempotency_key)
         )
 
     def get(self, audit_id: str) -> Audit:
@@ -279,7 +337,7 @@ class IclauditClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         etag: str | None = None
         audit: Audit | None = None
-        idle = 0.25
+        pause = _Pause()
         while True:
             left = None if deadline is None else deadline - time.monotonic()
             if audit is not None and left is not None and left <= 0:
@@ -309,9 +367,7 @@ class IclauditClient:
             assert audit is not None
             # A server without long-poll answers at once: back off instead of hammering it.
             if time.monotonic() - started < min(hold, 1.0) * 0.5:
-                idle = 0.25 if changed else min(idle * 1.5, 2.0)
-                pause = idle if deadline is None else max(0.0, min(idle, deadline - time.monotonic()))
-                time.sleep(pause)
+                pause(changed, deadline)
 
     def result(self, audit_id: str) -> ResultBase:
         """The typed result of a SUCCEEDED audit (ApiError 404 before)."""
@@ -381,36 +437,155 @@ class IclauditClient:
 
     # -- sweeps --------------------------------------------------------------------------------------
 
-    def submit_sweep(self, sweep: dict[str, Any], *, idempotency_key: str | None = None) -> dict[str, Any]:
-        """POST /v1/sweeps: {base: <audit request>, grid: {path: [values]}, seeds: n}."""
-        return self._json("POST", "/v1/sweeps", json=sweep, idempotency_key=idempotency_key)  # type: ignore[no-any-return]
+    def submit_sweep(
+        self, sweep: Mapping[str, Any] | BaseModel, *, idempotency_key: str | None = None
+    ) -> SweepResource:
+        """POST /v1/sweeps: {base: <audit request>, grid: {path: [values]}, seeds: n} (a dict or a
+        `SweepRequest`); the same idempotency key returns the same sweep."""
+        from app.schemas.sweeps import SweepResource
 
-    def get_sweep(self, sweep_id: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/sweeps/{sweep_id}")  # type: ignore[no-any-return]
+        body = self._json("POST", "/v1/sweeps", json=_body(sweep), idempotency_key=idempotency_key)
+        return SweepResource.model_validate(body)
 
-    def list_sweeps(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/sweeps")  # type: ignore[no-any-return]
+    def get_sweep(self, sweep_id: str) -> SweepResource:
+        from app.schemas.sweeps import SweepResource
 
-    def cancel_sweep(self, sweep_id: str) -> dict[str, Any]:
-        return self._json("POST", f"/v1/sweeps/{sweep_id}/cancel")  # type: ignore[no-any-return]
+        return SweepResource.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}"))
 
-    def sweep_result(self, sweep_id: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/sweeps/{sweep_id}/result")  # type: ignore[no-any-return]
+    def list_sweeps(self, *, page_size: int = 20, page_token: str | None = None) -> SweepList:
+        """One page of the caller's sweeps, newest first."""
+        from app.schemas.sweeps import SweepList
+
+        return SweepList.model_validate(self._json("GET", "/v1/sweeps", params=_page(page_size, page_token)))
+
+    def wait_sweep(
+        self,
+        sweep_id: str,
+        *,
+        timeout: float | None = None,
+        max_poll: float = 5.0,
+        on_update: Callable[[SweepResource], None] | None = None,
+    ) -> SweepResource:
+        """Until every child audit has ended (the sweep SUCCEEDED, FAILED or CANCELLED): GET /v1/sweeps/{id}
+        0.25 s after a change, x1.5 longer per unchanged poll up to `max_poll` s (the route has no
+        long-poll), calling `on_update` with every new state. WaitTimeout after `timeout` s (None: never)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = _Pause(most=max_poll)
+        last: SweepResource | None = None
+        while True:
+            sweep = self.get_sweep(sweep_id)
+            changed = sweep != last
+            last = sweep
+            if changed and on_update is not None:
+                on_update(sweep)
+            if sweep.state in TERMINAL_STATES:
+                return sweep
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(sweep, timeout or 0.0)
+            pause(changed, deadline)
+
+    def cancel_sweep(self, sweep_id: str) -> SweepResource:
+        """Cancels every child not yet finished (409 when all had)."""
+        from app.schemas.sweeps import SweepResource
+
+        return SweepResource.model_validate(self._json("POST", f"/v1/sweeps/{sweep_id}/cancel"))
+
+    def sweep_result(self, sweep_id: str) -> SweepResult:
+        """The grid as a table (per child and per point over its seeds); 409 until every child ended."""
+        from app.schemas.sweeps import SweepResult
+
+        return SweepResult.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}/result"))
+
+    def sweep_result_csv(self, sweep_id: str) -> str:
+        return self.request("GET", f"/v1/sweeps/{sweep_id}/result.csv").text
+
+    def sweep_result_png(self, sweep_id: str) -> bytes:
+        return self.request("GET", f"/v1/sweeps/{sweep_id}/result.png").content
 
     # -- webhooks ------------------------------------------------------------------------------------
 
-    def create_webhook(self, url: str, events: list[str] | None = None) -> dict[str, Any]:
-        """POST /v1/webhooks; the answer holds the signing secret, shown this once."""
-        body: dict[str, Any] = {"url": url}
-        if events is not None:
-            body["events"] = events
-        return self._json("POST", "/v1/webhooks", json=body)  # type: ignore[no-any-return]
+    def create_webhook(
+        self, url: str, events: list[str] | None = None, *, description: str = ""
+    ) -> WebhookCreated:
+        """POST /v1/webhooks (`events` None or empty: all of them); the answer holds the signing secret,
+        shown this once."""
+        body = {"url": url, "events": events or [], "description": description}
+        return WebhookCreated.model_validate(self._json("POST", "/v1/webhooks", json=body, replay_safe=False))
 
-    def list_webhooks(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/webhooks")  # type: ignore[no-any-return]
+    def get_webhook(self, webhook_id: str) -> WebhookResource:
+        return WebhookResource.model_validate(self._json("GET", f"/v1/webhooks/{webhook_id}"))
+
+    def list_webhooks(self, *, page_size: int = 50, page_token: str | None = None) -> WebhookList:
+        return WebhookList.model_validate(
+            self._json("GET", "/v1/webhooks", params=_page(page_size, page_token))
+        )
 
     def delete_webhook(self, webhook_id: str) -> None:
+        """Stops every delivery to it and drops its delivery log."""
         self.request("DELETE", f"/v1/webhooks/{webhook_id}")
 
-    def webhook_deliveries(self, webhook_id: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/webhooks/{webhook_id}/deliveries")  # type: ignore[no-any-return]
+    def webhook_deliveries(
+        self, webhook_id: str, *, page_size: int = 50, page_token: str | None = None
+    ) -> DeliveryList:
+        """Newest first: each event sent to the webhook, its state, attempts and last answer."""
+        return DeliveryList.model_validate(
+            self._json("GET", f"/v1/webhooks/{webhook_id}/deliveries", params=_page(page_size, page_token))
+        )
+
+    def redeliver(self, webhook_id: str, delivery_id: str) -> DeliveryResource:
+        """Send a delivery again (same `webhook-id`, so a receiver de-duplicates it)."""
+        path = f"/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"
+        return DeliveryResource.model_validate(self._json("POST", path))
+
+    def notify_secret(self) -> NotifySecret:
+        """The secret that signs deliveries to a request's `notify` URL."""
+        return NotifySecret.model_validate(self._json("GET", "/v1/webhooks/notify-secret"))
+
+    # -- schedules -----------------------------------------------------------------------------------
+
+    def create_schedule(
+        self,
+        *,
+        request: Mapping[str, Any] | BaseModel | None = None,
+        sweep: Mapping[str, Any] | BaseModel | None = None,
+        cron: str | None = None,
+        interval_seconds: float | None = None,
+    ) -> ScheduleResource:
+        """POST /v1/schedules: an audit `request` or a `sweep`, re-run at every `cron` time (UTC; five
+        fields, or six with seconds last) or every `interval_seconds`."""
+        from app.schemas.schedules import ScheduleResource
+
+        body: dict[str, Any] = {
+            name: value
+            for name, value in (("cron", cron), ("interval_seconds", interval_seconds))
+            if value is not None
+        }
+        if request is not None:
+            body["request"] = _body(request)
+        if sweep is not None:
+            body["sweep"] = _body(sweep)
+        return ScheduleResource.model_validate(
+            self._json("POST", "/v1/schedules", json=body, replay_safe=False)
+        )
+
+    def get_schedule(self, schedule_id: str) -> ScheduleResource:
+        from app.schemas.schedules import ScheduleResource
+
+        return ScheduleResource.model_validate(self._json("GET", f"/v1/schedules/{schedule_id}"))
+
+    def list_schedules(self, *, page_size: int = 50, page_token: str | None = None) -> ScheduleList:
+        from app.schemas.schedules import ScheduleList
+
+        return ScheduleList.model_validate(
+            self._json("GET", "/v1/schedules", params=_page(page_size, page_token))
+        )
+
+    def schedule_runs(self, schedule_id: str) -> ScheduleRunList:
+        """Each firing, newest first (at most 100), with its audit's state and verdict."""
+        from app.schemas.schedules import ScheduleRunList
+
+        return ScheduleRunList.model_validate(self._json("GET", f"/v1/schedules/{schedule_id}/runs"))
+
+    def delete_schedule(self, schedule_id: str) -> None:
+        """No further runs; the audits it started stay."""
+        self.request("DELETE", f"/v1/schedules/{schedule_id}")
