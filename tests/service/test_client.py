@@ -1,5 +1,6 @@
-"""iclaudit.client against a real HTTP server on loopback that answers 429/503 first: retries wait at least what
-Retry-After asks, keep one Idempotency-Key across the retries of a POST, and give up with one clear error."""
+"""iclaudit.client against a real HTTP server on loopback that answers 429/503 first: retries wait at least
+what Retry-After asks, keep one Idempotency-Key across the retries of a POST, and give up with one clear
+error; a POST the server does not de-duplicate is retried only when nothing can have been written."""
 
 from __future__ import annotations
 
@@ -81,6 +82,21 @@ def test_gives_up_with_the_last_answer_and_on_a_dead_port(flaky: str) -> None:
     dead = IclauditClient(f"http://127.0.0.1:{free_port()}", retries=1, backoff=0.01)
     with dead, pytest.raises(ServiceUnreachable, match="cannot reach"):
         dead.get("x")
+
+
+def test_a_post_the_server_does_not_deduplicate_is_retried_only_when_nothing_was_written(flaky: str) -> None:
+    Flaky.script = [(503, {}), (502, {})]  # 503: refused before any write; 502: a proxy, it may have run
+    with (
+        IclauditClient(flaky, backoff=0.01, max_backoff=0.02) as client,
+        pytest.raises(ApiError) as err,
+    ):
+        client.request("POST", "/v1/schedules", json={}, replay_safe=False)
+    assert err.value.status == 502 and [p for _, p, _ in Flaky.seen] == ["/v1/schedules"] * 2
+    Flaky.seen = []
+    with IclauditClient(flaky, backoff=0.01, max_backoff=0.02) as client:  # a submit is replay-safe
+        Flaky.script = [(502, {})]
+        assert client.submit({"kind": "bound"}).id == AUDIT["id"]
+    assert len(Flaky.seen) == 2
 
 
 def test_retry_after_as_seconds_or_http_date() -> None:
