@@ -1,6 +1,6 @@
-"""Schedules with two API processes (real uvicorn subprocesses on one SQLite file): a cron every 2 s
-fires once per time, the runs are listed, and the deployed endpoint turning leaky between runs fires one
-`audit.violation` (signed) with the previous verdict."""
+"""Schedules with two API processes (real uvicorn subprocesses on one SQLite file, and on the session's
+real PostgreSQL): a cron every 2 s fires once per time, the runs are listed, and the deployed endpoint
+turning leaky between runs fires one `audit.violation` (signed) with the previous verdict."""
 
 from __future__ import annotations
 
@@ -29,7 +29,11 @@ from app.config import Settings
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, ScheduleRun
 
-pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+# The two-process test is about concurrent firings, so it runs on both databases; the rest on SQLite.
+SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+BOTH_DATABASES = pytest.mark.parametrize(
+    "database_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
 
 
 class Deployment:
@@ -85,6 +89,7 @@ def api_processes(n: int, env: dict[str, str], logs: Path) -> Iterator[list[str]
                 proc.wait()
 
 
+@BOTH_DATABASES
 def test_a_schedule_fires_once_per_time_with_two_api_processes(
     settings: Settings, make_key: Any, receiver: Receiver, tmp_path: Path
 ) -> None:
@@ -172,6 +177,7 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
     assert sum(r.audit_id in {e["data"]["id"] for e in violations} for r in runs_stored) == len(violations)
 
 
+@SQLITE_ONLY
 def test_a_sweep_schedule_fires_sweeps_and_bad_schedules_are_422(client) -> None:
     bound = {"kind": "bound", "counts": {"tp": 60, "fn": 40, "fp": 40, "tn": 60}}
     sweep = {"base": bound, "grid": {"confidence": [0.9, 0.95]}}
