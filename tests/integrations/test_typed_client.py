@@ -14,11 +14,11 @@ from integrations.test_sweeps import mia_base
 from standardwebhooks import Webhook
 
 from app.config import Settings
-from app.db.constants import AuditState
+from app.db.constants import TERMINAL_STATES, AuditState
 from app.schemas.schedules import ScheduleList, ScheduleResource, ScheduleRunResource
 from app.schemas.sweeps import SweepList, SweepRequest, SweepResource, SweepResult
 from app.schemas.webhooks import DeliveryResource, WebhookCreated, WebhookList, WebhookResource
-from iclaudit.client import ApiError, IclauditClient
+from iclaudit.client import ApiError, IclauditClient, WaitTimeout
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -68,6 +68,19 @@ def test_a_sweep_round_trip_is_typed(api: IclauditClient) -> None:
     with pytest.raises(ApiError) as bad:
         api.submit_sweep({"base": mia_base(), "grid": {"epsilon": [-1]}})
     assert bad.value.status == 422 and bad.value.details[0][0] == '$.grid["epsilon"]'
+
+
+def test_wait_sweep_times_out_with_the_last_state_and_a_cancel_is_typed(api: IclauditClient) -> None:
+    grid = {"epsilon": [1, 2, 4, 8], "mechanism.partitions": [2, 4]}
+    sweep = api.submit_sweep({"base": mia_base(), "grid": grid, "seeds": 4})  # 32 audits (~3 s), 2 workers
+    with pytest.raises(WaitTimeout) as late:
+        api.wait_sweep(sweep.id, timeout=0)
+    assert isinstance(late.value.last, SweepResource) and late.value.last.id == sweep.id
+    assert late.value.last.state not in TERMINAL_STATES and "still" in str(late.value)
+    cancelling = api.cancel_sweep(sweep.id)
+    assert isinstance(cancelling, SweepResource) and cancelling.cancel_requested
+    ended = api.wait_sweep(sweep.id, timeout=30)
+    assert ended.state == AuditState.CANCELLED and ended.progress.counts[AuditState.CANCELLED] >= 1
 
 
 def test_webhooks_create_list_deliveries_redeliver_delete(api: IclauditClient, receiver: Receiver) -> None:
