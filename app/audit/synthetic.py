@@ -182,13 +182,15 @@ def generate_private_sequence(
     on_token: Callable[[int], None] | None = None,
     public_prompt: str | None = None,
     svt: SparseVectorTest | None = None,
+    prefix_ids: tuple[int, ...] = (),
 ) -> PrivateSequence:
     """Alg. 1 repeated for up to T_max tokens on the batch `prompts`, with the Eq. 7 curve of every step.
 
     Each step is one batched forward pass over the s prompts (and the public prompt with `svt`) continued by
     the tokens so far (`Prompt.continuation`); sampling stops early at a token in `stop_token_ids` (that step
     counts, its token is not part of the text) or when `svt` has spent its r private tokens.
-    `on_token(t)` is called after step t (progress/cancel).
+    `on_token(t)` is called after step t (progress/cancel). `prefix_ids`: tokens the answer starts with (a
+    start to continue, public); the text returned is what follows them.
     """
     if (svt is None) != (public_prompt is None):
         raise ValueError("the sparse vector test needs a public prompt, and a public prompt needs the test")
@@ -201,7 +203,7 @@ def generate_private_sequence(
             break
         texts = [*prompts, *([public_prompt] if public_prompt is not None else [])]
         dists = engine.next_token_logprobs(
-            [Prompt(text=p, continuation=tuple(generated)) for p in texts], top_k="all"
+            [Prompt(text=p, continuation=(*prefix_ids, *generated)) for p in texts], top_k="all"
         )
         logprobs = np.stack([d.logprobs for d in dists[: len(prompts)]])
         use_private = True

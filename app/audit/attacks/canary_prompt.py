@@ -29,7 +29,9 @@ from app.audit.prompts import (
 from app.audit.runtime import AuditError
 from app.datasets.types import Dataset, Example
 
-MECHANISMS = frozenset({"private_voting", "none", "prompt_defense", "http_endpoint", "esa", "ksa"})
+MECHANISMS = frozenset(
+    {"private_voting", "none", "prompt_defense", "http_endpoint", "esa", "ksa", "synthetic_generation"}
+)
 DEFAULT_CANARY = CONTEXTLEAK_CANARY  # 002's canary text when the request gives none
 _SECRET = re.compile(r"\d{5,}")
 

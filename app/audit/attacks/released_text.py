@@ -9,7 +9,10 @@ tokenizer), so the model continues the record. The mechanism releases text:
 - `none` / `prompt_defense`: the model's continuation of the one prompt holding the whole context;
 - `esa`: the zero-shot candidate nearest the noisy mean embedding ẽ (003 App. 5 Alg. 3);
 - `ksa`: the released keywords (top noisy counts over the public vocabulary W, which holds the words of
-  the zero-shot candidates and of the attack's answers, the secret among them).
+  the zero-shot candidates and of the attack's answers, the secret among them);
+- `synthetic_generation`: one DP synthetic text per call (001 App. C.1 Alg. 1 over s one-shot prompts,
+  mechanisms/synthetic_generation.py) continuing the prefill; C0 is C1 without the record's prompt
+  (remove-one, the relation of its claim), black box only.
 
 Black-box score s = overlap(released text, secret) (app/audit/overlap.py: ROUGE-L F1 or exact match),
 a function of the release only. White box (ESA, KSA only): ESA −‖ẽ − emb(secret)‖ (003 Prompt 5's
@@ -48,12 +51,15 @@ from app.audit.mechanisms.esa import ESA
 from app.audit.mechanisms.ksa import KSA, keywords
 from app.audit.mechanisms.plain import PlainICL
 from app.audit.mechanisms.registry import build_mechanism
+from app.audit.mechanisms.synthetic_generation import SyntheticGeneration
 from app.audit.overlap import SCORES
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
+from app.audit.synthetic import generate_private_sequence
+from app.audit.templates import generation_prompt
 from app.engines.protocol import Prompt
 
-MECHANISMS = frozenset({"none", "prompt_defense", "esa", "ksa"})
+MECHANISMS = frozenset({"none", "prompt_defense", "esa", "ksa", "synthetic_generation"})
 EXAMPLES_KEPT = 4  # released texts kept in the result (records 1…4, their first context pair)
 
 
@@ -75,6 +81,21 @@ def check_generated(request: Any) -> None:
         )
     if request.attack.canary is not None:
         raise ValueError("attack.canary: a generated-text audit draws its records from the dataset")
+    if name == "synthetic_generation":
+        if request.mechanism.shots_per_partition != 1:
+            raise ValueError(
+                "mechanism.shots_per_partition: synthetic_generation uses one-shot prompts; set 1"
+            )
+        if request.mechanism.partitions < 2:
+            raise ValueError(
+                "mechanism.partitions: synthetic_generation needs a batch of s ≥ 2 one-shot prompts"
+            )
+        try:
+            build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
+        except (ValueError, AuditError) as exc:
+            raise ValueError(
+                f"epsilon: no temperature reaches the claim with this clip/batch/length ({exc})"
+            ) from None
 
 
 class CountingSource(CleanSource):
@@ -160,6 +181,23 @@ def _dp_side(
     return scorer(texts), white, texts
 
 
+def _synthetic_side(
+    mechanism: SyntheticGeneration, llm: Any, texts: list[str], prefix_ids: tuple[int, ...], calls: int,
+    rng: np.random.Generator, scorer: _Scorer,
+) -> tuple[np.ndarray, list[str]]:  # fmt: skip
+    """`calls` released synthetic texts from the one-shot prompts `texts` (Alg. 1, fresh sampling each)."""
+    stop = frozenset(getattr(llm, "eos_token_ids", ()) or ())
+    released = [
+        generate_private_sequence(
+            llm, texts, clip=mechanism.clip, temperature=mechanism.temperature,
+            max_new_tokens=mechanism.max_new_tokens, orders=(float(mechanism.alpha),), rng=rng,
+            stop_token_ids=stop, prefix_ids=prefix_ids,
+        ).text
+        for _ in range(calls)
+    ]  # fmt: skip
+    return scorer(released), released
+
+
 def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree) -> GeneratedTrials:
     """All trials of the audit (module docstring); progress "collect" per record."""
     spec = request.attack
@@ -184,8 +222,13 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
     source = CountingSource(llm, embedder, seed=seeds.integer("generations"), cost=cost)
     passes0, tokens0 = llm.counters.forward_passes, llm.counters.prompt_tokens
     plain = isinstance(mechanism, PlainICL)
+    synthetic = isinstance(mechanism, SyntheticGeneration)
     temperature = mechanism.temperature  # type: ignore[attr-defined]
     calls = 1 if plain and temperature == 0 else request.llm_calls
+    if synthetic and not callable(getattr(llm, "encode", None)):
+        raise AuditError(
+            f"synthetic_generation needs a language model with a tokenizer; {request.model!r} has none"
+        )
     max_new = request.mechanism.max_new_tokens
     module = attack_module(spec.name)
     out: dict[str, list] = {k: [] for k in ("d_in", "d_out", "s_in", "s_out", "record")}
@@ -199,16 +242,27 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
         scorer = _Scorer(spec.score, secret)
         records.append({"record_id": f"train:{int(index)}", "text": canary.text, "secret": secret})
         target, secret_words = None, []
-        if not plain:
+        if not plain and not synthetic:
             mechanism.prepare(query, source)
             target = mechanism.binary_target(query, source) if isinstance(mechanism, ESA) else None
             if isinstance(mechanism, KSA):
                 at = {w: i for i, w in enumerate(mechanism.vocabulary)}
                 secret_words = [at[w] for w in keywords(secret) if w in at]
         for c in range(spec.contexts):
-            parts_in, parts_out = mechanism.partition(
-                _contexts(train, others, canary, n_exemplars, rng_contexts), rng_parts
-            )
+            pair = _contexts(train, others, canary, n_exemplars, rng_contexts)
+            if synthetic:  # remove-one: C0 = C1 without the record's one-shot prompt
+                batch = [generation_prompt(e.text, e.label) for e in pair.with_canary]
+                without = batch[: pair.canary_position] + batch[pair.canary_position + 1 :]
+                prefix_ids = tuple(query.prefill_ids or ())
+                d_in, t_in = _synthetic_side(mechanism, llm, batch, prefix_ids, calls, noise_in, scorer)
+                d_out, t_out = _synthetic_side(mechanism, llm, without, prefix_ids, calls, noise_out, scorer)
+                for key, value in (("d_in", d_in), ("d_out", d_out), ("s_in", d_in), ("s_out", d_out)):
+                    out[key].append(value)
+                out["record"].append(np.full(len(d_in), r))
+                if c == 0 and r < EXAMPLES_KEPT:
+                    examples.append({"secret": secret, "released_in": t_in[0], "released_out": t_out[0]})
+                continue
+            parts_in, parts_out = mechanism.partition(pair, rng_parts)
             p_in = mechanism.audit_inputs(query, parts_in)
             p_out = mechanism.audit_inputs(query, parts_out)
             if plain:
@@ -249,6 +303,7 @@ def run_generated(request: Any, ctx: RunContext, trials: GeneratedTrials | None 
     if trials is None:
         trials = collect(request, ctx, mechanism, seeds)
     result = bounded_result(request, ctx, mechanism, trials, seeds)
+    result.update(mechanism.result_extras())
     result["generated"] = {
         "attack": request.attack.name,
         "score": request.attack.score,

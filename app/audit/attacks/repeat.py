@@ -23,7 +23,7 @@ from app.audit.prompts import REPEAT, REPEAT_NOT_FOUND
 from app.audit.runtime import AuditError
 from app.datasets.types import Dataset, Example
 
-MECHANISMS = frozenset({"esa", "ksa", "none", "prompt_defense"})
+MECHANISMS = frozenset({"esa", "ksa", "none", "prompt_defense", "synthetic_generation"})
 
 
 def split_canary(text: str) -> tuple[str, str]:

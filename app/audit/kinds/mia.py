@@ -83,6 +83,9 @@ class MechanismSpec(BaseModel):
         description="KSA: distinct keywords kept per partition output (Δ₂ = √(2·max_words)).",
     )
     keywords: int = Field(default=1, ge=1, le=256, description="KSA: keywords released (top noisy counts).")
+    clip: float = Field(
+        default=10.0, gt=0, le=100, description="synthetic_generation: c, logit clipping level."
+    )
     endpoint: EndpointSpec | None = Field(default=None, description="http_endpoint: the deployed system.")
 
     @field_validator("name")

@@ -11,10 +11,12 @@ from app.audit.mechanisms.ksa import KSA
 from app.audit.mechanisms.plain import PlainICL
 from app.audit.mechanisms.private_voting import PrivateVoting
 from app.audit.mechanisms.prompt_defense import PromptDefense
+from app.audit.mechanisms.synthetic_generation import SyntheticGeneration
 from app.audit.runtime import AuditError
 
 MECHANISMS: dict[str, type[Mechanism]] = {
-    cls.name: cls for cls in (PrivateVoting, ESA, KSA, PlainICL, PromptDefense, HttpEndpoint)
+    cls.name: cls
+    for cls in (PrivateVoting, ESA, KSA, PlainICL, PromptDefense, HttpEndpoint, SyntheticGeneration)
 }
 """Names a request may use; `theory` is None for `none` and `prompt_defense` (no ε, leakage only)."""
 

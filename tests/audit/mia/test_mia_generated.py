@@ -128,3 +128,51 @@ def test_likelihood_of_the_secret_number_is_the_white_box_twin_on_the_oracle() -
     assert len(result["records"]) == 5 and result["likelihood"]["secret"] == "code"
     with pytest.raises(ValidationError, match=r"attack\.secret"):
         Request.model_validate(body | {"mechanism": {"name": "private_voting"}})
+
+
+SYNTHGEN = {"name": "synthetic_generation", "partitions": 4, "shots_per_partition": 1, "max_new_tokens": 6}
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "attack", "extra", "field"),
+    [
+        (SYNTHGEN | {"shots_per_partition": 2}, SECRET, {}, "mechanism.shots_per_partition"),
+        (SYNTHGEN | {"partitions": 1}, SECRET, {}, "mechanism.partitions"),
+        (SYNTHGEN, SECRET | {"threat_model": "both"}, {}, "attack.threat_model"),
+        (SYNTHGEN, SECRET, {"estimator": "bootstrap"}, "estimator"),
+        (SYNTHGEN, {"name": "likelihood", "secret": "code", "threat_model": "black_box"}, {}, "attack"),
+        (SYNTHGEN | {"clip": 0}, SECRET, {}, "mechanism.clip"),
+    ],
+)
+def test_bad_synthetic_generation_requests_name_the_field(mechanism, attack, extra, field) -> None:
+    with pytest.raises(ValidationError, match=field.replace(".", r"\.")):
+        Request.model_validate(_body(mechanism, attack) | extra)
+
+
+def test_synthetic_generation_claims_remove_one_epsilon_and_refuses_the_oracle() -> None:
+    """τ is solved so one text of T private tokens at (c, s) meets the claim (001 Alg. 3 with N_gen = 1);
+    the bound is assumption-free (no Gaussian noise model); the oracle has no token distribution."""
+    from app.audit.kinds.mia import MechanismSpec
+    from app.audit.mechanisms.registry import build_mechanism
+
+    mech = build_mechanism(MechanismSpec.model_validate(SYNTHGEN), epsilon=1.0, delta=1e-5)
+    assert mech.theory.epsilon == 1.0 and mech.epsilon_solved <= 1.0 + 1e-9 and not mech.gaussian
+    looser = build_mechanism(MechanismSpec.model_validate(SYNTHGEN), epsilon=8.0, delta=1e-5)
+    assert looser.temperature < mech.temperature  # a larger ε lets the aggregate speak at a lower τ
+    with pytest.raises(AuditError, match="tokenizer"):
+        run(Request.model_validate(_body(SYNTHGEN, SECRET | {"canaries": 2, "contexts": 1})), _ctx())
+
+
+def test_smollm2_synthetic_generation_releases_text_and_keeps_its_claim_at_eps_1(smollm2) -> None:
+    """Tiny real run (2 records × 1 pair × 2 calls, s = 4, T = 6): the mechanism wires in, the released texts
+    continue the record's prefix, and the assumption-free bound stays within ε = 1."""
+    body = _body(
+        SYNTHGEN, SECRET | {"canaries": 2, "contexts": 1}, model="smollm2-135m-instruct", llm_calls=2
+    )
+    result = run(Request.model_validate(body | {"epsilon": 1.0}), _ctx())
+    assert result["trials"] == 4 and result["black_box"]["assumption"] == "none"
+    assert not result["violation"] and result["black_box"]["epsilon_lower"] <= 1.0
+    extras = result["synthetic_generation"]
+    assert extras["batch_size"] == 4 and extras["epsilon_theory_solved"] <= 1.0 + 1e-9
+    examples = result["generated"]["examples"]
+    assert len(examples) == 2 and all(isinstance(e["released_in"], str) for e in examples)
