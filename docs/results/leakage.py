@@ -1,4 +1,5 @@
-"""docs/results/leakage.md: leakage attacks on SmolLM2 — plain ICL, defenses 1–3, private voting, ESA, KSA.
+"""docs/results/leakage.md: leakage attacks on SmolLM2 — plain ICL, defenses 1–3, private voting, ESA, KSA,
+DP synthetic generation.
 
     OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 .venv/bin/python docs/results/leakage.py [--small] [names…]
     .venv/bin/python docs/results/leakage.py --report     # the tables of leakage.md, from the runs file
@@ -50,7 +51,18 @@ NAMES = (
 GENERATED = tuple(
     f"{attack}-{mech}"
     for attack in ("repeat", "secret")
-    for mech in ("none", "defense1", "defense2", "defense3", "esa-eps1", "esa-eps8", "ksa-eps1", "ksa-eps8")
+    for mech in (
+        "none",
+        "defense1",
+        "defense2",
+        "defense3",
+        "esa-eps1",
+        "esa-eps8",
+        "ksa-eps1",
+        "ksa-eps8",
+        "synthgen-eps1",
+        "synthgen-eps8",
+    )
 )
 RUNS = ROOT / "docs" / "results" / "leakage-runs.jsonl"
 PLOT = ROOT / "docs" / "img" / "leakage-roc.png"
@@ -122,6 +134,11 @@ def _num(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}g}" if isinstance(value, float) else str(value)
 
 
+def _tpr(value: float | None, c0_trials: int) -> str:
+    """TPR at one FPR, or why it is not there: a point below FPR = 1/(C0 trials) is not resolved."""
+    return f"unresolved (n C0 = {c0_trials})" if value is None else _num(value)
+
+
 def report() -> str:
     """The markdown tables of docs/results/leakage.md from docs/results/leakage-runs.jsonl."""
     rows = {r["name"]: r for r in map(json.loads, RUNS.read_text().splitlines())}
@@ -147,8 +164,8 @@ def report() -> str:
             lower = "∞" if b.get("epsilon_lower_unbounded") else _num(b["epsilon_lower"])
             lines.append(
                 f"| {name} | {label} | {secret} "
-                f"| {r['trials']} | {tm} | {_num(b['auc'])} | {_num(b['tpr_at_fpr']['0.001'])} "
-                f"| {_num(b['tpr_at_fpr']['0.01'])} | {lower} ({b['assumption']}) | {_num(r['epsilon_theory'])} "
+                f"| {r['trials']} | {tm} | {_num(b['auc'])} | {_tpr(b['tpr_at_fpr']['0.001'], r['trials'])} "
+                f"| {_tpr(b['tpr_at_fpr']['0.01'], r['trials'])} | {lower} ({b['assumption']}) | {_num(r['epsilon_theory'])} "
                 f"| {b['violation']} | {cost['forward_passes']} ({cost['from_scratch_forward_passes']}) "
                 f"| {cost['prompt_tokens']} ({cost['from_scratch_tokens']}) |"
             )
