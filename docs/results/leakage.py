@@ -62,7 +62,9 @@ GENERATED = tuple(
         "ksa-eps8",
         "synthgen-eps1",
         "synthgen-eps8",
+        "synthgen-s16-eps8",
     )
+    if f"{attack}-{mech}" != "repeat-synthgen-s16-eps8"
 )
 RUNS = ROOT / "docs" / "results" / "leakage-runs.jsonl"
 PLOT = ROOT / "docs" / "img" / "leakage-roc.png"
@@ -166,8 +168,8 @@ def report() -> str:
                 f"| {name} | {label} | {secret} "
                 f"| {r['trials']} | {tm} | {_num(b['auc'])} | {_tpr(b['tpr_at_fpr']['0.001'], r['trials'])} "
                 f"| {_tpr(b['tpr_at_fpr']['0.01'], r['trials'])} | {lower} ({b['assumption']}) | {_num(r['epsilon_theory'])} "
-                f"| {b['violation']} | {cost['forward_passes']} ({cost['from_scratch_forward_passes']}) "
-                f"| {cost['prompt_tokens']} ({cost['from_scratch_tokens']}) |"
+                f"| {b['violation']} | {cost['forward_passes']} ({cost['from_scratch_forward_passes'] or '–'}) "
+                f"| {cost['prompt_tokens']} ({cost['from_scratch_tokens'] or '–'}) |"
             )
     for name in ("none", "secret-none", "repeat-none"):
         if name not in rows:
