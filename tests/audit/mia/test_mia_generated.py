@@ -112,7 +112,9 @@ def test_smollm2_continues_the_record_from_its_handle_when_it_is_in_the_context(
     assert not any(e["secret"] in e["released_out"] for e in examples)
     cost = result["generated"]["cost"]
     assert 0 < cost["forward_passes"] <= cost["from_scratch_forward_passes"]
-    assert cost["prompt_tokens"] == cost["from_scratch_tokens"] > 0  # no cross-prompt reuse in generation
+    assert (
+        0 < cost["prompt_tokens"] <= cost["from_scratch_tokens"]
+    )  # generate() prefills via the prefix KV store
 
 
 def test_likelihood_of_the_secret_number_is_the_white_box_twin_on_the_oracle() -> None:
