@@ -7,13 +7,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ui.served import CHROMIUM, CHROMIUM_ARGS, Served, make_key, offline_context, serve, stop
+from ui.served import CHROMIUM, CHROMIUM_ARGS, LIVE_TRIALS, Served, make_key, offline_context, serve, stop
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Served]:
     state = tmp_path_factory.mktemp("dashboard")
-    proc, url, _ = serve(state, auth=True, extra_env={"ICLAUDIT_DATA_DIR": str(data_dir)})
+    proc, url, _ = serve(
+        state,
+        auth=True,
+        extra_env={"ICLAUDIT_DATA_DIR": str(data_dir), "ICLAUDIT_MAX_TRIALS": str(LIVE_TRIALS)},
+    )
     try:
         yield Served(url, make_key(state, "alice"), make_key(state, "bob"), state / "serve.log")
     finally:

@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any
 
-from ui.served import Served
+from ui.served import LIVE_TRIALS, Served
 
 from app.audit.kinds.registry import kind_module
 
@@ -38,13 +38,13 @@ def _drawn_pixels(page, selector: str) -> int:
 def test_submit_from_the_page_watch_it_live_and_see_the_charts(page, served: Served) -> None:
     _login(page, served, served.alice)
     page.get_by_role("link", name="Submit an audit").click()
-    page.locator("#request").fill(json.dumps(_mia(trials=1_000_000)))
+    page.locator("#request").fill(json.dumps(_mia(trials=LIVE_TRIALS)))
     page.locator("#submit").click()
     page.wait_for_url("**/ui/audits/*")
     page.evaluate("window.__sameDocument = true")  # survives only if the page is never reloaded
 
     fractions: list[float] = []
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         bar = page.locator("#progress .progress")
         if bar.count():
@@ -124,7 +124,7 @@ def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
 def test_filter_the_list_and_cancel_a_running_audit(page, served: Served) -> None:
     with served.client(served.alice) as api:
         bound = api.post("/v1/audits", json=kind_module("bound").EXAMPLE).json()["id"]
-        running = api.post("/v1/audits", json=_mia(trials=2_000_000, seed=3)).json()["id"]
+        running = api.post("/v1/audits", json=_mia(trials=LIVE_TRIALS, seed=3)).json()["id"]
     _login(page, served, served.alice)
     page.locator(f"tr[data-id='{bound}']").wait_for()
 

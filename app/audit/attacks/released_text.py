@@ -31,8 +31,8 @@ the pairs is as private as the mechanism (joint convexity of the hockey-stick di
 Cost: the engine's forward passes and prompt tokens beside the from-scratch count (every requested
 generation its own run: one pass per generated token plus the end-of-sequence step, the whole prompt
 fed once); the difference is the memo of identical prompts (C0 shares C1's non-canary partitions),
-the engine's result cache and batching. The transformers engine has no cross-prompt KV reuse for
-generation (only for scoring).
+the engine's result cache, batching and, in the transformers engine, the prefix KV store (`generate`
+prefills each distinct prompt once, feeding only the tokens past its longest cached prefix).
 """
 
 from __future__ import annotations
