@@ -36,7 +36,8 @@ def test_same_seed_gives_the_same_result(client) -> None:
 
 
 def test_cancel_running_audit_ends_cancelled(client) -> None:
-    audit = client.post("/v1/audits", json=long_mia_request()).json()
+    # 8M trials: 2M can finish between the 5 % progress seen here and the cancel on an idle machine.
+    audit = client.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
     wait_for(client.get, audit["id"], ("RUNNING",), min_fraction=0.05)
     response = client.post(f"/v1/audits/{audit['id']}/cancel")
     assert response.status_code == 200 and response.json()["cancel_requested"] is True
@@ -47,7 +48,8 @@ def test_cancel_running_audit_ends_cancelled(client) -> None:
 
 
 def test_cancel_pending_audit_never_runs(client) -> None:
-    running = client.post("/v1/audits", json=long_mia_request()).json()  # holds the single inline worker
+    holding = long_mia_request(trials=8_000_000)  # holds the single inline worker
+    running = client.post("/v1/audits", json=holding).json()
     queued = client.post("/v1/audits", json=bound_request()).json()
     cancelled = client.post(f"/v1/audits/{queued['id']}/cancel").json()
     assert cancelled["state"] == "CANCELLED"
