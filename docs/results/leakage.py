@@ -62,6 +62,8 @@ GENERATED = tuple(
         "ksa-eps8",
         "synthgen-eps1",
         "synthgen-eps8",
+        "synthgen-svt-eps1",
+        "synthgen-svt-eps8",
         "synthgen-s16-eps8",
     )
     if f"{attack}-{mech}" != "repeat-synthgen-s16-eps8"

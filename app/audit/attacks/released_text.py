@@ -12,7 +12,9 @@ tokenizer), so the model continues the record. The mechanism releases text:
   the zero-shot candidates and of the attack's answers, the secret among them);
 - `synthetic_generation`: one DP synthetic text per call (001 App. C.1 Alg. 1 over s one-shot prompts,
   mechanisms/synthetic_generation.py) continuing the prefill; C0 is C1 without the record's prompt
-  (remove-one, the relation of its claim), black box only.
+  (remove-one, the relation of its claim), black box only. With `mechanism.svt`, Amin et al.'s full
+  algorithm: the public prompt (instruction and the record's label, the same in C1 and C0) and the sparse
+  vector test decide which tokens are private.
 
 Black-box score s = overlap(released text, secret) (app/audit/overlap.py: ROUGE-L F1 or exact match),
 a function of the release only. White box (ESA, KSA only): ESA −‖ẽ − emb(secret)‖ (003 Prompt 5's
@@ -56,7 +58,7 @@ from app.audit.overlap import SCORES
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
 from app.audit.synthetic import generate_private_sequence
-from app.audit.templates import generation_prompt
+from app.audit.templates import generation_prompt, public_generation_prompt
 from app.engines.protocol import Prompt
 
 MECHANISMS = frozenset({"none", "prompt_defense", "esa", "ksa", "synthetic_generation"})
@@ -93,9 +95,10 @@ def check_generated(request: Any) -> None:
         try:
             build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
         except (ValueError, AuditError) as exc:
-            raise ValueError(
-                f"epsilon: no temperature reaches the claim with this clip/batch/length ({exc})"
-            ) from None
+            knobs = "clip/batch/length" + (
+                "/svt.noise/svt.max_private_tokens" if request.mechanism.svt else ""
+            )
+            raise ValueError(f"epsilon: no temperature reaches the claim with this {knobs} ({exc})") from None
 
 
 class CountingSource(CleanSource):
@@ -132,6 +135,9 @@ class GeneratedTrials:
     cost: Cost
     distinct_prompts: int
     examples: list[dict]
+    steps: tuple[int, int] | None = (
+        None  # synthetic_generation: (decoding steps, private ones) over all texts
+    )
 
 
 def _with_prefill(query: AuditQuery, llm: Any) -> AuditQuery:
@@ -182,20 +188,24 @@ def _dp_side(
 
 
 def _synthetic_side(
-    mechanism: SyntheticGeneration, llm: Any, texts: list[str], prefix_ids: tuple[int, ...], calls: int,
-    rng: np.random.Generator, scorer: _Scorer,
-) -> tuple[np.ndarray, list[str]]:  # fmt: skip
-    """`calls` released synthetic texts from the one-shot prompts `texts` (Alg. 1, fresh sampling each)."""
+    mechanism: SyntheticGeneration, llm: Any, texts: list[str], public: str, prefix_ids: tuple[int, ...],
+    calls: int, rng: np.random.Generator, scorer: _Scorer,
+) -> tuple[np.ndarray, list[str], np.ndarray]:  # fmt: skip
+    """`calls` released synthetic texts from the one-shot prompts `texts` (Alg. 1, fresh sampling each; with
+    the sparse vector test, `public` is the public prompt): scores, texts, (steps, private steps)."""
     stop = frozenset(getattr(llm, "eos_token_ids", ()) or ())
-    released = [
-        generate_private_sequence(
+    released, steps = [], np.zeros(2, dtype=np.int64)
+    for _ in range(calls):
+        svt = mechanism.sparse_vector_test(rng)
+        sequence = generate_private_sequence(
             llm, texts, clip=mechanism.clip, temperature=mechanism.temperature,
             max_new_tokens=mechanism.max_new_tokens, orders=(float(mechanism.alpha),), rng=rng,
             stop_token_ids=stop, prefix_ids=prefix_ids,
-        ).text
-        for _ in range(calls)
-    ]  # fmt: skip
-    return scorer(released), released
+            public_prompt=public if svt is not None else None, svt=svt,
+        )  # fmt: skip
+        steps += (len(sequence.private), sum(sequence.private))
+        released.append(sequence.text)
+    return scorer(released), released, steps
 
 
 def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree) -> GeneratedTrials:
@@ -233,6 +243,7 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
     module = attack_module(spec.name)
     out: dict[str, list] = {k: [] for k in ("d_in", "d_out", "s_in", "s_out", "record")}
     records, examples = [], []
+    steps = np.zeros(2, dtype=np.int64)
     for r, index in enumerate(canaries):
         ctx.progress("collect", 0.9 * r / len(canaries), f"record {r + 1} of {len(canaries)}")
         canary = train[int(index)]
@@ -254,8 +265,14 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
                 batch = [generation_prompt(e.text, e.label) for e in pair.with_canary]
                 without = batch[: pair.canary_position] + batch[pair.canary_position + 1 :]
                 prefix_ids = tuple(query.prefill_ids or ())
-                d_in, t_in = _synthetic_side(mechanism, llm, batch, prefix_ids, calls, noise_in, scorer)
-                d_out, t_out = _synthetic_side(mechanism, llm, without, prefix_ids, calls, noise_out, scorer)
+                public = public_generation_prompt(canary.label)  # the same in C1 and C0: no private example
+                d_in, t_in, n_in = _synthetic_side(
+                    mechanism, llm, batch, public, prefix_ids, calls, noise_in, scorer
+                )
+                d_out, t_out, n_out = _synthetic_side(
+                    mechanism, llm, without, public, prefix_ids, calls, noise_out, scorer
+                )
+                steps += n_in + n_out
                 for key, value in (("d_in", d_in), ("d_out", d_out), ("s_in", d_in), ("s_out", d_out)):
                     out[key].append(value)
                 out["record"].append(np.full(len(d_in), r))
@@ -293,6 +310,7 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
         cost=cost,
         distinct_prompts=source.distinct_prompts,
         examples=examples,
+        steps=(int(steps[0]), int(steps[1])) if synthetic else None,
     )
 
 
@@ -304,6 +322,8 @@ def run_generated(request: Any, ctx: RunContext, trials: GeneratedTrials | None 
         trials = collect(request, ctx, mechanism, seeds)
     result = bounded_result(request, ctx, mechanism, trials, seeds)
     result.update(mechanism.result_extras())
+    if trials.steps is not None:
+        result["synthetic_generation"].update(steps=trials.steps[0], private_steps=trials.steps[1])
     result["generated"] = {
         "attack": request.attack.name,
         "score": request.attack.score,

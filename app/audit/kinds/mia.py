@@ -26,9 +26,9 @@ from types import SimpleNamespace
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
+from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE
 from app.audit.attacks.base import AuditQuery
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
 from app.audit.contexts import NeighbouringContexts, build_contexts
@@ -56,6 +56,32 @@ class EndpointSpec(BaseModel):
     headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. auth).")
     timeout_s: float = Field(default=10.0, gt=0, le=300)
     retries: int = Field(default=2, ge=0, le=10, description="Retries on connection errors, 429, 5xx.")
+
+
+class SvtSpec(BaseModel):
+    """`synthetic_generation` with Amin et al.'s public logits and sparse vector test (app/audit/synthetic.py):
+    only tokens whose private and public predictions differ by more than the noisy threshold spend budget."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(
+        default=0.5,
+        ge=0,
+        le=2,
+        description="θ, threshold on the L1 distance of private and public predictions.",
+    )
+    noise: float = Field(
+        default=0.2, ge=MIN_SCALE, le=MAX_SCALE, description="σ, Laplace noise scale (threshold σ, query 2σ)."
+    )
+    public_temperature: float = Field(
+        default=1.5, ge=MIN_SCALE, le=MAX_SCALE, description="Temperature of the public tokens."
+    )
+    max_private_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=512,
+        description="r, private tokens per released text (default mechanism.max_new_tokens); τ is solved for r.",
+    )
 
 
 class MechanismSpec(BaseModel):
@@ -86,6 +112,11 @@ class MechanismSpec(BaseModel):
     clip: float = Field(
         default=10.0, gt=0, le=100, description="synthetic_generation: c, logit clipping level."
     )
+    svt: SvtSpec | None = Field(
+        default=None,
+        description="synthetic_generation: run Amin et al.'s full algorithm (public logits, sparse vector test) "
+        "instead of the simplified one (every token private).",
+    )
     endpoint: EndpointSpec | None = Field(default=None, description="http_endpoint: the deployed system.")
 
     @field_validator("name")
@@ -93,6 +124,13 @@ class MechanismSpec(BaseModel):
     def _known_mechanism(cls, v: str) -> str:
         if v not in MECHANISMS:
             raise ValueError(f"unknown mechanism {v!r}; choose one of {', '.join(MECHANISMS)}")
+        return v
+
+    @field_validator("svt")
+    @classmethod
+    def _svt_for_synthetic_generation(cls, v: SvtSpec | None, info: ValidationInfo) -> SvtSpec | None:
+        if v is not None and info.data.get("name") != "synthetic_generation":
+            raise ValueError("the sparse vector test applies to mechanism synthetic_generation only")
         return v
 
     @field_validator("bug")

@@ -15,6 +15,13 @@ text of T private tokens at clip c and batch size s meets it (001 Alg. 3, `rdp.s
 N_gen = 1); `mechanism.temperature` is not used. The audit's C1 is the batch of s prompts holding the record,
 C0 the same batch without it (s − 1 prompts, the mean taken over them), exactly that neighbour pair.
 
+With `mechanism.svt` the mechanism is Amin et al.'s full algorithm: each step also scores a public prompt
+(001 Table 3's instruction and the record's label, no private example, continuing the same prefill); the
+sparse vector test (`synthetic.SparseVectorTest`) lets a token spend budget only where the private and public
+predictions differ, public tokens are sampled from the public logits at `svt.public_temperature`, and a text
+stops after r = `svt.max_private_tokens` private tokens. τ is solved for r private tokens plus the SVT's own
+cost (`rdp.solve_temperature` with `svt_noise`, `private_tokens`); the result counts the private tokens.
+
 No noise model is assumed by the audit: black box only, assumption-free Clopper-Pearson bounds
 (`gaussian` False), every trial one fresh mechanism call.
 """
@@ -29,6 +36,7 @@ import numpy as np
 from app.audit.accounting import rdp
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, claimed_theory
 from app.audit.runtime import AuditError
+from app.audit.synthetic import SparseVectorTest
 from app.engines.protocol import Prompt
 
 
@@ -39,10 +47,20 @@ class SyntheticGeneration(Mechanism):
     estimators_note = "synthetic_generation is audited on generated text, every trial a fresh call (direct)"
 
     def __init__(
-        self, *, batch_size: int, clip: float, max_new_tokens: int, epsilon: float, delta: float
+        self,
+        *,
+        batch_size: int,
+        clip: float,
+        max_new_tokens: int,
+        epsilon: float,
+        delta: float,
+        svt: Any | None = None,
     ) -> None:
         super().__init__(partitions=batch_size, theory=claimed_theory(epsilon, delta))
-        self.clip, self.max_new_tokens = clip, max_new_tokens
+        self.clip, self.max_new_tokens, self.svt = clip, max_new_tokens, svt
+        self.private_tokens = max_new_tokens
+        if svt is not None and svt.max_private_tokens is not None:
+            self.private_tokens = min(max_new_tokens, svt.max_private_tokens)
         self.temperature, self.alpha, self.epsilon_solved = rdp.solve_temperature(
             target_epsilon=epsilon,
             delta=delta,
@@ -50,6 +68,8 @@ class SyntheticGeneration(Mechanism):
             batch_size=batch_size,
             sequences=1,
             max_new_tokens=max_new_tokens,
+            svt_noise=svt.noise if svt is not None else None,
+            private_tokens=self.private_tokens,
         )
 
     @classmethod
@@ -60,6 +80,19 @@ class SyntheticGeneration(Mechanism):
             max_new_tokens=spec.max_new_tokens,
             epsilon=epsilon,
             delta=delta,
+            svt=spec.svt,
+        )
+
+    def sparse_vector_test(self, rng: np.random.Generator) -> SparseVectorTest | None:
+        """A fresh test for one released text (its threshold drawn from `rng`), or None (simplified)."""
+        if self.svt is None:
+            return None
+        return SparseVectorTest(
+            threshold=self.svt.threshold,
+            noise=self.svt.noise,
+            public_temperature=self.svt.public_temperature,
+            max_private_tokens=self.private_tokens,
+            rng=rng,
         )
 
     @classmethod
@@ -77,6 +110,9 @@ class SyntheticGeneration(Mechanism):
                 "alpha": self.alpha,
                 "epsilon_theory_solved": self.epsilon_solved,
                 "neighbours": "remove-one (C0 = C1 without the record's prompt)",
+                "variant": "svt" if self.svt is not None else "simplified",
+                "private_tokens_claimed": self.private_tokens,
+                "svt": self.svt.model_dump() if self.svt is not None else None,
             }
         }
 

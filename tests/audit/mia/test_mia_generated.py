@@ -144,6 +144,10 @@ SYNTHGEN = {"name": "synthetic_generation", "partitions": 4, "shots_per_partitio
         (SYNTHGEN, SECRET, {"estimator": "bootstrap"}, "estimator"),
         (SYNTHGEN, {"name": "likelihood", "secret": "code", "threat_model": "black_box"}, {}, "attack"),
         (SYNTHGEN | {"clip": 0}, SECRET, {}, "mechanism.clip"),
+        (SYNTHGEN | {"svt": {"noise": 0}}, SECRET, {}, "mechanism.svt.noise"),
+        (SYNTHGEN | {"svt": {"max_private_tokens": 0}}, SECRET, {}, "mechanism.svt.max_private_tokens"),
+        (SYNTHGEN | {"svt": {"noise": 0.2}}, SECRET, {"epsilon": 1.0}, "svt.noise"),  # SVT alone costs > 1
+        ({"name": "esa", "svt": {}}, REPEAT, {}, "mechanism.svt"),
     ],
 )
 def test_bad_synthetic_generation_requests_name_the_field(mechanism, attack, extra, field) -> None:
@@ -178,3 +182,38 @@ def test_smollm2_synthetic_generation_releases_text_and_keeps_its_claim_at_eps_1
     assert extras["batch_size"] == 4 and extras["epsilon_theory_solved"] <= 1.0 + 1e-9
     examples = result["generated"]["examples"]
     assert len(examples) == 2 and all(isinstance(e["released_in"], str) for e in examples)
+
+
+SVT = {"noise": 8.0, "max_private_tokens": 3}
+
+
+def test_the_sparse_vector_test_spends_budget_on_r_tokens_only_so_tau_falls() -> None:
+    """Amin et al.: only r of the T tokens pay (each with its SVT run), so the claim allows a lower τ than the
+    simplified algorithm's T private tokens; the SVT's own cost at small s and noise makes a claim infeasible."""
+    from app.audit.kinds.mia import MechanismSpec
+    from app.audit.mechanisms.registry import build_mechanism
+
+    spec = SYNTHGEN | {"max_new_tokens": 10}
+    simplified = build_mechanism(MechanismSpec.model_validate(spec), epsilon=8.0, delta=1e-5)
+    svt = build_mechanism(MechanismSpec.model_validate(spec | {"svt": SVT}), epsilon=8.0, delta=1e-5)
+    assert svt.private_tokens == 3 and simplified.private_tokens == 10
+    assert svt.temperature < simplified.temperature and svt.epsilon_solved <= 8.0 + 1e-9
+    assert svt.result_extras()["synthetic_generation"]["variant"] == "svt"
+    with pytest.raises(ValueError, match="not reachable"):
+        build_mechanism(MechanismSpec.model_validate(spec | {"svt": {"noise": 0.2}}), epsilon=1.0, delta=1e-5)
+
+
+def test_smollm2_synthetic_generation_with_the_sparse_vector_test_counts_its_private_tokens(smollm2) -> None:
+    """Tiny real run of the full algorithm (2 records × 1 pair × 2 calls): every released text spends at most
+    r = 3 private tokens, the result counts them, and the bound stays within ε = 1."""
+    mechanism = SYNTHGEN | {"svt": SVT}
+    body = _body(
+        mechanism, SECRET | {"canaries": 2, "contexts": 1}, model="smollm2-135m-instruct", llm_calls=2
+    )
+    result = run(Request.model_validate(body | {"epsilon": 1.0}), _ctx())
+    assert not result["violation"] and result["black_box"]["epsilon_lower"] <= 1.0
+    extras = result["synthetic_generation"]
+    texts = 2 * 2 * 2  # records × calls × (C1, C0)
+    assert extras["variant"] == "svt" and extras["private_tokens_claimed"] == 3
+    assert 0 < extras["private_steps"] <= 3 * texts and extras["private_steps"] <= extras["steps"]
+    assert extras["steps"] <= SYNTHGEN["max_new_tokens"] * texts
