@@ -109,29 +109,56 @@ def run(name: str, ctx, small: bool) -> dict:
     return row
 
 
-def plot(rows: list[dict], path: Path = PLOT, key: str = "roc", title: str = "") -> None:
+FAMILY_COLOURS = {  # one colour per mechanism family, so ε = 1 / ε = 8 pairs read as pairs
+    "none-label": "tab:grey",
+    "none": "black",
+    "defense": "tab:orange",
+    "voting": "tab:brown",
+    "esa": "tab:blue",
+    "ksa": "tab:green",
+    "synthgen-svt": "tab:red",
+    "synthgen-s16": "tab:pink",
+    "synthgen": "tab:purple",
+}
+
+
+def _style(name: str) -> dict:
+    """Colour by mechanism family, dashes for ε = 8 (and defense levels 2, 3 dotted / dash-dotted)."""
+    mech = name.split("-", 1)[1] if name.startswith(("repeat-", "secret-", "code-")) else name
+    colour = next((c for family, c in FAMILY_COLOURS.items() if mech.startswith(family)), "tab:olive")
+    dashes = {"eps8": "--", "defense2": ":", "defense3": "-."}
+    return {"color": colour, "ls": next((d for k, d in dashes.items() if mech.endswith(k)), "-")}
+
+
+def plot(panels: list[tuple[str, list[dict]]], path: Path = PLOT, key: str = "roc", title: str = "") -> None:
+    """Log-log ROC curves, one panel per (subtitle, runs); FPR = 1e-3 and 1e-2 marked, each curve floored at
+    1/(its C0 trials)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 5))
-    for row in rows:
-        fpr, tpr = np.array(row[key]["fpr"]), np.array(row[key]["tpr"])
-        n_out = row["result"]["trials"]
-        floor = 1 / n_out
-        ax.step(
-            np.maximum(fpr, floor), np.maximum(tpr, floor), where="post", label=f"{row['name']} (n={n_out})"
-        )
-    grid = np.logspace(-4, 0, 50)
-    ax.plot(grid, grid, "k:", lw=1, label="chance")
-    for x in (1e-3, 1e-2):
-        ax.axvline(x, color="grey", lw=0.6, ls="--")
-    ax.set(xscale="log", yscale="log", xlim=(1e-4, 1), ylim=(1e-4, 1.05), xlabel="FPR", ylabel="TPR")
-    ax.set_title(title or "Likelihood attack, SmolLM2-135M, white box", fontsize=10)
-    ax.legend(fontsize=6, loc="lower right", ncol=2)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
+    for ax, (subtitle, rows) in zip(axes[0], panels, strict=True):
+        for row in rows:
+            fpr, tpr = np.array(row[key]["fpr"]), np.array(row[key]["tpr"])
+            n_out = row["result"]["trials"]
+            floor = 1 / n_out
+            ax.step(
+                np.maximum(fpr, floor), np.maximum(tpr, floor), where="post",
+                label=f"{row['name']} (n={n_out})", lw=1.3, **_style(row["name"]),
+            )  # fmt: skip
+        grid = np.logspace(-4, 0, 50)
+        ax.plot(grid, grid, color="grey", ls=":", lw=0.8, label="chance")
+        for x in (1e-3, 1e-2):
+            ax.axvline(x, color="grey", lw=0.6, ls="--")
+        ax.set(xscale="log", yscale="log", xlim=(1e-4, 1), ylim=(1e-4, 1.05), xlabel="FPR", ylabel="TPR")
+        ax.set_title(subtitle, fontsize=10)
+        ax.legend(fontsize=6, loc="lower right", ncol=2)
+    fig.suptitle(title or "Likelihood attack, SmolLM2-135M, white box", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _num(value, digits: int = 3) -> str:
@@ -197,12 +224,22 @@ def report() -> str:
 def plots() -> None:
     """Both ROC plots from the runs file (the latest line of each run)."""
     rows = list({row["name"]: row for row in map(json.loads, RUNS.read_text().splitlines())}.values())
-    plot([r for r in rows if r["name"] in NAMES])
+    likelihood = [r for r in rows if r["name"] in NAMES]
     plot(
-        [r for r in rows if r["name"] in GENERATED],
+        [
+            ("record's continuation or label", [r for r in likelihood if not r["name"].startswith("code-")]),
+            ("record's secret number", [r for r in likelihood if r["name"].startswith("code-")]),
+        ]
+    )
+    generated = [r for r in rows if r["name"] in GENERATED]
+    plot(
+        [
+            ("repeat attack (ROUGE-L)", [r for r in generated if r["name"].startswith("repeat-")]),
+            ("secret query (exact match)", [r for r in generated if r["name"].startswith("secret-")]),
+        ],
         PLOT_GENERATED,
         "roc_black_box",
-        "Generated text (repeat: ROUGE-L, secret: exact), SmolLM2-135M, black box",
+        "Generated text, SmolLM2-135M, black box",
     )
 
 
