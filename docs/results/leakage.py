@@ -229,7 +229,8 @@ def plots() -> None:
         [
             ("record's continuation or label", [r for r in likelihood if not r["name"].startswith("code-")]),
             ("record's secret number", [r for r in likelihood if r["name"].startswith("code-")]),
-        ]
+        ],
+        PLOT,
     )
     generated = [r for r in rows if r["name"] in GENERATED]
     plot(
