@@ -135,9 +135,8 @@ class GeneratedTrials:
     cost: Cost
     distinct_prompts: int
     examples: list[dict]
-    steps: tuple[int, int] | None = (
-        None  # synthetic_generation: (decoding steps, private ones) over all texts
-    )
+    # synthetic_generation: (decoding steps, private ones) over all released texts
+    steps: tuple[int, int] | None = None
 
 
 def _with_prefill(query: AuditQuery, llm: Any) -> AuditQuery:

@@ -6,6 +6,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.audit.accounting import MAX_SCALE, MIN_SCALE
+
 MAX_LABELS = 32
 LabelKey = Annotated[
     str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]*[A-Za-z0-9])?$")
@@ -18,6 +20,21 @@ Labels = Annotated[
         "keys ≤ 63 characters, values ≤ 255. Filter with `GET /v1/audits?label=key=value`; carried into "
         "webhook payloads.",
     ),
+]
+
+# The sparse vector test of Amin et al. (app/audit/synthetic.py): one definition of its parameters for the
+# synthetic_generation kind and the synthetic_generation mechanism of a mia audit (`mechanism.svt`).
+SVT_THRESHOLD, SVT_NOISE, PUBLIC_TEMPERATURE = 0.5, 0.2, 1.5  # defaults
+SvtThreshold = Annotated[
+    float,
+    Field(ge=0, le=2, description="svt: θ, threshold on the L1 distance of private and public predictions."),
+]
+SvtNoise = Annotated[
+    float,
+    Field(ge=MIN_SCALE, le=MAX_SCALE, description="svt: σ, Laplace noise scale (threshold σ, query 2σ)."),
+]
+PublicTemperature = Annotated[
+    float, Field(ge=MIN_SCALE, le=MAX_SCALE, description="svt: temperature of the public tokens.")
 ]
 
 

@@ -28,11 +28,19 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE
+from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
 from app.audit.contexts import NeighbouringContexts, build_contexts
-from app.audit.kinds.base import AuditRequestBase
+from app.audit.kinds.base import (
+    PUBLIC_TEMPERATURE,
+    SVT_NOISE,
+    SVT_THRESHOLD,
+    AuditRequestBase,
+    PublicTemperature,
+    SvtNoise,
+    SvtThreshold,
+)
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
@@ -64,18 +72,9 @@ class SvtSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    threshold: float = Field(
-        default=0.5,
-        ge=0,
-        le=2,
-        description="θ, threshold on the L1 distance of private and public predictions.",
-    )
-    noise: float = Field(
-        default=0.2, ge=MIN_SCALE, le=MAX_SCALE, description="σ, Laplace noise scale (threshold σ, query 2σ)."
-    )
-    public_temperature: float = Field(
-        default=1.5, ge=MIN_SCALE, le=MAX_SCALE, description="Temperature of the public tokens."
-    )
+    threshold: SvtThreshold = SVT_THRESHOLD
+    noise: SvtNoise = SVT_NOISE
+    public_temperature: PublicTemperature = PUBLIC_TEMPERATURE
     max_private_tokens: int | None = Field(
         default=None,
         ge=1,

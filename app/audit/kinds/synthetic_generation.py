@@ -24,8 +24,16 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE, rdp
-from app.audit.kinds.base import AuditRequestBase
+from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON, rdp
+from app.audit.kinds.base import (
+    PUBLIC_TEMPERATURE,
+    SVT_NOISE,
+    SVT_THRESHOLD,
+    AuditRequestBase,
+    PublicTemperature,
+    SvtNoise,
+    SvtThreshold,
+)
 from app.audit.runtime import AuditError, RunContext
 from app.audit.synthetic import SparseVectorTest, generate_private_sequence
 from app.audit.templates import generation_prompt, public_generation_prompt
@@ -59,21 +67,9 @@ class Request(AuditRequestBase):
         description="simplified: every token private (001 Alg. 1); svt: Amin et al.'s public logits with the "
         "sparse vector test, only tokens where private and public predictions differ spend budget.",
     )
-    svt_threshold: float = Field(
-        default=0.5,
-        ge=0,
-        le=2,
-        description="svt: θ, threshold on the L1 distance of private and public predictions.",
-    )
-    svt_noise: float = Field(
-        default=0.2,
-        ge=MIN_SCALE,
-        le=MAX_SCALE,
-        description="svt: σ, Laplace noise scale (threshold σ, query 2σ).",
-    )
-    public_temperature: float = Field(
-        default=1.5, ge=MIN_SCALE, le=MAX_SCALE, description="svt: temperature of the public tokens."
-    )
+    svt_threshold: SvtThreshold = SVT_THRESHOLD
+    svt_noise: SvtNoise = SVT_NOISE
+    public_temperature: PublicTemperature = PUBLIC_TEMPERATURE
     max_private_tokens: int | None = Field(
         default=None,
         ge=1,
