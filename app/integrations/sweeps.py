@@ -14,6 +14,7 @@ import itertools
 import logging
 import statistics
 from collections import Counter
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -154,6 +155,14 @@ def sweep_state(states: list[str], cancel_requested: bool) -> AuditState:
     return AuditState.RUNNING
 
 
+def completed_at(rows: list[tuple[SweepChild, Audit]]) -> datetime | None:
+    """When the last child finished, once all have: derived from the children like the sweep's state (the
+    stored `sweeps.completed_at` marks the sweep.completed event as written and lags by a dispatch tick)."""
+    if not rows or any(a.state not in TERMINAL_STATES for _, a in rows):
+        return None
+    return max((a.finished_at for _, a in rows if a.finished_at is not None), default=None)
+
+
 def resource(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResource:
     states = [a.state for _, a in rows]
     fractions = [1.0 if a.state in TERMINAL_STATES else a.progress_fraction for _, a in rows]
@@ -171,7 +180,7 @@ def resource(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResourc
         labels=sweep.labels,
         cancel_requested=sweep.cancel_requested,
         created_at=sweep.created_at,
-        completed_at=sweep.completed_at,
+        completed_at=completed_at(rows),
         children=[
             SweepChildResource(
                 position=c.position, point=c.point, seed=c.seed, audit_id=a.id, state=AuditState(a.state)

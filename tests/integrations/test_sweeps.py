@@ -132,3 +132,21 @@ def test_a_sweep_is_the_tenants_own(client: TestClient, make_key: Any) -> None:
     assert client.get(f"/v1/sweeps/{sweep['id']}", headers=bob).status_code == 404
     assert client.get("/v1/sweeps", headers=bob).json()["sweeps"] == []
     assert client.get(f"/v1/sweeps/{sweep['id']}/result", headers=bob).status_code == 404
+
+
+def test_a_finished_sweep_says_when_its_last_child_finished_before_the_dispatch_tick() -> None:
+    """The sweep's state and completed_at both come from its children: a poll between the last child's end and
+    the tick that writes sweep.completed saw SUCCEEDED with completed_at null (the typed-client test caught it)."""
+    from datetime import UTC, datetime, timedelta
+
+    from app.db.models import Audit, AuditState, SweepChild
+    from app.integrations.sweeps import completed_at
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    ended = [
+        (SweepChild(), Audit(state=AuditState.SUCCEEDED, finished_at=start + timedelta(seconds=s)))
+        for s in (3, 1)
+    ]
+    assert completed_at(ended) == start + timedelta(seconds=3)
+    running = [*ended, (SweepChild(), Audit(state=AuditState.RUNNING, finished_at=None))]
+    assert completed_at(running) is None and completed_at([]) is None
