@@ -15,7 +15,13 @@ When the engine exposes each partition's probability of voting each label, nothi
 
 The population μ is max_τ Φ⁻¹(TPR(τ)) − Φ⁻¹(FPR(τ)) (white-box, over thresholds spanning the mixture ± 10
 noise standard deviations), or the single decision's Φ⁻¹(TPR) − Φ⁻¹(FPR) (black-box), floored at 0; ε is
-its GDP conversion at δ. This is the value a bootstrap audit (trials.py) approaches as trials and clean
+its GDP conversion at δ. The assumption-free ε (Kairouz et al. 2015: max(ln((TPR − δ)/FPR),
+ln((TNR − δ)/FNR))) is computed here too, from log rates.
+
+Every rate is computed in its own tail: FNR = P(not target | C1) and TNR = P(not target | C0) are sums of
+the other labels' probabilities (black-box) or the mixture's lower tail (white-box), never 1 − TPR or
+1 − FPR. At large ε the TPR is 1 − 10⁻¹⁰ or closer; 1 − TPR then loses every significant digit (or is 0),
+which overstated the assumption-free ε above a correct mechanism's claim and made Φ⁻¹(TPR) infinite. This is the value a bootstrap audit (trials.py) approaches as trials and clean
 samples grow. It assumes the documented release — Gaussian noise of scale σ on every count, argmax — so it
 cannot see bugs in a mechanism's own release code; only the bootstrap, which runs that code, can.
 """
@@ -47,12 +53,16 @@ class ExactAudit:
     mu_white_box: float
     epsilon_black_box: float
     epsilon_white_box: float
+    epsilon_black_box_assumption_free: float
+    epsilon_white_box_assumption_free: float
     tpr_black_box: float
     fpr_black_box: float
+    fnr_black_box: float  # from the other labels' tail, not 1 − tpr (which cancels at large ε)
     best_threshold: float
     thresholds: np.ndarray
     tpr_white_box: np.ndarray
     fpr_white_box: np.ndarray
+    fnr_white_box: np.ndarray  # the C1 mixture's lower tail at each threshold
     sigma: float
     delta: float
 
@@ -63,8 +73,11 @@ class ExactAudit:
             "mu_white_box": self.mu_white_box,
             "epsilon_black_box": self.epsilon_black_box,
             "epsilon_white_box": self.epsilon_white_box,
+            "epsilon_black_box_assumption_free": self.epsilon_black_box_assumption_free,
+            "epsilon_white_box_assumption_free": self.epsilon_white_box_assumption_free,
             "tpr_black_box": self.tpr_black_box,
             "fpr_black_box": self.fpr_black_box,
+            "fnr_black_box": self.fnr_black_box,
             "best_threshold": self.best_threshold,
             "sigma": self.sigma,
             "delta": self.delta,
@@ -74,6 +87,7 @@ class ExactAudit:
                 "thresholds": self.thresholds.tolist(),
                 "tpr_white_box": self.tpr_white_box.tolist(),
                 "fpr_white_box": self.fpr_white_box.tolist(),
+                "fnr_white_box": self.fnr_white_box.tolist(),
             }
         return out
 
@@ -105,9 +119,10 @@ def exact_vote_audit(
     votes_in, w_in = vote_distribution(p_in)
     votes_out, w_out = vote_distribution(p_out)
 
-    log_tpr_bb = special.logsumexp(np.log(w_in) + log_prob_argmax(votes_in, target, sigma))
-    log_fpr_bb = special.logsumexp(np.log(w_out) + log_prob_argmax(votes_out, target, sigma))
-    mu_bb = max(0.0, float(special.ndtri_exp(log_tpr_bb) - special.ndtri_exp(log_fpr_bb)))
+    log_tpr_bb, log_fnr_bb = _log_argmax_tails(votes_in, w_in, target, sigma)
+    log_fpr_bb, log_tnr_bb = _log_argmax_tails(votes_out, w_out, target, sigma)
+    mu_bb = max(0.0, float(_probit(log_tpr_bb, log_fnr_bb) - _probit(log_fpr_bb, log_tnr_bb)))
+    eps_free_bb = float(assumption_free_epsilon_log(log_fnr_bb, log_fpr_bb, log_tnr_bb, log_tpr_bb, delta))
 
     tail_in, tail_out, lo, hi = _white_box_tails(votes_in, w_in, votes_out, w_out, target, other, sigma)
     n_grid = _GRID_POINTS
@@ -128,20 +143,54 @@ def exact_vote_audit(
         (refined.x, -refined.fun) if -refined.fun > curve[best] else (thresholds[best], curve[best])
     )
     mu_wb = max(0.0, float(mu_wb))
+    (log_tpr_wb, log_fnr_wb), (log_fpr_wb, log_tnr_wb) = tail_in(thresholds), tail_out(thresholds)
+    eps_free_wb = float(
+        np.max(assumption_free_epsilon_log(log_fnr_wb, log_fpr_wb, log_tnr_wb, log_tpr_wb, delta))
+    )
     return ExactAudit(
         mu_black_box=mu_bb,
         mu_white_box=mu_wb,
         epsilon_black_box=epsilon_for_mu(mu_bb, delta),
         epsilon_white_box=epsilon_for_mu(mu_wb, delta),
+        epsilon_black_box_assumption_free=eps_free_bb,
+        epsilon_white_box_assumption_free=eps_free_wb,
         tpr_black_box=float(np.exp(log_tpr_bb)),
         fpr_black_box=float(np.exp(log_fpr_bb)),
+        fnr_black_box=float(np.exp(log_fnr_bb)),
         best_threshold=float(best_tau),
         thresholds=thresholds,
-        tpr_white_box=np.exp(tail_in(thresholds)[0]),
-        fpr_white_box=np.exp(tail_out(thresholds)[0]),
+        tpr_white_box=np.exp(log_tpr_wb),
+        fpr_white_box=np.exp(log_fpr_wb),
+        fnr_white_box=np.exp(log_fnr_wb),
         sigma=float(sigma),
         delta=float(delta),
     )
+
+
+def assumption_free_epsilon_log(
+    log_fnr: np.ndarray, log_fpr: np.ndarray, log_tnr: np.ndarray, log_tpr: np.ndarray, delta: float
+) -> np.ndarray:
+    """bounds.assumption_free_epsilon from log rates, each taken from its own tail:
+    ε_af = max(0, ln(TPR − δ) − ln FPR, ln(TNR − δ) − ln FNR).
+
+    TPR − δ = TPR·(1 − δ/TPR) is formed from log TPR, so a TPR of 1 − 10⁻¹⁵ (1 − TPR would be 0, or wrong
+    in every digit) and an FNR of 10⁻³⁰⁰ both give the exact ε of the test; a rate at or below δ gives no
+    bound from its side. Finite whenever the log rates are."""
+    log_fnr, log_fpr, log_tnr, log_tpr = (
+        np.asarray(x, dtype=np.float64) for x in (log_fnr, log_fpr, log_tnr, log_tpr)
+    )
+    log_delta = np.log(delta)
+
+    def log_minus_delta(log_rate: np.ndarray) -> np.ndarray:  # ln(rate − δ), −∞ where rate ≤ δ
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gap = log_delta - log_rate
+            return np.where(gap < 0, log_rate + np.log(-np.expm1(np.minimum(gap, -1e-300))), -np.inf)
+
+    with np.errstate(invalid="ignore"):
+        direct = log_minus_delta(log_tpr) - log_fpr
+        mirror = log_minus_delta(log_tnr) - log_fnr
+    eps = np.fmax(direct, mirror)
+    return np.where(np.isnan(eps), 0.0, np.maximum(eps, 0.0))
 
 
 def vote_distribution(label_probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +247,17 @@ def log_prob_argmax(votes: np.ndarray, target: int, sigma: float) -> np.ndarray:
     log_g = -(nodes**2) / 2 + special.log_ndtr(a[:, None, :] + nodes[:, :, None]).sum(axis=2)
     log_terms = np.log(_WEIGHTS)[None, :] + _NODES[None, :] ** 2 + log_g
     return np.log(spread / np.sqrt(np.pi)) + special.logsumexp(log_terms, axis=1)
+
+
+def _log_argmax_tails(votes: np.ndarray, w: np.ndarray, target: int, sigma: float) -> tuple[float, float]:
+    """(log P(argmax Ṽ = target), log P(argmax Ṽ ≠ target)) over the vote law: the second is the sum of the
+    other labels' probabilities, accurate when the first is 1 − 10⁻¹⁵ (noise is continuous, so ties have
+    probability 0 and the two sum to 1)."""
+    log_w = np.log(w)
+    log_hit = special.logsumexp(log_w + log_prob_argmax(votes, target, sigma))
+    others = [log_prob_argmax(votes, j, sigma) for j in range(votes.shape[1]) if j != target]
+    log_miss = special.logsumexp(log_w[None, :] + np.asarray(others))
+    return float(log_hit), float(log_miss)
 
 
 Tail = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]

@@ -356,8 +356,11 @@ def _assumption(request: Request, mechanism: Mechanism) -> str:
 
 
 def _exact(setup: Setup, ctx: RunContext) -> dict[str, dict]:
-    """`exact`: population TPR/FPR from the engine's label distributions (private voting only)."""
-    from app.audit.bounds import assumption_free_epsilon
+    """`exact`: population TPR/FPR from the engine's label distributions (private voting only).
+
+    Both ε come from exact.py, which takes FNR and TNR from their own tails (1 − TPR cancels at large ε and
+    overstated ε_af); a value that is still not finite is stored as null with its `*_unbounded` flag, the
+    way the trial bounds report one, so a result is always valid JSON."""
     from app.audit.exact import exact_vote_audit
 
     request, mechanism, query = setup.request, setup.mechanism, setup.query
@@ -377,15 +380,25 @@ def _exact(setup: Setup, ctx: RunContext) -> dict[str, dict]:
     bounds: dict[str, dict] = {}
     for tm in setup.threat_models:
         if tm == "black_box":
-            fnr, fpr = np.array([1 - exact.tpr_black_box]), np.array([exact.fpr_black_box])
             bounds[tm] = {"tpr": exact.tpr_black_box, "fpr": exact.fpr_black_box}
-            mu, eps = exact.mu_black_box, exact.epsilon_black_box
+            mu, eps, free = (
+                exact.mu_black_box,
+                exact.epsilon_black_box,
+                exact.epsilon_black_box_assumption_free,
+            )
         else:
-            fnr, fpr = 1 - exact.tpr_white_box, exact.fpr_white_box
             bounds[tm] = {"threshold": exact.best_threshold}
-            mu, eps = exact.mu_white_box, exact.epsilon_white_box
-        free = float(np.max(assumption_free_epsilon(fnr, fpr, request.delta)))
-        bounds[tm].update(mu_lower=mu, epsilon_empirical=eps, epsilon_empirical_assumption_free=free)
+            mu, eps, free = (
+                exact.mu_white_box,
+                exact.epsilon_white_box,
+                exact.epsilon_white_box_assumption_free,
+            )
+        values = {"mu_lower": mu, "epsilon_empirical": eps, "epsilon_empirical_assumption_free": free}
+        for key, value in values.items():
+            finite = value is not None and math.isfinite(value)
+            bounds[tm][key] = float(value) if finite else None
+            if not finite:
+                bounds[tm][f"{key}_unbounded"] = True
     return bounds
 
 
