@@ -51,8 +51,7 @@ def create_schedule(
 ) -> ScheduleResource:
     """Checked now as a submit would be (dataset, model, limits, every sweep point); the first run is at the
     next cron time (or one interval from now)."""
-    if body.cron is not None and not schedules.valid_cron(body.cron):
-        message = f"cron {body.cron!r} is not a cron expression (five fields, or six with seconds last)."
+    if body.cron is not None and (message := schedules.cron_problem(body.cron)) is not None:
         raise ApiError(422, message, [FieldViolation(path="$.cron", message=message)])
     if body.request is not None:
         check_request(session, tenant_id=tenant.id, request=body.request, settings=settings)

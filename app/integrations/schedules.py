@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -34,8 +34,16 @@ def next_time(*, cron: str | None, interval_seconds: float | None, after: dateti
     return after + timedelta(seconds=interval_seconds)
 
 
-def valid_cron(cron: str) -> bool:
-    return croniter.is_valid(cron)
+def cron_problem(cron: str, *, after: datetime | None = None) -> str | None:
+    """Why `cron` cannot drive a schedule (not a cron expression, or one that never fires, such as
+    "0 0 31 2 *": February has no 31st), or None."""
+    if not croniter.is_valid(cron):
+        return f"cron {cron!r} is not a cron expression (five fields, or six with seconds last)."
+    try:
+        croniter(cron, after or utcnow()).get_next(datetime)
+    except (CroniterError, ValueError, OverflowError):
+        return f"cron {cron!r} never fires (no date matches it); give a time that exists."
+    return None
 
 
 def _fire(

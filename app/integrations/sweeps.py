@@ -12,6 +12,7 @@ import csv
 import io
 import itertools
 import logging
+import math
 import statistics
 from collections import Counter
 from datetime import datetime
@@ -60,21 +61,32 @@ def set_path(body: dict[str, Any], key: str, value: Any) -> None:
 
 
 def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """Every combination, the first key varying slowest."""
+    """Every combination, the first key varying slowest (call `check_size` first: this builds them all)."""
     keys = list(grid)
     return [dict(zip(keys, values, strict=True)) for values in itertools.product(*grid.values())]
 
 
-def expand(request: SweepRequest, *, max_audits: int) -> list[tuple[dict[str, Any], int, Any]]:
-    """(point, seed, validated child request) for every point and seed; Rejected names the bad grid key."""
-    grid = request.grid
-    total = len(points(grid)) * request.seeds
+def check_size(request: SweepRequest, *, max_audits: int) -> int:
+    """The number of audits the sweep would create, computed (the product of the grid's value counts ×
+    seeds) before anything is expanded; Rejected at `$.grid` above ICLAUDIT_SWEEP_MAX_AUDITS."""
+    counts = [len(values) for values in request.grid.values()]
+    total = math.prod(counts) * request.seeds
     if total > max_audits:
+        shape = " × ".join(f"{n} {key!r}" for key, n in zip(request.grid, counts, strict=True))
+        seeds = f" × {request.seeds} seeds" if request.seeds > 1 else ""
         raise Rejected(
             "$.grid",
-            f"the sweep would create {total} audits, above this service's maximum of {max_audits} "
-            "(ICLAUDIT_SWEEP_MAX_AUDITS); split it.",
+            f"grid: the sweep would create {total} audits ({shape}{seeds}), above this service's maximum "
+            f"of {max_audits} (ICLAUDIT_SWEEP_MAX_AUDITS); split it.",
         )
+    return total
+
+
+def expand(request: SweepRequest, *, max_audits: int) -> list[tuple[dict[str, Any], int, Any]]:
+    """(point, seed, validated child request) for every point and seed; Rejected names the bad grid key.
+    The size is checked arithmetically first (`check_size`), so an oversized grid costs nothing."""
+    grid = request.grid
+    check_size(request, max_audits=max_audits)
     if "seed" in grid and request.seeds > 1:
         raise Rejected("$.seeds", "the grid sets `seed` itself; leave seeds at 1.")
     base = request.base.model_dump(mode="json")
