@@ -13,6 +13,7 @@ from app.api.deps import SessionDep, TenantDep
 from app.api.errors import ApiError
 from app.audit.records import records_csv
 from app.audit.results.mia import RecordRisk
+from app.csv_cells import safe_row
 from app.db import audits as audit_rows
 from app.db.models import AuditState
 from app.schemas.errors import ErrorResponse
@@ -70,7 +71,7 @@ def get_records(
         )
     if format == "csv":
         return Response(
-            records_csv(rows),
+            records_csv([safe_row(row) for row in rows]),  # no cell a spreadsheet would run
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{audit_id}-records.csv"'},
         )

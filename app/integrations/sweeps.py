@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from app.config import Settings
+from app.csv_cells import safe_cell
 from app.db import audits, labels
 from app.db import sweeps as store
 from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
@@ -251,7 +252,8 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
 
 
 def result_csv(res: SweepResult) -> str:
-    """One line per child: position, each grid key, seed, audit id, state, ε_lower, ε_theory, violation."""
+    """One line per child: position, each grid key, seed, audit id, state, ε_lower, ε_theory, violation.
+    A text grid value a spreadsheet would run as a formula is escaped (app/csv_cells.py)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     keys = list(res.grid)
@@ -260,7 +262,10 @@ def result_csv(res: SweepResult) -> str:
     )
     for r in res.rows:
         writer.writerow(
-            [r.position, *(r.point[k] for k in keys), r.seed, r.audit_id, r.state.value]
+            [
+                safe_cell(x)
+                for x in (r.position, *(r.point[k] for k in keys), r.seed, r.audit_id, r.state.value)
+            ]
             + ["" if x is None else x for x in (r.epsilon_lower, r.epsilon_theory, r.violation)]
         )
     return out.getvalue()

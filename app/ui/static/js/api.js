@@ -273,8 +273,11 @@ export function flatten(value, prefix = "") {
 
 export function toCsv(rows) {
   const cell = (v) => {
-    const s = v === null || v === undefined ? "" : String(v);
-    return /[",\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
+    let s = v === null || v === undefined ? "" : String(v);
+    // CSV injection (OWASP), as app/csv_cells.py: a text cell starting with = + - @ tab or CR gets a leading
+    // quote so a spreadsheet shows it instead of running it; numbers (and text that is just a number) stay.
+    if (typeof v === "string" && /^[=+\-@\t\r]/.test(s) && !/^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$/.test(s)) s = `'${s}`;
+    return /[",\n\r]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
   };
   return ["field,value", ...rows.map(([k, v]) => `${cell(k)},${cell(v)}`)].join("\n") + "\n";
 }
