@@ -3,24 +3,34 @@ addresses (SSRF).
 
 Two checks, both always applied:
 
+One policy for endpoints and webhooks; the only difference is that every endpoint URL must be listed,
+while a webhook to a public host needs no entry.
+
 1. `check_url(url, allowlist)`, on the URL as written (at submit, and again on every request the
-   client sends): scheme http or https, a host, no userinfo (`https://api.example.com@127.0.0.1` is
-   refused, not read as host 127.0.0.1), no dot segments or encoded slashes in the path; then
+   client sends): scheme http or https, a host that is a valid name or a canonical IP address
+   (`127.1`, `2130706433`, `0x7f.1` and other inet_aton spellings are refused before any resolution;
+   so is a malformed IDNA label such as `xn--localhost-`), no userinfo
+   (`https://api.example.com@127.0.0.1` is refused, not read as host 127.0.0.1), no encoded slashes
+   or backslashes in the path (dot segments are resolved first: `/hooks/../admin` is `/admin`); then
    - `allowlist.required` (endpoints): the URL must match an entry;
-   - not required (webhooks): any URL to a public host may be called; an internal one needs an entry.
+   - not required (webhooks): any URL to a public host may be called; an internal one must match an
+     entry, exactly as an endpoint must.
    An entry matches on scheme, host (IDNA, case-insensitive) and port (default 80/443 filled in)
    exactly, then on its path as a prefix ending on a segment boundary: `https://api.example.com/v1`
    matches `/v1` and `/v1/chat`, not `/v1x`; `https://api.example.com` is not matched by
-   `https://api.example.com.attacker.test` or `https://api.example.comx`.
+   `https://api.example.com.attacker.test` or `https://api.example.comx`. So with the entry
+   `http://127.0.0.1:18250/hooks`, `/hooks/a` may be called and `/hooksX`, `/admin`,
+   `/hooks/../admin` and `http://127.1:18250/hooks` may not.
 2. `egress_client(allowlist)`: an httpx client whose connections resolve the host themselves and check
    every resolved address at connect time (a public-looking name that resolves, or rebinds, to
    127.0.0.1 is refused): loopback, private, link-local (169.254.169.254, the cloud metadata address),
    shared (100.64/10), unspecified, multicast, reserved and other non-global addresses, also when
-   carried inside IPv6 (IPv4-mapped, 6to4, Teredo, NAT64), are refused unless an entry names that
-   address and port exactly (`http://127.0.0.1:8080/`; an entry `http://localhost:8080/` does not
-   open 127.0.0.1). If any resolved address is refused, the host is. The socket connects to the
-   checked address; TLS still sends SNI for, and verifies, the hostname. Redirects are not followed,
-   proxy variables and .netrc are ignored.
+   carried inside IPv6 (IPv4-mapped, 6to4, Teredo, NAT64), are refused unless the entry that the
+   request's URL matched names that address and port itself (`http://127.0.0.1:8080/hooks`; an entry
+   `http://localhost:8080/` does not open 127.0.0.1, and an entry for one path opens no other). If any
+   resolved address is refused, the host is. The socket connects to the checked address; TLS still
+   sends SNI for, and verifies, the hostname. Redirects are not followed, proxy variables and .netrc
+   are ignored, and a request whose `Host` header is not its URL's host is refused.
 
 Interface (no web, database or queue imports, so the science package may use it):
 
@@ -39,13 +49,16 @@ reply body, so it is safe to show the tenant.
 
 from __future__ import annotations
 
+import contextvars
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 import httpcore
 import httpx
+import idna
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -53,6 +66,12 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _METADATA = {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 _BAD_IN_PATH = ("%2e", "%2f", "%5c", "\\")
+_NUMERIC_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)")
+# (address, port) pairs the entry matched by the request being sent names: the only internal addresses
+# its connection may reach (set by the transports around each request; empty outside one).
+_OPENED: contextvars.ContextVar[frozenset[tuple[IPAddress, int]]] = contextvars.ContextVar(
+    "iclaudit_egress_opened", default=frozenset()
+)
 
 
 class InvalidAllowList(ValueError):
@@ -92,9 +111,6 @@ class AllowList:
     required: bool = True
     setting: str = "ICLAUDIT_ENDPOINT_ALLOWLIST"
 
-    def names_address(self, address: IPAddress, port: int) -> bool:
-        return any(e.address == address and e.port == port for e in self.entries)
-
 
 def _ip_literal(host: str) -> IPAddress | None:
     """The address a host string denotes by itself, including the forms inet_aton takes (2130706433)."""
@@ -106,6 +122,31 @@ def _ip_literal(host: str) -> IPAddress | None:
         return ipaddress.IPv4Address(socket.inet_aton(host))
     except (OSError, UnicodeEncodeError):
         return None
+
+
+def _host_problem(host: str, parsed: httpx.URL) -> str | None:
+    """Why `host` (lower-cased, as written) is not a host this service resolves, or None: an IPv4 address
+    in any spelling but the canonical dotted quad (inet_aton's `127.1`, `2130706433`, `0x7f.0.0.1`, and
+    any name whose last label is numeric, which WHATWG URL parsing reads as IPv4), or a name with a label
+    that is not valid IDNA (`xn--localhost-`)."""
+    if host.startswith("["):
+        return None
+    try:
+        ipaddress.ip_address(host)
+        return None  # canonical
+    except ValueError:
+        pass
+    labels = host.rstrip(".").split(".")
+    if _NUMERIC_LABEL.fullmatch(labels[-1]) or _ip_literal(host) is not None:
+        return f"host {host!r} is not a canonical IP address; write an IPv4 address as four decimal numbers (a.b.c.d)"
+    try:
+        _ = parsed.host  # httpx decodes an IDNA host here (and would raise while sending)
+        for label in labels:
+            if label.startswith("xn--"):
+                idna.decode(label)
+    except (UnicodeError, ValueError) as exc:
+        return f"host {host!r} is not a valid host name ({exc})"
+    return None
 
 
 def internal_kind(address: IPAddress) -> str | None:
@@ -151,10 +192,12 @@ def _parts(url: httpx.URL | str) -> tuple[str, str, int, str, httpx.URL]:
         raise EgressRefused("the URL has no host")
     if parsed.userinfo:
         raise EgressRefused("the URL has userinfo (user@ or user:pass@ before the host); remove it")
+    if problem := _host_problem(host, parsed):
+        raise EgressRefused(problem)
     port = _DEFAULT_PORTS[scheme] if parsed.port is None else parsed.port
     if not 0 < port < 65536:
         raise EgressRefused(f"port {port} is out of range")
-    raw_path = parsed.raw_path.decode("ascii").split("?", 1)[0]
+    raw_path = parsed.raw_path.decode("ascii").split("?", 1)[0]  # dot segments resolved by httpx.URL
     if any(bad in raw_path.lower() for bad in _BAD_IN_PATH) or any(
         seg in (".", "..") for seg in raw_path.split("/")
     ):
@@ -183,7 +226,9 @@ def parse_allowlist(
 
 
 def check_url(url: httpx.URL | str, allowlist: AllowList) -> Entry | None:
-    """Refuse (EgressRefused) a URL this service must not call; return the entry it matched, if any."""
+    """Refuse (EgressRefused) a URL this service must not call; return the entry it matched, if any.
+    An internal address (an IP literal here; a name that resolves to one, at connect time) is called only
+    through an entry that the whole URL matches: scheme, host, port and path prefix."""
     scheme, host, port, path, _ = _parts(url)
     entry = next((e for e in allowlist.entries if e.matches(scheme, host, port, path)), None)
     if entry is None and allowlist.required:
@@ -193,20 +238,30 @@ def check_url(url: httpx.URL | str, allowlist: AllowList) -> Entry | None:
             "exactly, then on the path as a prefix)"
         )
     address = _ip_literal(host)
-    if (
-        address is not None
-        and (kind := internal_kind(address))
-        and not allowlist.names_address(address, port)
-    ):
+    if address is not None and (kind := internal_kind(address)) and entry is None:
         raise EgressRefused(
-            f"{address} is a {kind} address; this service calls one only when {allowlist.setting} "
-            f"names it exactly ({_origin(scheme, address, port)}/)"
+            f"{address} is a {kind} address; this service calls one only at a URL that {allowlist.setting} "
+            "lists (scheme, host and port exactly, then the path as a prefix)"
         )
     return entry
 
 
+def _opened_by(entry: Entry | None) -> frozenset[tuple[IPAddress, int]]:
+    return frozenset({(entry.address, entry.port)}) if entry is not None and entry.address else frozenset()
+
+
+def _check_request(request: httpx.Request, allowlist: AllowList) -> frozenset[tuple[IPAddress, int]]:
+    """check_url on the request's URL and its Host header; the internal addresses it may reach."""
+    entry = check_url(request.url, allowlist)
+    sent_host = request.headers.get("host")
+    if sent_host is not None and sent_host.lower() != request.url.netloc.decode("ascii").lower():
+        raise EgressRefused("the Host header may not be set: it is always the URL's host")
+    return _opened_by(entry)
+
+
 def checked_addresses(host: str, port: int, allowlist: AllowList) -> list[IPAddress]:
-    """Resolve `host` and return its addresses, refusing the host if any of them is internal and unnamed."""
+    """Resolve `host` and return its addresses, refusing the host if any of them is internal and not named
+    by the entry the request being sent matched."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
@@ -219,10 +274,10 @@ def _vet(host: str, port: int, found: list[Any], allowlist: AllowList) -> list[I
     for text in found:
         address = ipaddress.ip_address(str(text).split("%", 1)[0])
         kind = internal_kind(address)
-        if kind and not allowlist.names_address(address, port):
+        if kind and (address, port) not in _OPENED.get():
             raise EgressRefused(
-                f"{host} resolves to {address}, a {kind} address; this service calls one only when "
-                f"{allowlist.setting} names it exactly ({_origin('http(s)', address, port)}/)"
+                f"{host} resolves to a {kind} address; this service calls one only at a URL that "
+                f"{allowlist.setting} lists with that address as its host"
             )
         if address not in addresses:
             addresses.append(address)
@@ -312,8 +367,11 @@ class EgressTransport(httpx.HTTPTransport):
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        check_url(request.url, self._allowlist)
-        return super().handle_request(request)
+        token = _OPENED.set(_check_request(request, self._allowlist))
+        try:
+            return super().handle_request(request)
+        finally:
+            _OPENED.reset(token)
 
 
 class AsyncEgressTransport(httpx.AsyncHTTPTransport):
@@ -332,8 +390,11 @@ class AsyncEgressTransport(httpx.AsyncHTTPTransport):
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        check_url(request.url, self._allowlist)
-        return await super().handle_async_request(request)
+        token = _OPENED.set(_check_request(request, self._allowlist))
+        try:
+            return await super().handle_async_request(request)
+        finally:
+            _OPENED.reset(token)
 
 
 def egress_client(

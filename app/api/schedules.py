@@ -58,6 +58,7 @@ def create_schedule(
         target, stored = "audit", body.request.model_dump(mode="json")
     else:
         assert body.sweep is not None
+        sweeps.check_notify(body.sweep, settings)
         for _, _, child in sweeps.expand(body.sweep, max_audits=settings.sweep_max_audits):
             check_request(session, tenant_id=tenant.id, request=child, settings=settings)
         target, stored = "sweep", body.sweep.model_dump(mode="json")

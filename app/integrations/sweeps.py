@@ -26,6 +26,7 @@ from app.csv_cells import safe_cell
 from app.db import audits, labels
 from app.db import sweeps as store
 from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
+from app.egress import EgressRefused, check_url
 from app.integrations.verdict import verdict_of
 from app.jobs.executors import Executor, enqueue
 from app.jobs.service import Rejected, check_request
@@ -83,6 +84,15 @@ def check_size(request: SweepRequest, *, max_audits: int) -> int:
     return total
 
 
+def check_notify(request: SweepRequest, settings: Settings) -> None:
+    """The sweep's own `notify` passes the webhook egress policy (app/egress.py), as an audit's does."""
+    if request.notify is not None:
+        try:
+            check_url(request.notify, settings.webhook_egress)
+        except EgressRefused as exc:
+            raise Rejected("$.notify", f"notify: {exc.reason}.") from exc
+
+
 def expand(request: SweepRequest, *, max_audits: int) -> list[tuple[dict[str, Any], int, Any]]:
     """(point, seed, validated child request) for every point and seed; Rejected names the bad grid key.
     The size is checked arithmetically first (`check_size`), so an oversized grid costs nothing."""
@@ -123,6 +133,7 @@ def submit_sweep(
     remember: Any = None,
 ) -> Sweep:
     """Check every child, store the sweep and its children (one transaction), then enqueue each child."""
+    check_notify(request, settings)
     children = expand(request, max_audits=settings.sweep_max_audits)
     for point, _, child in children:
         try:

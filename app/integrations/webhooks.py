@@ -259,10 +259,13 @@ def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], 
             status = reply.status_code
             ok = 200 <= status < 300
             state, error = (store.SUCCEEDED, "") if ok else (store.PENDING, f"the receiver answered {status}")
-        except EgressRefused as exc:
+        except EgressRefused as exc:  # permanent (a URL or address this service will not call): no retry
             state, error = store.FAILED, f"refused: {exc.reason}"
         except httpx.HTTPError as exc:
             state, error = store.PENDING, f"{type(exc).__name__}: {exc}"[:500]
+        except Exception as exc:  # anything else still counts as an attempt, so the limit ends it
+            log.warning("webhook %s attempt %d failed: %s", delivery_id, attempt, type(exc).__name__)
+            state, error = store.PENDING, f"the delivery failed ({type(exc).__name__})"
     next_at = None
     if state == store.PENDING:
         if attempt >= settings.webhook_max_attempts:

@@ -108,6 +108,12 @@ def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase
             check_url(endpoint.url, settings.endpoint_egress)
         except EgressRefused as exc:
             raise Rejected("$.mechanism.endpoint.url", f"mechanism.endpoint.url: {exc.reason}.") from exc
+        for name in getattr(endpoint, "headers", None) or {}:
+            if name.strip().lower() == "host":  # the egress client refuses it too (app/egress.py)
+                raise Rejected(
+                    f"$.mechanism.endpoint.headers.{name}",
+                    "mechanism.endpoint.headers: Host may not be set; it is always the URL's host.",
+                )
     if request.model is not None:
         from app.engines.registry import UnknownModel, get_model_info
 

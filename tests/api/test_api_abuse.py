@@ -120,6 +120,138 @@ def test_a_cron_that_never_fires_is_422_naming_the_field(live: Live) -> None:
         assert api.get("/v1/schedules").json()["schedules"] == []
 
 
+# --- M1 (and L2, L3): one egress policy for endpoints and webhooks ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://127.0.0.1:{port}/admin",
+        "http://127.0.0.1:{port}/hooksX",
+        "http://127.0.0.1:{port}/hooks/../admin",
+        "http://127.1:{port}/hooks",
+        "http://2130706433:{port}/hooks",
+        "http://xn--localhost-:{port}/hooks",
+    ],
+)
+def test_webhook_outside_the_allow_listed_path_or_host_is_422(live: Live, target: str) -> None:
+    """The allow-list entry is http://127.0.0.1:PORT/hooks: all of these were registered and delivered."""
+    url = target.format(port=live.hooks_port)
+    with live.client("m1") as api:
+        response = api.post("/v1/webhooks", json={"url": url})
+        print(
+            f"{url}: {response.status_code} {response.json()['error']['message'] if response.is_error else ''}"
+        )
+        assert response.status_code == 422 and response.json()["error"]["details"][0]["path"] == "$.url"
+
+
+def test_notify_outside_the_allow_list_is_422_for_audits_sweeps_and_schedules(live: Live) -> None:
+    port = live.hooks_port
+    with live.client("m1-notify") as api:
+        audit = api.post(
+            "/v1/audits",
+            json=bound_request(notify=f"http://127.0.0.1:{port}/internal/admin/reset?confirm=yes"),
+        )
+        assert audit.status_code == 422 and audit.json()["error"]["details"][0]["path"] == "$.notify"
+        for notify in ("file:///etc/passwd", f"http://127.0.0.1:{port}/admin"):
+            sweep = {"base": bound_request(), "grid": {"confidence": [0.9, 0.95]}, "notify": notify}
+            response = api.post("/v1/sweeps", json=sweep)
+            print(f"sweep notify {notify}: {response.status_code} {response.json()['error']['message']}")
+            assert (
+                response.status_code == 422 and response.json()["error"]["details"][0]["path"] == "$.notify"
+            )
+            response = api.post("/v1/schedules", json={"sweep": sweep, "cron": "0 3 * * *"})
+            assert (
+                response.status_code == 422 and response.json()["error"]["details"][0]["path"] == "$.notify"
+            )
+        assert api.get("/v1/sweeps").json()["sweeps"] == []
+        listed = api.post(
+            "/v1/sweeps",
+            json={
+                "base": bound_request(),
+                "grid": {"confidence": [0.9]},
+                "notify": f"http://127.0.0.1:{port}/hooks/s",
+            },
+        )
+        assert listed.status_code == 202, listed.text
+
+
+def _deliveries(api: httpx.Client, webhook_id: str, timeout: float = 30.0) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = api.get(f"/v1/webhooks/{webhook_id}/deliveries").json()["deliveries"]
+        if rows and all(r["state"] != "PENDING" for r in rows):
+            return rows
+        assert time.monotonic() < deadline, rows
+        time.sleep(0.1)
+
+
+def test_a_name_resolving_to_an_allow_listed_address_does_not_open_other_paths(live: Live) -> None:
+    """`localhost` resolves to 127.0.0.1, which the entry names, but only for /hooks on 127.0.0.1 itself: a
+    delivery to http://localhost:PORT/admin is refused at connect time and never arrives; /hooks arrives."""
+    port = live.hooks_port
+    with live.client("m1-dns") as api:
+        bad = api.post("/v1/webhooks", json={"url": f"http://localhost:{port}/admin"}).json()
+        good = api.post("/v1/webhooks", json={"url": f"http://127.0.0.1:{port}/hooks/in"}).json()
+        audit = api.post("/v1/audits", json=bound_request()).json()
+        wait_for(api.get, audit["id"])
+        refused, delivered = _deliveries(api, bad["id"]), _deliveries(api, good["id"])
+    print(
+        f"localhost/admin: {refused[0]['state']} ({refused[0]['last_error']}); /hooks/in: {delivered[0]['state']}"
+    )
+    assert all(
+        r["state"] == "FAILED" and r["attempts"] == 1 and "refused" in r["last_error"] for r in refused
+    )
+    assert "127.0.0.1" not in refused[0]["last_error"]  # a class (loopback), not the resolved address
+    assert all(r["state"] == "SUCCEEDED" for r in delivered)
+    assert "/admin" not in live.hits and "/hooks/in" in live.hits
+
+
+def test_an_unparseable_stored_host_fails_once_without_a_traceback(live: Live) -> None:
+    """A webhook row registered before this check (inserted directly): its delivery is FAILED after one
+    attempt, not retried past the limit with a traceback each time."""
+    from app.db import keys
+    from app.db import webhooks as webhook_rows
+    from app.db.engine import make_engine, make_session_factory
+    from app.integrations.webhooks import new_secret
+
+    port = live.hooks_port
+    with live.client("l2") as api:
+        engine = make_engine(f"sqlite:///{live.state / 'iclaudit.db'}")
+        with make_session_factory(engine).begin() as session:
+            tenant = keys.get_or_create_tenant(session, "l2")
+            row = webhook_rows.add_endpoint(
+                session,
+                tenant_id=tenant.id,
+                url=f"http://xn--localhost-:{port}/hooks",
+                secret=new_secret(),
+                events=[],
+                description="",
+            )
+            webhook_id = row.id
+        engine.dispose()
+        audit = api.post("/v1/audits", json=bound_request()).json()
+        wait_for(api.get, audit["id"])
+        rows = _deliveries(api, webhook_id)
+    print(
+        f"xn--localhost-: {rows[0]['state']} after {rows[0]['attempts']} attempt(s): {rows[0]['last_error']}"
+    )
+    assert all(r["state"] == "FAILED" and r["attempts"] == 1 for r in rows)
+    assert "not a valid host name" in rows[0]["last_error"]
+    assert "IDNAError" not in live.log() and "Traceback" not in live.log()
+
+
+def test_an_endpoint_cannot_set_host(live: Live) -> None:
+    body = json.loads((EXAMPLES / "mia-http-endpoint.json").read_text())
+    body["mechanism"]["endpoint"].update(
+        url=f"http://127.0.0.1:{live.hooks_port}/v1", headers={"Host": "admin.internal"}
+    )
+    with live.client("l3") as api:
+        response = api.post("/v1/audits", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["details"][0]["path"] == "$.mechanism.endpoint.headers.Host"
+
+
 # --- M5: CSV formula injection ------------------------------------------------------------------------------
 
 FORMULAS = [

@@ -92,9 +92,11 @@ def test_ip_literal_hosts_need_an_entry_naming_them() -> None:
     )
     assert check_url("https://hooks.example.org/in", hooks) is None  # public: no entry needed
     assert check_url("http://127.0.0.1:8080/hooks/a", hooks) is not None
-    for url in ("http://127.0.0.1:8081/hooks", "http://2130706433/", "http://[::ffff:a9fe:a9fe]/"):
+    for url in ("http://127.0.0.1:8081/hooks", "http://[::ffff:a9fe:a9fe]/"):
         with pytest.raises(EgressRefused, match="ICLAUDIT_WEBHOOK_ALLOWLIST"):
             check_url(url, hooks)
+    with pytest.raises(EgressRefused, match="not a canonical IP address"):  # refused before resolution
+        check_url("http://2130706433/", hooks)
 
 
 @pytest.mark.parametrize(
@@ -154,3 +156,50 @@ def test_environment_proxies_are_ignored(internal, monkeypatch: pytest.MonkeyPat
 def test_refusal_is_not_an_httpx_error() -> None:
     """Callers retry httpx errors; a refusal must not be retried."""
     assert not issubclass(EgressRefused, httpx.HTTPError)
+
+
+# --- issue 20 M1: the webhook allow-list holds as the endpoint allow-list does --------------------------
+
+
+def test_an_internal_address_is_called_only_through_an_entry_the_whole_url_matches() -> None:
+    hooks = parse_allowlist(
+        ["http://127.0.0.1:18250/hooks"], required=False, setting="ICLAUDIT_WEBHOOK_ALLOWLIST"
+    )
+    assert check_url("http://127.0.0.1:18250/hooks/in", hooks) is not None
+    for url in (
+        "http://127.0.0.1:18250/admin",
+        "http://127.0.0.1:18250/hooksX",
+        "http://127.0.0.1:18250/hooks/../admin",  # resolved to /admin before matching
+        "https://127.0.0.1:18250/hooks",
+    ):
+        with pytest.raises(EgressRefused, match="ICLAUDIT_WEBHOOK_ALLOWLIST lists"):
+            check_url(url, hooks)
+    for url in ("http://127.1:18250/hooks", "http://0x7f.0.0.1:18250/hooks", "http://127.0.0.1.:18250/hooks"):
+        with pytest.raises(EgressRefused, match="not a canonical IP address"):
+            check_url(url, hooks)
+    with pytest.raises(EgressRefused, match="not a valid host name"):
+        check_url("http://xn--localhost-:18252/x", hooks)
+
+
+def test_a_name_resolving_to_a_listed_address_opens_nothing(internal) -> None:
+    """The entry names 127.0.0.1 for /hooks; `localhost` resolves there but is another host: refused at
+    connect time for every path, while the entry's own URL is called."""
+    port, hits = internal
+    hooks = parse_allowlist([f"http://127.0.0.1:{port}/hooks"], required=False, setting="X")
+    with egress_client(hooks) as client:
+        for url in (f"http://localhost:{port}/admin", f"http://localhost:{port}/hooks"):
+            with pytest.raises(EgressRefused, match="resolves to a loopback address"):
+                client.post(url)
+        assert client.post(f"http://127.0.0.1:{port}/hooks/in").status_code == 200
+    assert hits == ["/hooks/in"]
+
+
+def test_host_header_cannot_be_overridden(internal) -> None:
+    port, hits = internal
+    allow = parse_allowlist([f"http://127.0.0.1:{port}/"])
+    with (
+        egress_client(allow, headers={"Host": "admin.internal"}) as client,
+        pytest.raises(EgressRefused, match="Host header"),
+    ):
+        client.get(f"http://127.0.0.1:{port}/ok")
+    assert hits == []
