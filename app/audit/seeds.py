@@ -14,7 +14,8 @@ the end keeps every existing stream (and so every recorded result) as it was.
 - `noise_in`, `noise_out`: the release noise of the C1 and C0 trials (bootstrap or direct);
 - `threshold`: the split of the scores into selection and held-out halves (thresholds.Split);
 - `utility`: the held-out utility queries;
-- `generations`: the integer seed passed to the engine for sampled generations (ESA, KSA).
+- `generations`: the integer seed passed to the engine for sampled generations (ESA, KSA);
+- `power`: the uniforms of the verdict's power model (app/audit/verdict.py, `epsilon_detectable`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ STREAMS = (
     "threshold",
     "utility",
     "generations",
+    "power",
 )
 
 

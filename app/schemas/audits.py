@@ -7,13 +7,14 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING, Annotated, Any, Self, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self, Union
 
 from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.kinds.registry import KINDS, kind_module, result_model, validate_result
 from app.audit.results.base import ResultBase
+from app.audit.verdict import OUTCOMES
 from app.db.constants import CLAIM_FIELDS, AuditState
 
 if TYPE_CHECKING:
@@ -87,15 +88,25 @@ class ErrorInfo(BaseModel):
 
 
 class Verdict(BaseModel):
-    """What the result concludes, in two numbers (the result holds the rest)."""
+    """What the result concludes (the result holds the rest): its verdict, headline and two ε figures."""
 
+    outcome: Literal["violation", "leak", "inconclusive", "consistent"] | None = Field(
+        default=None,
+        description="The result's `verdict`: violation, leak, inconclusive or consistent; null when the kind "
+        "measures no leakage (iclinf).",
+    )
+    headline: str | None = Field(default=None, description="The verdict in plain words.")
     epsilon_lower: float | None = Field(
         description="The largest empirical ε lower bound the verdict used (`epsilon_lower` — the GDP or the "
         "assumption-free bound, as `assumption` says — else `epsilon_empirical`; for `mia` the larger of the "
         "black-box and white-box bounds); null when the kind reports none."
     )
+    epsilon_detectable: float | None = Field(
+        default=None,
+        description="The audit's power (the result's `epsilon_detectable`); null when unbounded.",
+    )
     violation: bool | None = Field(
-        description="True when a lower bound exceeds the claimed ε; null when the kind makes no such comparison."
+        description="True when the verdict is violation; null when the kind makes no such comparison."
     )
 
 
@@ -110,8 +121,13 @@ def verdict_of(result: dict[str, Any] | None) -> Verdict | None:
         and isinstance(value := side.get("epsilon_lower", side.get("epsilon_empirical")), int | float)
     ]
     violation = result.get("violation")
+    outcome = result.get("verdict")
+    detectable = result.get("epsilon_detectable")
     return Verdict(
+        outcome=outcome if outcome in OUTCOMES else None,
+        headline=result.get("headline") if isinstance(result.get("headline"), str) else None,
         epsilon_lower=max(lows) if lows else None,
+        epsilon_detectable=float(detectable) if isinstance(detectable, int | float) else None,
         violation=violation if isinstance(violation, bool) else None,
     )
 

@@ -185,7 +185,8 @@ def test_kind_reports_both_bounds_and_the_verdict_of_its_assumption() -> None:
     biased = bound.run(
         bound.Request.model_validate(claimed | {"threshold_strategy": "in_sample"}), RunContext()
     )
-    assert biased["violation"] is None and "no violation verdict" in biased["note"]
+    assert biased["violation"] is False and biased["verdict"] == "inconclusive"
+    assert "no violation verdict" in biased["note"] and "in-sample" in biased["verdict_reason"]
 
 
 def test_cli_bound_shows_both_bounds() -> None:

@@ -25,7 +25,9 @@ from app.audit.accounting import MAX_EPSILON, MIN_DELTA
 from app.audit.bounds import Assumption, Counts, gdp_bound_from_counts
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import RunContext
+from app.audit.seeds import SeedTree
 from app.audit.thresholds import bound_from_scores, strategy_from_name
+from app.audit.verdict import judge, power_uniforms, test_from_bound
 
 MAX_SCORES = 2_000_000
 
@@ -87,6 +89,14 @@ class Request(AuditRequestBase):
         "bound exceeds it (null without a claim, or with the biased in_sample threshold).",
     )
 
+    max_epsilon: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_EPSILON,
+        description="Without a claimed epsilon: the leakage allowed before the verdict is `leak` (0: any "
+        "leakage shown at the stated confidence). Ignored under a claim.",
+    )
+
     @model_validator(mode="after")
     def _one_source(self) -> Request:
         has_scores = self.scores_in is not None or self.scores_out is not None
@@ -118,9 +128,20 @@ def run(request: Request, ctx: RunContext) -> dict:
         )
     result = bound.as_dict()
     result["epsilon_claimed"] = request.epsilon
-    result["violation"] = None
-    if request.epsilon is not None and not bound.biased:
-        result["violation"] = bound.epsilon_lower > request.epsilon
+    result["max_epsilon"] = request.max_epsilon if request.epsilon is None else None
+    test = test_from_bound(
+        "bound", result, delta=request.delta, confidence=request.confidence, claimed=request.epsilon
+    )
+    judgement = judge(
+        [test],
+        claimed=request.epsilon,
+        max_epsilon=request.max_epsilon,
+        confidence=request.confidence,
+        uniforms=power_uniforms(SeedTree.from_seed(request.seed).rng("power")),
+        auc=result.get("auc"),
+    )
+    result.update(judgement.as_dict())
+    result["violation"] = judgement.verdict == "violation" if request.epsilon is not None else None
     if bound.biased:
         result["note"] = (
             "The threshold was chosen on the same scores the bound is computed from (in_sample), so the "

@@ -222,6 +222,13 @@ class Request(AuditRequestBase):
         "none otherwise (http_endpoint).",
     )
     utility_queries: int = Field(default=0, ge=0, le=1000, description="Held-out queries for utility.")
+    max_epsilon: float = Field(
+        default=0.0,
+        ge=0,
+        le=MAX_EPSILON,
+        description="For a system that claims nothing (mechanism none, prompt_defense): the leakage allowed "
+        "before the verdict is `leak` (0: any leakage shown at the stated confidence). Ignored under a claim.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Request:
@@ -510,13 +517,67 @@ ESTIMATORS = {"bootstrap": _bootstrap, "direct": _direct}
 
 def run(request: Request, ctx: RunContext) -> dict:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
-    from app.audit.bounds import per_test_confidence, verdict_epsilon
-
     module = attack_module(request.attack.name)
     own_audit = getattr(module, "run_audit", None)
     owns = getattr(module, "owns_audit", lambda _request: True)
-    if own_audit is not None and owns(request):  # an attack over several canaries runs its own trials
-        return own_audit(request, ctx)
+    # an attack over several canaries runs its own trials
+    own = own_audit is not None and owns(request)
+    return judged(request, own_audit(request, ctx) if own else _run_trials(request, ctx))
+
+
+SUBJECTS = {
+    "none": "Plain ICL",
+    "prompt_defense": "The prompt defense",
+    "http_endpoint": "The endpoint",
+}
+
+
+def judged(request: Request, result: dict) -> dict:
+    """The result with its verdict (app/audit/verdict.py): `violation` against a claim, `leak` above
+    `max_epsilon` without one, `inconclusive` without the power to see either, else `consistent`."""
+    from app.audit.verdict import judge, power_uniforms, test_from_bound
+
+    claimed = result.get("epsilon_theory")
+    tests = []
+    for name in THREAT_MODELS:
+        bound = result.get(name)
+        if bound:
+            test = test_from_bound(
+                name,
+                bound,
+                delta=request.delta,
+                confidence=request.confidence,
+                claimed=claimed,
+                mu_true=result.get("mu_theory"),
+            )
+            tests.append(test)
+            bound["biased"] = test.biased
+            bound["violation"] = bool(bound.get("violation")) and not test.biased
+    mechanism = result.get("mechanism") or {}
+    blocked = None
+    if mechanism.get("canary_included") is False:
+        blocked = "no partition held the canary (disjoint_poisson left it out), so the audit could not see it"
+    aucs = [b["auc"] for b in (result.get(n) for n in THREAT_MODELS) if b and b.get("auc") is not None]
+    judgement = judge(
+        tests,
+        claimed=claimed,
+        max_epsilon=request.max_epsilon,
+        confidence=request.confidence,
+        uniforms=power_uniforms(SeedTree.from_seed(request.seed).rng("power")),
+        subject=SUBJECTS.get(request.mechanism.name, "The mechanism"),
+        auc=max(aucs) if aucs else None,
+        blocked=blocked,
+    )
+    result.update(judgement.as_dict())
+    result["max_epsilon"] = request.max_epsilon if claimed is None else None
+    result["violation"] = judgement.verdict == "violation"
+    return result
+
+
+def _run_trials(request: Request, ctx: RunContext) -> dict:
+    """The membership audit of one canary: contexts → clean statistics → trials → both bounds."""
+    from app.audit.bounds import per_test_confidence, verdict_epsilon
+
     setup = _setup(request, ctx)
     mechanism, llm = setup.mechanism, setup.llm
     passes_before = llm.counters.forward_passes if llm is not None else 0

@@ -8,7 +8,9 @@ solved (Alg. 3). Audit: the per-step data-dependent RDP (Eq. 7, same clipped log
 at every order of a grid, summed over the private tokens (Thm C.7): the curve `rdp_empirical` beside the
 theory's `rdp_theory`, converted to ε_empirical by dp_accounting's RDP → (ε, δ) conversion (Balle et al. 2020
 Thm 21 / Canonne-Kamath-Steinke Prop. 12, the formula of 001 Thm C.8) minimized over the orders. Both curves
-are for remove-one neighbours, so nothing is doubled (001's ×2 of Thm C.9 is a pure-DP theorem).
+are for remove-one neighbours, so nothing is doubled (001's ×2 of Thm C.9 is a pure-DP theorem): the batch
+without one prompt, its sum still divided by s (app/audit/synthetic.py), the neighbour whose sensitivity c/s
+the theory assumes.
 
 `variant: "svt"` runs Amin et al.'s full algorithm: public (context-free) logits and the sparse vector test;
 only private tokens (at most `max_private_tokens` r) pay, each with one SVT run, and the theory is Amin et al.
@@ -24,7 +26,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON, rdp
+from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE, rdp
 from app.audit.kinds.base import (
     PUBLIC_TEMPERATURE,
     SVT_NOISE,
@@ -37,6 +39,7 @@ from app.audit.kinds.base import (
 from app.audit.runtime import AuditError, RunContext
 from app.audit.synthetic import SparseVectorTest, generate_private_sequence
 from app.audit.templates import generation_prompt, public_generation_prompt
+from app.audit.verdict import judge_accounting
 
 SOLVABLE = ("temperature", "clip", "batch_size")
 
@@ -51,8 +54,12 @@ class Request(AuditRequestBase):
         default="Sports", description="The fixed label: private examples and generated texts have it."
     )
     batch_size: int | None = Field(default=50, ge=2, le=1000, description="s: one-shot prompts per batch.")
-    clip: float | None = Field(default=10.0, gt=0, description="c: logit clipping level.")
-    temperature: float | None = Field(default=None, gt=0, description="τ: sampling temperature.")
+    clip: float | None = Field(
+        default=10.0, ge=MIN_SCALE, le=MAX_SCALE, description="c: logit clipping level."
+    )
+    temperature: float | None = Field(
+        default=None, ge=MIN_SCALE, le=MAX_SCALE, description="τ: sampling temperature."
+    )
     target_epsilon: float | None = Field(
         default=None,
         ge=MIN_EPSILON,
@@ -240,7 +247,10 @@ def run(request: Request, ctx: RunContext) -> dict:
     forward_passes = engine.counters.forward_passes - passes_before
     if ctx.on_counters is not None:
         ctx.on_counters({"forward_passes": forward_passes})
+    verdict = judge_accounting(epsilon_empirical, params["epsilon"]).as_dict()
     return {
+        **verdict,
+        "violation": verdict["verdict"] == "violation",
         "kind": "synthetic_generation",
         "variant": request.variant,
         "dataset": request.dataset,

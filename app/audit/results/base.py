@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,9 +25,31 @@ class Verdict:
 
 
 class ResultBase(BaseModel):
-    """Results accept fields the model does not declare yet (see app/audit/results/__init__.py)."""
+    """Results accept fields the model does not declare yet (see app/audit/results/__init__.py).
+
+    The verdict fields (app/audit/verdict.py) are shared by every kind that measures leakage."""
 
     model_config = ConfigDict(extra="allow")
+
+    verdict: Literal["violation", "leak", "inconclusive", "consistent"] | None = Field(
+        default=None,
+        description="violation: a measured lower bound exceeds the claimed ε at the stated confidence; leak: "
+        "nothing is claimed and the bound exceeds max_epsilon; inconclusive: the audit could not have shown "
+        "either (see verdict_reason and epsilon_detectable); consistent: it could have, and did not.",
+    )
+    verdict_reason: str | None = Field(
+        default=None, description="Why the verdict is what it is, in one line."
+    )
+    headline: str | None = Field(default=None, description="The verdict in plain words, with the ε it used.")
+    epsilon_detectable: float | None = Field(
+        default=None,
+        description="The audit's power: the smallest true ε that this audit (its trials, confidence, bound "
+        "and its attack's measured signal) flags with probability ≥ ½. Null when unbounded (no ε ≤ 100) or "
+        "when the verdict did not need it. `consistent` needs it ≤ 2 × the claim (or max_epsilon).",
+    )
+    epsilon_detectable_unbounded: bool | None = Field(
+        default=None, description="True when no true ε up to 100 would be flagged with probability ≥ ½."
+    )
 
     def verdicts(self) -> list[Verdict]:
         """The rows a CI report shows (one per threat model where the kind has them)."""
@@ -34,8 +57,15 @@ class ResultBase(BaseModel):
 
     @property
     def violated(self) -> bool:
-        """True when any verdict row is a violation of the claimed ε."""
+        """True when the verdict is a violation of the claimed ε (without a verdict: any row is one)."""
+        if self.verdict is not None:
+            return self.verdict == "violation"
         return any(v.violation for v in self.verdicts())
+
+    @property
+    def failing(self) -> bool:
+        """What fails a CI gate: a violation, or a leak where nothing is claimed."""
+        return self.verdict in ("violation", "leak") or (self.verdict is None and self.violated)
 
 
 class OutcomeCounts(BaseModel):

@@ -71,9 +71,13 @@ class BoundAuditResult(ResultBase):
     )
     violation: bool | None = Field(
         default=None,
-        description="True when epsilon_lower exceeds epsilon_claimed; null when no ε was claimed.",
+        description="True when the verdict is violation (epsilon_lower exceeds epsilon_claimed with an "
+        "unbiased threshold); null when no ε was claimed.",
     )
     note: str | None = Field(default=None, description="A caveat about this result, when there is one.")
+    max_epsilon: float | None = Field(
+        default=None, description="The leakage allowed without a claim (null under a claim)."
+    )
 
     def verdicts(self) -> list[Verdict]:
         """One row; without a claimed ε a bound is never a violation."""

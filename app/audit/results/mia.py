@@ -56,6 +56,11 @@ class ThreatModelResult(BaseModel):
     auc: float | None = Field(default=None, description="Area under the attack's ROC curve (0.5 = guessing).")
     accuracy: float | None = Field(default=None, description="Share of trials the attack called right.")
     counts: OutcomeCounts | None = Field(default=None, description="The attack's decisions behind the bound.")
+    biased: bool | None = Field(
+        default=None,
+        description="True when the threshold was chosen on the trials its bound uses (in_sample): the bound "
+        "is optimistic and the verdict inconclusive.",
+    )
 
 
 class RecordRisk(BaseModel):
@@ -127,7 +132,12 @@ class MiaAuditResult(ResultBase):
     white_box: ThreatModelResult | None = Field(
         default=None, description="The attack seeing the noisy statistic before it is turned into an answer."
     )
-    violation: bool = Field(description="True when any threat model's measurement exceeds the claimed ε.")
+    violation: bool = Field(
+        description="True when the verdict is violation (a threat model's bound exceeds the claimed ε)."
+    )
+    max_epsilon: float | None = Field(
+        default=None, description="The leakage allowed without a claim (null under a claim)."
+    )
     epsilon_theory: float | None = Field(
         default=None, description="The ε the mechanism claims (null for mechanisms without noise)."
     )
