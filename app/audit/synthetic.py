@@ -6,10 +6,19 @@ One step of Alg. 1 on a batch D of s prompts with per-prompt next-token logits z
     clip_c(z)_i = max{−c, z_i − max_j z_j + c},      z̄ = (1/s) Σ_{p ∈ D} clip_c(z_p),
     x ~ softmax(z̄ / τ).
 
-The remove-one neighbour D ∖ {p} runs the same step on the s − 1 remaining prompts, so its
-aggregate is the mean of the *same* clipped logits without p (no extra forward passes):
+The neighbour audited is the one the accounting covers. The theory (app/audit/accounting/rdp.py: ρ = ½(c/(sτ))²,
+ε_EM = 2c/(sτ), the SVT query moving by ≤ 1/s) takes the sum's sensitivity to one record as c/s, which holds
+when the denominator stays the fixed batch size s (Amin et al. normalize by the expected batch size): D ∖ {p}
+is the batch without p's prompt, its sum still divided by s — equivalently p's clipped logits replaced by
+zeros (a constant, which softmax ignores; clip_c ∈ [−c, c], so z̄ moves by a vector in [−c/s, c/s]^V). Its
+aggregate comes from the same clipped logits (no extra forward passes):
 
-    z̄_{−p} = (Σ_q clip_c(z_q) − clip_c(z_p)) / (s − 1).
+    z̄_{−p} = (Σ_q clip_c(z_q) − clip_c(z_p)) / s.
+
+Dividing by s − 1 instead (the mean of the s − 1 remaining prompts, which an earlier version audited) moves z̄
+by (z̄ − clip_c(z_p))/(s − 1), a vector spread over up to 4c/s, twice the 2c/s of the neighbour above: a
+neighbour the accounting does not cover (per step up to 4× its zCDP RDP; measured 1.9× at s = 2 and 10). `batch_size` (the fixed s) lets a run over the s − 1 remaining prompts
+(attacks/released_text.py's C0) keep the denominator s.
 
 The per-step data-dependent RDP at order α is (001 Eq. 7)
 
@@ -25,8 +34,8 @@ threshold θ + Lap(σ). Above it the token is private (sampled by Alg. 1 as abov
 redrawn); below it the token is sampled from softmax(z_pub/τ_pub) and costs nothing beyond the SVT run.
 Generation stops when r private tokens are spent. The data-dependent SVT cost of a run is its ε_SVT with the
 query's sensitivity 1/s replaced by the measured max_p |d(D) − d(D∖{p})| over the run's queries (the
-AboveThreshold proof only uses that difference for the pair D, D∖{p}), with the neighbour's mean also divided
-by s (Amin et al. normalize by the expected batch size).
+AboveThreshold proof only uses that difference for the pair D, D∖{p}), with the neighbour's sum also divided
+by s, as above.
 
 Clipping is invariant to a constant shift of z, so next-token log-probabilities may stand in for logits.
 """
@@ -56,18 +65,30 @@ def log_softmax(scores: np.ndarray) -> np.ndarray:
     return scores - top - np.log(np.sum(np.exp(scores - top), axis=-1, keepdims=True))
 
 
-def aggregate(clipped: np.ndarray) -> np.ndarray:
-    """ℓ(Z) = (1/s) Σ_p clip_c(z_p): the mean over the batch axis 0 of (s, V) clipped logits."""
-    return np.asarray(clipped, dtype=np.float64).mean(axis=0)
-
-
-def leave_one_out_aggregates(clipped: np.ndarray) -> np.ndarray:
-    """z̄_{−p} for every p: row p is the mean of the clipped logits of all prompts but p, shape (s, V)."""
+def aggregate(clipped: np.ndarray, batch_size: int | None = None) -> np.ndarray:
+    """ℓ(Z) = (1/s) Σ_p clip_c(z_p) over the batch axis 0 of (n, V) clipped logits; s = `batch_size`, by default
+    n (the whole batch). A remove-one neighbour passes its n = s − 1 prompts with `batch_size` s."""
     clipped = np.asarray(clipped, dtype=np.float64)
-    s = clipped.shape[0]
-    if s < 2:
+    return clipped.sum(axis=0) / _batch_size(clipped.shape[0], batch_size)
+
+
+def leave_one_out_aggregates(clipped: np.ndarray, batch_size: int | None = None) -> np.ndarray:
+    """z̄_{−p} for every prompt p given: row p is the sum of the clipped logits of all prompts but p, divided by
+    the batch size s = `batch_size` (default: the prompts given), the neighbour the accounting covers
+    (module docstring), shape (n, V)."""
+    clipped = np.asarray(clipped, dtype=np.float64)
+    if clipped.shape[0] < 2 and batch_size is None:
         raise ValueError("a remove-one neighbour needs a batch of at least 2 prompts")
-    return (clipped.sum(axis=0, keepdims=True) - clipped) / (s - 1)
+    return (clipped.sum(axis=0, keepdims=True) - clipped) / _batch_size(clipped.shape[0], batch_size)
+
+
+def _batch_size(n_prompts: int, batch_size: int | None) -> int:
+    """The denominator s: `batch_size`, which a batch of n prompts may fall short of by its removed ones."""
+    if batch_size is None:
+        return n_prompts
+    if batch_size < n_prompts or batch_size < 1:
+        raise ValueError(f"batch_size {batch_size} is below the {n_prompts} prompts it divides")
+    return batch_size
 
 
 @dataclass(frozen=True)
@@ -78,11 +99,14 @@ class StepDistributions:
     log_neighbours: np.ndarray
 
 
-def step_distributions(clipped: np.ndarray, temperature: float) -> StepDistributions:
-    """The sampling distribution of Alg. 1 and its s remove-one neighbours from the same clipped logits."""
+def step_distributions(
+    clipped: np.ndarray, temperature: float, batch_size: int | None = None
+) -> StepDistributions:
+    """The sampling distribution of Alg. 1 and its remove-one neighbours (one per prompt given) from the same
+    clipped logits, every aggregate divided by s = `batch_size` (default: the prompts given)."""
     return StepDistributions(
-        log_p=log_softmax(aggregate(clipped) / temperature),
-        log_neighbours=log_softmax(leave_one_out_aggregates(clipped) / temperature),
+        log_p=log_softmax(aggregate(clipped, batch_size) / temperature),
+        log_neighbours=log_softmax(leave_one_out_aggregates(clipped, batch_size) / temperature),
     )
 
 
@@ -96,12 +120,15 @@ def step_privacy_curve(dists: StepDistributions, orders: Sequence[float]) -> np.
     return symmetric_renyi_curve(dists.log_p, dists.log_neighbours, orders).max(axis=1)
 
 
-def svt_distances(logprobs: np.ndarray, public_logprobs: np.ndarray) -> tuple[float, np.ndarray]:
-    """Amin et al. Eq. 2 on D and on every D ∖ {p}: d = ‖(1/s)Σ_p P_p − P_pub‖₁ and the s values with P_p left
-    out of the sum (still divided by s, so |d(D) − d(D∖{p})| ≤ 1/s)."""
+def svt_distances(
+    logprobs: np.ndarray, public_logprobs: np.ndarray, batch_size: int | None = None
+) -> tuple[float, np.ndarray]:
+    """Amin et al. Eq. 2 on D and on every D ∖ {p}: d = ‖(1/s)Σ_p P_p − P_pub‖₁ and the values with P_p left
+    out of the sum (still divided by s, so |d(D) − d(D∖{p})| ≤ 1/s). s = `batch_size`, by default the rows of
+    `logprobs` (a remove-one neighbour's s − 1 rows pass s)."""
     probs = np.exp(np.asarray(logprobs, dtype=np.float64))
     public = np.exp(np.asarray(public_logprobs, dtype=np.float64))
-    s = probs.shape[0]
+    s = _batch_size(probs.shape[0], batch_size)
     mean = probs.sum(axis=0) / s
     distance = float(np.abs(mean - public).sum())
     neighbours = np.abs(mean[None, :] - probs / s - public[None, :]).sum(axis=1)
@@ -183,6 +210,7 @@ def generate_private_sequence(
     public_prompt: str | None = None,
     svt: SparseVectorTest | None = None,
     prefix_ids: tuple[int, ...] = (),
+    batch_size: int | None = None,
 ) -> PrivateSequence:
     """Alg. 1 repeated for up to T_max tokens on the batch `prompts`, with the Eq. 7 curve of every step.
 
@@ -190,8 +218,11 @@ def generate_private_sequence(
     the tokens so far (`Prompt.continuation`); sampling stops early at a token in `stop_token_ids` (that step
     counts, its token is not part of the text) or when `svt` has spent its r private tokens.
     `on_token(t)` is called after step t (progress/cancel). `prefix_ids`: tokens the answer starts with (a
-    start to continue, public); the text returned is what follows them.
+    start to continue, public); the text returned is what follows them. `batch_size`: the fixed denominator s
+    of the aggregate and of the SVT query (default len(prompts)); a remove-one neighbour's run passes its
+    s − 1 prompts and s (module docstring). Its `step_curves` measure the neighbours of the prompts given.
     """
+    s = _batch_size(len(prompts), batch_size)
     if (svt is None) != (public_prompt is None):
         raise ValueError("the sparse vector test needs a public prompt, and a public prompt needs the test")
     generated: list[int] = []
@@ -209,9 +240,9 @@ def generate_private_sequence(
         use_private = True
         if svt is not None:
             public = np.asarray(dists[-1].logprobs, dtype=np.float64)
-            use_private = svt.test(*svt_distances(logprobs, public), rng)
+            use_private = svt.test(*svt_distances(logprobs, public, s), rng)
         if use_private:
-            step = step_distributions(clip_logits(logprobs, clip), temperature)
+            step = step_distributions(clip_logits(logprobs, clip), temperature, s)
             curves.append(step_privacy_curve(step, orders))
             token = int(rng.choice(step.log_p.shape[0], p=_probabilities(step.log_p)))
         else:

@@ -11,8 +11,9 @@ tokenizer), so the model continues the record. The mechanism releases text:
 - `ksa`: the released keywords (top noisy counts over the public vocabulary W, which holds the words of
   the zero-shot candidates and of the attack's answers, the secret among them);
 - `synthetic_generation`: one DP synthetic text per call (001 App. C.1 Alg. 1 over s one-shot prompts,
-  mechanisms/synthetic_generation.py) continuing the prefill; C0 is C1 without the record's prompt
-  (remove-one, the relation of its claim), black box only. With `mechanism.svt`, Amin et al.'s full
+  mechanisms/synthetic_generation.py) continuing the prefill; C0 is C1 without the record's prompt, its
+  sums still divided by the batch size s (remove-one at a fixed denominator, the neighbour its accounting
+  covers: app/audit/synthetic.py), black box only. With `mechanism.svt`, Amin et al.'s full
   algorithm: the public prompt (instruction and the record's label, the same in C1 and C0) and the sparse
   vector test decide which tokens are private.
 
@@ -188,10 +189,11 @@ def _dp_side(
 
 def _synthetic_side(
     mechanism: SyntheticGeneration, llm: Any, texts: list[str], public: str, prefix_ids: tuple[int, ...],
-    calls: int, rng: np.random.Generator, scorer: _Scorer,
+    calls: int, rng: np.random.Generator, scorer: _Scorer, batch_size: int,
 ) -> tuple[np.ndarray, list[str], np.ndarray]:  # fmt: skip
     """`calls` released synthetic texts from the one-shot prompts `texts` (Alg. 1, fresh sampling each; with
-    the sparse vector test, `public` is the public prompt): scores, texts, (steps, private steps)."""
+    the sparse vector test, `public` is the public prompt): scores, texts, (steps, private steps). Sums are
+    divided by `batch_size` s, also on C0's s − 1 prompts (the neighbour the accounting covers)."""
     stop = frozenset(getattr(llm, "eos_token_ids", ()) or ())
     released, steps = [], np.zeros(2, dtype=np.int64)
     for _ in range(calls):
@@ -200,7 +202,7 @@ def _synthetic_side(
             llm, texts, clip=mechanism.clip, temperature=mechanism.temperature,
             max_new_tokens=mechanism.max_new_tokens, orders=(float(mechanism.alpha),), rng=rng,
             stop_token_ids=stop, prefix_ids=prefix_ids,
-            public_prompt=public if svt is not None else None, svt=svt,
+            public_prompt=public if svt is not None else None, svt=svt, batch_size=batch_size,
         )  # fmt: skip
         steps += (len(sequence.private), sum(sequence.private))
         released.append(sequence.text)
@@ -260,16 +262,16 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
                 secret_words = [at[w] for w in keywords(secret) if w in at]
         for c in range(spec.contexts):
             pair = _contexts(train, others, canary, n_exemplars, rng_contexts)
-            if synthetic:  # remove-one: C0 = C1 without the record's one-shot prompt
+            if synthetic:  # remove-one: C0 = C1 without the record's one-shot prompt, still divided by s
                 batch = [generation_prompt(e.text, e.label) for e in pair.with_canary]
                 without = batch[: pair.canary_position] + batch[pair.canary_position + 1 :]
                 prefix_ids = tuple(query.prefill_ids or ())
                 public = public_generation_prompt(canary.label)  # the same in C1 and C0: no private example
                 d_in, t_in, n_in = _synthetic_side(
-                    mechanism, llm, batch, public, prefix_ids, calls, noise_in, scorer
+                    mechanism, llm, batch, public, prefix_ids, calls, noise_in, scorer, len(batch)
                 )
                 d_out, t_out, n_out = _synthetic_side(
-                    mechanism, llm, without, public, prefix_ids, calls, noise_out, scorer
+                    mechanism, llm, without, public, prefix_ids, calls, noise_out, scorer, len(batch)
                 )
                 steps += n_in + n_out
                 for key, value in (("d_in", d_in), ("d_out", d_out), ("s_in", d_in), ("s_out", d_out)):

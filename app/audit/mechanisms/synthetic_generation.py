@@ -13,7 +13,9 @@ generator does when asked to continue a given start. The claim (ε, δ) is for r
 batch (001 Thm C.7–C.8, the neighbour relation of `kinds/synthetic_generation.py`): τ is solved so that one
 text of T private tokens at clip c and batch size s meets it (001 Alg. 3, `rdp.solve_temperature` with
 N_gen = 1); `mechanism.temperature` is not used. The audit's C1 is the batch of s prompts holding the record,
-C0 the same batch without it (s − 1 prompts, the mean taken over them), exactly that neighbour pair.
+C0 the same batch without it: s − 1 prompts whose clipped logits (and, with the SVT, probabilities) are still
+summed and divided by s, exactly the neighbour the accounting's sensitivity c/s (and 1/s) covers
+(app/audit/synthetic.py). The mean over the s − 1 would move the aggregate up to twice as far.
 
 With `mechanism.svt` the mechanism is Amin et al.'s full algorithm: each step also scores a public prompt
 (001 Table 3's instruction and the record's label, no private example, continuing the same prefill); the
@@ -109,7 +111,7 @@ class SyntheticGeneration(Mechanism):
                 "max_new_tokens": self.max_new_tokens,
                 "alpha": self.alpha,
                 "epsilon_theory_solved": self.epsilon_solved,
-                "neighbours": "remove-one (C0 = C1 without the record's prompt)",
+                "neighbours": "remove-one at fixed batch size (C0 = C1 without the record's prompt, divided by s)",
                 "variant": "svt" if self.svt is not None else "simplified",
                 "private_tokens_claimed": self.private_tokens,
                 "svt": self.svt.model_dump() if self.svt is not None else None,

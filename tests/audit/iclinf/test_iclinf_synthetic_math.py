@@ -33,12 +33,13 @@ def test_clip_matches_definition_and_ignores_shifts():
     assert clip_logits(z, c).min() >= -c and clip_logits(z, c).max() == pytest.approx(c)
 
 
-def test_leave_one_out_equals_aggregate_with_the_prompt_deleted():
+def test_leave_one_out_equals_aggregate_with_the_prompt_deleted_still_divided_by_s():
+    """The neighbour the accounting covers (sensitivity c/s): the sum without p over the batch size s."""
     rng = np.random.default_rng(1)
     clipped = clip_logits(rng.normal(scale=5.0, size=(6, 9)), 4.0)
     loo = leave_one_out_aggregates(clipped)
     for p in range(6):
-        assert loo[p] == pytest.approx(aggregate(np.delete(clipped, p, axis=0)), abs=1e-12)
+        assert loo[p] == pytest.approx(aggregate(np.delete(clipped, p, axis=0), batch_size=6), abs=1e-12)
 
 
 def test_step_distributions_are_softmax_of_the_aggregates():
@@ -64,9 +65,17 @@ def test_step_loss_is_max_symmetric_renyi_by_direct_sum(alpha):
     assert step_privacy_loss(step, alpha) == pytest.approx(expected, rel=1e-9)
 
 
-def test_identical_prompts_have_zero_loss():
-    clipped = clip_logits(np.tile(np.arange(6.0), (3, 1)), 2.0)
-    assert step_privacy_loss(step_distributions(clipped, 1.0), 4.0) == pytest.approx(0.0, abs=1e-12)
+def test_identical_prompts_lose_what_one_prompt_of_s_weighs():
+    """Removing one of s identical prompts scales the aggregate by (s − 1)/s (the sum is still divided by s):
+    the loss is the divergence of softmax(x) from softmax(⅔x), not 0 as under the s − 1 mean."""
+    x = clip_logits(np.arange(6.0), 2.0)
+    clipped = np.tile(x, (3, 1))
+    expected = max(
+        _direct_renyi(np.exp(log_softmax(x)).tolist(), np.exp(log_softmax(2 * x / 3)).tolist(), 4.0),
+        _direct_renyi(np.exp(log_softmax(2 * x / 3)).tolist(), np.exp(log_softmax(x)).tolist(), 4.0),
+    )
+    assert expected > 0
+    assert step_privacy_loss(step_distributions(clipped, 1.0), 4.0) == pytest.approx(expected, rel=1e-9)
 
 
 def test_a_single_prompt_has_no_neighbour():

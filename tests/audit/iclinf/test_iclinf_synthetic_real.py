@@ -24,7 +24,7 @@ TEXTS = (
 )
 
 
-def test_neighbours_equal_the_batch_with_the_prompt_removed(smollm2, direct_logprobs):
+def test_neighbours_equal_the_batch_with_the_prompt_removed_divided_by_s(smollm2, direct_logprobs):
     prompts = [generation_prompt(t) for t in TEXTS]
     continuation = tuple(smollm2.encode(" The"))  # a step after one generated token
     dists = smollm2.next_token_logprobs([Prompt(p, continuation=continuation) for p in prompts])
@@ -36,7 +36,7 @@ def test_neighbours_equal_the_batch_with_the_prompt_removed(smollm2, direct_logp
         logits = np.stack(
             [direct_logprobs(smollm2.format_ids(Prompt(q, continuation=continuation)))[-1] for q in rest]
         )
-        removed = log_softmax(aggregate(clip_logits(logits, clip)) / tau)
+        removed = log_softmax(aggregate(clip_logits(logits, clip), batch_size=len(prompts)) / tau)
         assert step.log_neighbours[p] == pytest.approx(removed, abs=1e-4)
 
 
