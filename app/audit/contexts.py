@@ -5,7 +5,12 @@ C1 = C0 with the exemplar at `canary_position` replaced by the canary. The canar
 training exemplar (003) or a user-given text such as 002's "The sun rises in the west.".
 
 Partitions are lists of positions into the context, shared by C1 and C0, so with fixed partitions
-exactly one partition differs between the two contexts.
+exactly one partition differs between the two contexts, the one holding the canary. Disjoint-Poisson
+partitioning (002 Alg. 3) can leave a position out of every partition; the audit keeps the canary in
+(`keep`): no mechanism's claimed ε credits amplification by subsampling (their ε is the noise's ε for a record
+in a partition), so a partitioning that leaves the record out is one the claim does not need and the audit
+could not see a leak in. The partitioning is drawn once per audit (or per context pair): a claim without
+amplification holds for every fixed partitioning, so one that holds the record is enough to test it.
 """
 
 from __future__ import annotations
@@ -47,22 +52,48 @@ def build_contexts(
     return NeighbouringContexts(without, with_canary, canary, position)
 
 
-def partition_disjoint(n: int, parts: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """A seeded shuffle of positions 0…n−1 split into `parts` disjoint near-equal blocks (003 Alg. 2 l.1)."""
+def partition_disjoint(
+    n: int, parts: int, rng: np.random.Generator, keep: int | None = None
+) -> list[np.ndarray]:
+    """A seeded shuffle of positions 0…n−1 split into `parts` disjoint near-equal blocks (003 Alg. 2 l.1).
+    Every position is used, `keep` (the canary's) included."""
     if parts < 1 or parts > n:
         raise AuditError(f"cannot split {n} exemplars into {parts} non-empty partitions")
     return [np.sort(block) for block in np.array_split(rng.permutation(n), parts)]
 
 
-def partition_disjoint_poisson(n: int, parts: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Disjoint Poisson sampling (002 App. E Alg. 3).
+MAX_POISSON_DRAWS = 10_000
+
+
+def partition_disjoint_poisson(
+    n: int, parts: int, rng: np.random.Generator, keep: int | None = None
+) -> list[np.ndarray]:
+    """Disjoint Poisson sampling (002 App. E Alg. 3), with the position `keep` (the canary's) always used.
 
     For k = 1…M: p_k = min(1, (|D|/M)/|R|); each exemplar left in the residual pool R joins
     partition k with probability p_k; the chosen ones leave R. Sizes are random (a partition can be
-    empty); every exemplar is used, since p_M = 1 once |R| ≤ |D|/M.
+    empty), and an exemplar can be left out of every partition: p_M < 1 whenever more than |D|/M exemplars
+    remain for the last partition (at |D| = 8, M = 4 a third of the partitionings leave some exemplar out and
+    9 % leave out a given one; 40 % and 4 % at |D| = 40).
+
+    With `keep`, Alg. 3 is drawn again until a partition holds that position, i.e. a draw of Alg. 3
+    conditioned on the record being used (module docstring: the claims do not credit subsampling); after
+    MAX_POISSON_DRAWS misses (each draw misses with probability ≤ (1 − 1/M)^M < e^{−1}, as every p_k ≥ 1/M)
+    the position joins a uniformly chosen partition.
     """
     if parts < 1:
         raise AuditError("partitions must be ≥ 1")
+    for _ in range(MAX_POISSON_DRAWS if keep is not None else 1):
+        blocks = _disjoint_poisson_draw(n, parts, rng)
+        if keep is None or any(keep in block for block in blocks):
+            return blocks
+    k = int(rng.integers(parts))
+    blocks[k] = np.sort(np.append(blocks[k], keep))
+    return blocks
+
+
+def _disjoint_poisson_draw(n: int, parts: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """One draw of 002 Alg. 3 over positions 0…n−1."""
     residual = np.arange(n)
     blocks = []
     for _ in range(parts):
@@ -71,6 +102,11 @@ def partition_disjoint_poisson(n: int, parts: int, rng: np.random.Generator) -> 
         blocks.append(residual[take])
         residual = residual[~take]
     return blocks
+
+
+def holds(blocks: Sequence[np.ndarray], position: int) -> bool:
+    """Whether some partition holds `position` (the canary's)."""
+    return any(position in block for block in blocks)
 
 
 PARTITIONERS = {"disjoint": partition_disjoint, "disjoint_poisson": partition_disjoint_poisson}

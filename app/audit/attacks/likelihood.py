@@ -348,6 +348,7 @@ def bounded_result(request: Any, ctx: RunContext, mechanism: Mechanism, trials: 
         "partitions": mechanism.n_partitions,
         "bug": None,
         "gaussian": mechanism.gaussian,
+        "canary_included": mechanism.canary_included,  # every record in a partition of each of its pairs
     }
     result["utility"] = None
     white = "white_box" in models

@@ -625,6 +625,7 @@ def _run_trials(request: Request, ctx: RunContext) -> dict:
         "partitions": len(setup.parts_in),
         "bug": request.mechanism.bug,
         "gaussian": mechanism.gaussian,
+        "canary_included": mechanism.canary_included,
     }
     result["utility"] = None
     if request.utility_queries:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from app.audit.contexts import PARTITIONERS, NeighbouringContexts
+from app.audit.contexts import PARTITIONERS, NeighbouringContexts, holds
 from app.audit.mechanisms.decoding import (
     label_distribution,
     label_prefixes,
@@ -253,6 +253,8 @@ class Mechanism(ABC):
         self.n_partitions = partitions
         self.partitioning = partitioning
         self.theory = theory
+        # whether every partitioning drawn so far (`partition`) put the canary in C1's partitions
+        self.canary_included = True
 
     @classmethod
     @abstractmethod
@@ -271,8 +273,10 @@ class Mechanism(ABC):
     def partition(
         self, contexts: NeighbouringContexts, rng: np.random.Generator
     ) -> tuple[list[tuple[Example, ...]], list[tuple[Example, ...]]]:
-        """Partitions of C1 and of C0 (same positions, so only the canary's partition differs)."""
+        """Partitions of C1 and of C0 (same positions, so only the canary's partition differs); records in
+        `canary_included` whether C1's partitions hold the canary (contexts.py keeps it in)."""
         blocks = self.blocks(len(contexts.without), contexts.canary_position, rng)
+        self.canary_included = self.canary_included and holds(blocks, contexts.canary_position)
         parts_in = [tuple(contexts.with_canary[i] for i in b) for b in blocks]
         parts_out = [tuple(contexts.without[i] for i in b) for b in blocks]
         return parts_in, parts_out
@@ -294,8 +298,9 @@ class Mechanism(ABC):
         return prompt
 
     def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
-        """Positions of each partition (disjoint, or disjoint-Poisson; 002 Alg. 3)."""
-        return PARTITIONERS[self.partitioning](n, self.n_partitions, rng)
+        """Positions of each partition (disjoint, or disjoint-Poisson; 002 Alg. 3), the canary's position in one
+        of them: the claims credit no amplification by subsampling (contexts.py)."""
+        return PARTITIONERS[self.partitioning](n, self.n_partitions, rng, keep=canary_position)
 
     @abstractmethod
     def collect(

@@ -100,6 +100,12 @@ class AuditedMechanism(BaseModel):
         default=None,
         description="Whether the mechanism adds Gaussian noise (then the Gaussian-DP bound is valid for it).",
     )
+    canary_included: bool | None = Field(
+        default=None,
+        description="Whether C1's partitions held the canary (every record, in each of its context pairs). "
+        "Disjoint-Poisson partitioning can leave an exemplar out; the audit keeps the canary in, since no "
+        "claim here credits amplification by subsampling. False: the audit could not see the canary.",
+    )
 
 
 class ConfidenceSplit(BaseModel):
