@@ -107,8 +107,16 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=24 * 2**20,
         ge=1024,
-        description="Largest request body in bytes (uploads: upload_max_bytes); larger is 413 before parsing "
-        "and authentication. 24 MiB holds a `bound` audit of 400,000 + 400,000 scores (16.5 MB as JSON).",
+        description="Largest body of POST /v1/audits in bytes; larger is 413 before a byte is read (so before "
+        "parsing and authentication). 24 MiB holds a `bound` audit of 400,000 + 400,000 scores (16.5 MB as "
+        "JSON). Uploads: upload_max_bytes; every other route: max_small_request_bytes.",
+    )
+    max_small_request_bytes: int = Field(
+        default=2**20,
+        ge=1024,
+        description="Largest body of every route but POST /v1/audits and POST /v1/datasets (sweeps, "
+        "schedules, webhooks, calculators, and a body sent where none is read); larger is 413 before a byte "
+        "is read.",
     )
     rate_limit: str = Field(
         default="1200/second",

@@ -24,6 +24,7 @@ from app.api.deps import (
 )
 from app.api.errors import ApiError
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
+from app.api.strict_json import StrictJSONRoute
 from app.api.watch import (
     CACHE_CONTROL,
     FinishedBodies,
@@ -52,7 +53,7 @@ from app.schemas.audits import (
 )
 from app.schemas.errors import ErrorResponse, FieldViolation
 
-router = APIRouter(prefix="/v1/audits", tags=["audits"])
+router = APIRouter(prefix="/v1/audits", tags=["audits"], route_class=StrictJSONRoute)
 
 AuditRequest = request_union()
 _ERRORS: dict[int | str, dict[str, Any]] = {

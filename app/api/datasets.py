@@ -14,11 +14,12 @@ from starlette.datastructures import UploadFile
 from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError, validation_details
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
+from app.api.strict_json import StrictJSONRoute
 from app.db import datasets as dataset_rows
 from app.schemas.datasets import BuiltinDataset, DatasetList, DatasetResource, DatasetRows
 from app.schemas.errors import ErrorResponse, FieldViolation
 
-router = APIRouter(prefix="/v1/datasets", tags=["datasets"])
+router = APIRouter(prefix="/v1/datasets", tags=["datasets"], route_class=StrictJSONRoute)
 NAME_MAX = 200  # as DatasetRows.name (JSON uploads) and the VARCHAR(200) column
 
 _UPLOAD_DOC: dict[str, Any] = {

@@ -106,6 +106,16 @@ def tenant_id_of(request: Request, session: Session, authorization: str | None) 
         tenant_id: str = request.app.state.default_tenant_id
         guard.request(tenant_id, request.method)
         return tenant_id
+    found = verified_tenant_id(session, request, authorization)
+    guard.request(found, request.method)  # 429 over ICLAUDIT_RATE_LIMIT / ICLAUDIT_WRITE_RATE_LIMIT
+    return found
+
+
+def verified_tenant_id(session: Session, request: Request, authorization: str | None) -> str:
+    """The tenant of a valid key (auth on), after the failed-authentication throttles; 401 or 429 otherwise.
+    Counts no request against the tenant's rate limits (`tenant_id_of` does): app.api.gate calls it before
+    a body is read, and the route then finds the key verified in memory."""
+    guard: Guard = request.app.state.guard
     key = _bearer(authorization)
     parsed = keys.parse_api_key(key)
     key_id = parsed[0] if parsed else None
@@ -116,7 +126,6 @@ def tenant_id_of(request: Request, session: Session, authorization: str | None) 
         guard.authentication_failed(key, key_id, address)
         raise ApiError(401, "This API key is unknown or revoked.")
     guard.authenticated(key)
-    guard.request(found, request.method)  # 429 over ICLAUDIT_RATE_LIMIT / ICLAUDIT_WRITE_RATE_LIMIT
     return found
 
 

@@ -251,7 +251,8 @@ def _internal_error(ref: str) -> JSONResponse:
 _DOCUMENTED = {
     401: "No valid API key: send `Authorization: Bearer <key>`.",
     404: "No such resource (for this API key).",
-    413: "The request body is larger than ICLAUDIT_MAX_REQUEST_BYTES (uploads: ICLAUDIT_UPLOAD_MAX_BYTES).",
+    413: "The request body is larger than this route's limit: ICLAUDIT_MAX_REQUEST_BYTES (audits), "
+    "ICLAUDIT_UPLOAD_MAX_BYTES (uploads) or ICLAUDIT_MAX_SMALL_REQUEST_BYTES (every other route).",
     422: "Bad input: `details` gives the JSON path of each bad field.",
     429: "Over ICLAUDIT_RATE_LIMIT, ICLAUDIT_WRITE_RATE_LIMIT, the failed-authentication throttle or "
     "ICLAUDIT_MAX_ACTIVE_AUDITS; retry after `Retry-After` seconds.",

@@ -4,8 +4,9 @@ Retry-After), each answered in the API's error shape with the setting that sets 
 - `BodyLimit` (pure ASGI, outside the routes): a `Content-Length` over the limit is answered 413 before a
   byte of the body is read, so before parsing and before authentication; a body without one is counted
   as it streams, and the read that crosses the limit raises `RequestTooLarge` (an HTTPException, which
-  FastAPI re-raises and the error handler renders). `POST /v1/datasets` has ICLAUDIT_UPLOAD_MAX_BYTES
-  plus multipart room; everything else ICLAUDIT_MAX_REQUEST_BYTES.
+  FastAPI re-raises and the error handler renders). Per route (`body_limit_for`): `POST /v1/datasets` has
+  ICLAUDIT_UPLOAD_MAX_BYTES plus multipart room, `POST /v1/audits` ICLAUDIT_MAX_REQUEST_BYTES, everything
+  else ICLAUDIT_MAX_SMALL_REQUEST_BYTES.
 - `Guard`: sliding-window-counter limits from the `limits` library (O(1) per hit), keyed by tenant,
   key id and client address.
   Storage: ICLAUDIT_RATE_LIMIT_STORAGE, else the broker's Redis when there is one (so every API process
@@ -208,18 +209,32 @@ class Guard:
             self._good.popitem(last=False)
 
 
+def body_limit_for(settings: Settings) -> Callable[[Scope], tuple[int, str]]:
+    """(bytes, setting) of a request's body limit, per route: a dataset upload ICLAUDIT_UPLOAD_MAX_BYTES (+
+    multipart room), an audit ICLAUDIT_MAX_REQUEST_BYTES, everything else (sweeps, schedules, webhooks,
+    calculators, a body where none is read) ICLAUDIT_MAX_SMALL_REQUEST_BYTES."""
+
+    def limit_for(scope: Scope) -> tuple[int, str]:
+        path = scope["path"].rstrip("/")
+        if scope["method"] == "POST" and path == "/v1/datasets":
+            return settings.upload_max_bytes + MULTIPART_ROOM, "ICLAUDIT_UPLOAD_MAX_BYTES"
+        if scope["method"] == "POST" and path == "/v1/audits":
+            return settings.max_request_bytes, "ICLAUDIT_MAX_REQUEST_BYTES"
+        return settings.max_small_request_bytes, "ICLAUDIT_MAX_SMALL_REQUEST_BYTES"
+
+    return limit_for
+
+
 def install_limits(app: FastAPI, settings: Settings) -> None:
-    """The guard on app.state, and the middleware (outermost last): strict JSON inside the body limit, the
-    security headers around everything."""
+    """The guard on app.state, and the middleware, from the outside in: security headers; the body limit
+    per route (413 from Content-Length before a byte is read); authentication of a caller that sends a body,
+    before it is read (app/api/gate.py); strict JSON, parsed once and off the event loop."""
+    from app.api.gate import AuthenticateFirst
     from app.api.headers import SecurityHeaders
     from app.api.strict_json import StrictJSON
 
-    def limit_for(scope: Scope) -> tuple[int, str]:
-        if scope["method"] == "POST" and scope["path"].rstrip("/") == "/v1/datasets":
-            return settings.upload_max_bytes + MULTIPART_ROOM, "ICLAUDIT_UPLOAD_MAX_BYTES"
-        return settings.max_request_bytes, "ICLAUDIT_MAX_REQUEST_BYTES"
-
     app.state.guard = Guard.from_settings(settings)
     app.add_middleware(StrictJSON)
-    app.add_middleware(BodyLimit, limit_for=limit_for)
+    app.add_middleware(AuthenticateFirst)
+    app.add_middleware(BodyLimit, limit_for=body_limit_for(settings))
     app.add_middleware(SecurityHeaders)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Response
 
 from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
+from app.api.strict_json import StrictJSONRoute
 from app.db import schedules as schedule_rows
 from app.db.models import Audit, AuditState, Schedule, utcnow
 from app.integrations import schedules, sweeps
@@ -23,7 +24,7 @@ from app.schemas.schedules import (
     ScheduleRunResource,
 )
 
-router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"], route_class=StrictJSONRoute)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "No or an unknown API key."},

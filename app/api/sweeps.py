@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Query, Response
 from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
+from app.api.strict_json import StrictJSONRoute
 from app.db import sweeps as sweep_rows
 from app.db.models import TERMINAL_STATES, Sweep
 from app.integrations import sweeps
@@ -18,7 +19,7 @@ from app.reports.sweep_plot import render_sweep
 from app.schemas.errors import ErrorResponse
 from app.schemas.sweeps import EXAMPLE, SweepList, SweepRequest, SweepResource, SweepResult
 
-router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"])
+router = APIRouter(prefix="/v1/sweeps", tags=["sweeps"], route_class=StrictJSONRoute)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "No or an unknown API key."},

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Response
 
 from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
+from app.api.strict_json import StrictJSONRoute
 from app.db import webhooks as webhook_rows
 from app.db.models import WebhookEndpoint
 from app.egress import EgressRefused, check_url
@@ -25,7 +26,7 @@ from app.schemas.webhooks import (
     WebhookResource,
 )
 
-router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])
+router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], route_class=StrictJSONRoute)
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "No or an unknown API key."},

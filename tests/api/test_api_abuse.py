@@ -78,6 +78,124 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             stop(proc)
 
 
+# --- H1: no body read before authentication; large bodies parsed off the loop, in one pass -----------------
+
+
+def _status_after_partial_body(live: Live, authorization: str | None, declared: int) -> tuple[str, float]:
+    """Send the headers of a `declared`-byte JSON POST and 64 KiB of its body, never the rest; return the
+    answer's status line and how long it took. Only a server that answers without reading the body can
+    answer at all."""
+    host, port = live.url.removeprefix("http://").split(":")
+    head = (
+        f"POST /v1/audits HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {declared}\r\n"
+        + (f"Authorization: {authorization}\r\n" if authorization else "")
+        + "\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        start = time.perf_counter()
+        sock.sendall(head + b'{"kind": "bound", "scores_in": [' + b"1.5," * (16 * 1024))
+        try:
+            answer = sock.recv(4096)
+        except TimeoutError:
+            return "no answer within 10 s", time.perf_counter() - start
+        return answer.split(b"\r\n", 1)[0].decode(), time.perf_counter() - start
+
+
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer ica_000000000000_wrong-secret"], ids=["no-key", "bad-key"]
+)
+def test_unauthenticated_multi_megabyte_body_is_401_before_it_is_read(live: Live, authorization) -> None:
+    declared = 23 * 2**20  # the red team's 23 MB of `1.5,` (under ICLAUDIT_MAX_REQUEST_BYTES: no 413)
+    status, seconds = _status_after_partial_body(live, authorization, declared)
+    print(
+        f"{declared:,}-byte body, 64 KiB sent, {authorization or 'no key'}: {status!r} after {seconds:.3f} s"
+    )
+    assert status == "HTTP/1.1 401 Unauthorized" and seconds < 2.0
+
+
+def _probe_healthz(url: str, stop_at: threading.Event) -> list[float]:
+    latencies = []
+    with httpx.Client(base_url=url, timeout=30) as probe:
+        while not stop_at.is_set():
+            start = time.perf_counter()
+            assert probe.get("/healthz").status_code == 200
+            latencies.append(time.perf_counter() - start)
+            time.sleep(0.02)
+    return latencies
+
+
+def _large_body(shape: str) -> tuple[bytes, str]:
+    """(body, the first path named) of a large bound audit holding a NaN."""
+    if shape == "nan":  # 20 MB of NaN: every value refused, the first 20 named
+        n = 5 * 2**20
+        return (
+            b'{"kind": "bound", "scores_in": [' + b"NaN," * n + b'0.5], "scores_out": [0.1]}',
+            "$.scores_in[0]",
+        )
+    # 16 MB (a legitimate bound audit's size) of numbers, then one NaN: parsed whole, then walked to it
+    n = 4 * 2**20
+    return (
+        b'{"kind": "bound", "scores_in": [' + b"1.5," * n + b'NaN], "scores_out": [0.1]}',
+        f"$.scores_in[{n}]",
+    )
+
+
+@pytest.mark.parametrize("shape", ["nan", "nan-last"])
+def test_healthz_stays_responsive_while_a_large_nan_body_is_sent_and_refused(live: Live, shape: str) -> None:
+    """A large body from a caller with a valid key (so it is read and parsed): /healthz answers within
+    250 ms throughout, the NaN is 422 naming its path, and the server's memory grows by < 200 MB."""
+    body, first_path = _large_body(shape)
+    chunks = [body[i : i + 2**20] for i in range(0, len(body), 2**20)]
+    with live.client(f"h1-{shape}") as api:
+        assert (
+            api.get("/v1/audits").status_code == 200
+        )  # the key is verified (the body will not wait for scrypt)
+        rss_before = live.rss_mb()
+        done = threading.Event()
+        probe: list[list[float]] = []
+        prober = threading.Thread(target=lambda: probe.append(_probe_healthz(live.url, done)))
+        prober.start()
+        time.sleep(0.3)
+        start = time.perf_counter()
+        try:
+            response = api.post(
+                "/v1/audits", content=iter(chunks), headers={"Content-Type": "application/json"}
+            )
+        finally:
+            elapsed = time.perf_counter() - start
+            time.sleep(0.3)
+            done.set()
+            prober.join()
+        rss_after = live.rss_mb()
+    latencies = probe[0]
+    print(
+        f"{shape}: {len(body):,} bytes: {response.status_code} after {elapsed:.2f} s; /healthz "
+        f"{len(latencies)} probes, max {max(latencies) * 1000:.0f} ms; server RSS {rss_before:.0f} → "
+        f"{rss_after:.0f} MB"
+    )
+    assert response.status_code == 422, response.text[:300]
+    details = response.json()["error"]["details"]
+    assert details[0]["path"] == first_path and len(details) == (20 if shape == "nan" else 1)
+    assert max(latencies) < 0.25
+    assert rss_after - rss_before < 200
+
+
+def test_a_body_where_none_is_read_is_413_at_once(live: Live) -> None:
+    """GET /healthz with a 5 MB NaN body answered 422 after 13 s; a route that reads no body now has the
+    small limit (ICLAUDIT_MAX_SMALL_REQUEST_BYTES) and a sweep's body too."""
+    big = b"[" + b"NaN," * (5 * 2**18) + b"0]"
+    for method, path in (("GET", "/healthz"), ("POST", "/v1/sweeps"), ("POST", "/v1/schedules")):
+        start = time.perf_counter()
+        response = httpx.request(
+            method, f"{live.url}{path}", content=big, headers={"Content-Type": "application/json"}
+        )
+        seconds = time.perf_counter() - start
+        print(f"{method} {path} with {len(big):,} bytes: {response.status_code} after {seconds:.3f} s")
+        assert response.status_code == 413 and seconds < 2.0
+        assert "ICLAUDIT_MAX_SMALL_REQUEST_BYTES" in response.json()["error"]["message"]
+
+
 # --- H2: a sweep is sized arithmetically before anything is expanded -----------------------------------
 
 

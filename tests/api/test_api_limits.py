@@ -27,15 +27,21 @@ def _assert_429(response, setting: str) -> None:
     assert error["status"] == "RESOURCE_EXHAUSTED" and setting in error["message"]
 
 
-def test_body_over_the_limit_is_413_before_auth_and_parsing(app_client) -> None:
+def test_body_over_the_limit_is_413_before_auth_and_parsing(app_client, make_key) -> None:
     with app_client(max_request_bytes=4096) as client:  # no Authorization header at all
         big = b'{"kind": "bound", "scores_in": [' + b"0.5, " * 2000 + b"0.5]}"
-        for content in (big, iter([big[:3000], big[3000:]])):  # Content-Length, then chunked
-            response = client.post(
-                "/v1/audits", content=content, headers={"Content-Type": "application/json"}
-            )
-            assert response.status_code == 413, response.text
-            assert "ICLAUDIT_MAX_REQUEST_BYTES" in response.json()["error"]["message"]
+        json_type = {"Content-Type": "application/json"}
+        response = client.post("/v1/audits", content=big, headers=json_type)  # Content-Length: no read
+        assert response.status_code == 413, response.text
+        assert "ICLAUDIT_MAX_REQUEST_BYTES" in response.json()["error"]["message"]
+        # Chunked, the size shows only while reading, and no body is read before authentication (issue 20)
+        chunked = client.post("/v1/audits", content=iter([big[:3000], big[3000:]]), headers=json_type)
+        assert chunked.status_code == 401, chunked.text
+        key = {"Authorization": f"Bearer {make_key('alice')}"}
+        chunked = client.post(
+            "/v1/audits", content=iter([big[:3000], big[3000:]]), headers={**json_type, **key}
+        )
+        assert chunked.status_code == 413 and "ICLAUDIT_MAX_REQUEST_BYTES" in chunked.text
         assert client.post("/v1/audits", json=bound_request()).status_code == 401  # small: on to auth
 
 

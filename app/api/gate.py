@@ -1,0 +1,76 @@
+"""Authenticate before a body is read (pure ASGI).
+
+FastAPI reads and parses a route's body before it resolves the route's dependencies, authentication
+included, so without this door a caller with no key could make the service buffer and parse megabytes.
+`AuthenticateFirst` stands in front of the body: a POST, PUT or PATCH under /v1/ that carries a body (every
+/v1 route needs a caller) is authenticated first, with the route's own check
+(`app.api.deps.verified_tenant_id`: the failed-authentication throttles, then the key), and answered 401 or
+429 without a byte of its body read. A key verified in this process in the last few seconds costs nothing
+(no thread, no slot); otherwise the check takes one request slot and one thread hop, as a poll does. The
+route then authenticates again from memory and counts the request against the tenant's rate limits.
+
+The answer to a refused caller closes the connection (`Connection: close`): the unread body is not drained.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.orm import Session
+from starlette.datastructures import Headers
+from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.deps import remembered_tenant_id, run_in_session, verified_tenant_id
+from app.api.errors import ApiError, error_response
+from app.api.limits import TooManyRequests
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _has_body(scope: Scope) -> bool:
+    headers = Headers(scope=scope)
+    length = headers.get("content-length")
+    if length is not None:
+        return length.strip() != "0"
+    return "transfer-encoding" in headers
+
+
+class AuthenticateFirst:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not (
+            scope["type"] == "http"
+            and scope["method"] in _BODY_METHODS
+            and scope["path"].startswith("/v1/")
+            and _has_body(scope)
+        ):
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        state = request.app.state
+        if not state.settings.auth_enabled:
+            await self.app(scope, receive, send)
+            return
+        authorization = request.headers.get("authorization")
+        if remembered_tenant_id(request, authorization) is None:
+            try:
+                await run_in_session(request, _verify, request, authorization)
+            except ApiError as exc:
+                extra = {"WWW-Authenticate": "Bearer"} if exc.code == 401 else {}
+                response = error_response(
+                    exc.code, exc.message, exc.details, **extra, **exc.headers, Connection="close"
+                )
+                await response(scope, receive, send)
+                return
+            except TooManyRequests as exc:
+                response = error_response(
+                    429, exc.message, **{"Retry-After": str(exc.retry_after)}, Connection="close"
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def _verify(session: Session, request: Request, authorization: str | None) -> str:
+    return verified_tenant_id(session, request, authorization)
