@@ -35,6 +35,7 @@ from app.api.watch import (
     watch_of,
 )
 from app.audit.kinds.base import MAX_LABELS
+from app.audit.verdict import Outcome
 from app.db import audits as audit_rows
 from app.db import polling
 from app.db.labels import having_labels
@@ -160,9 +161,22 @@ def list_audits(
             description="`key=value`: only audits with this label (repeat for several; all must match).",
         ),
     ] = None,
+    verdict: Annotated[
+        Outcome | None,
+        Query(
+            description="Only SUCCEEDED audits whose result has this verdict: violation, leak, inconclusive "
+            "or consistent (the result's `verdict`, the summary's `verdict.outcome`)."
+        ),
+    ] = None,
 ) -> Response:
     """Newest first; pass `next_page_token` back as `page_token` for the next page."""
-    filters = {"tenant_id": tenant.id, "state": state, "kind": kind, "where": _label_filter(label or [])}
+    filters = {
+        "tenant_id": tenant.id,
+        "state": state,
+        "kind": kind,
+        "where": _label_filter(label or []),
+        "verdict": verdict,
+    }
     if view == "full":
         page = audit_rows.list_audits(session, **filters, page_size=page_size, page_token=page_token)
         audits = [AuditResource.of(a) for a in page.items]

@@ -2,8 +2,10 @@
 
 Audit figures come from the database at scrape time, so they are right however many API processes and
 Celery workers there are: `iclaudit_audits{kind,state}`, `iclaudit_oldest_pending_audit_seconds` (queue
-lag), `iclaudit_audit_duration_seconds{kind,state}` (a histogram of finished audits' run time) and
-`iclaudit_audit_violations_total{kind}` (audits whose result found a violation of the claimed ε). HTTP
+lag), `iclaudit_audit_duration_seconds{kind,state}` (a histogram of finished audits' run time),
+`iclaudit_audit_violations_total{kind}` (audits whose result found a violation of the claimed ε) and
+`iclaudit_audit_verdicts_total{kind,verdict}` (succeeded audits by verdict: violation, leak, inconclusive,
+consistent; every verdict of a kind that has one, 0 included). HTTP
 latency histograms per route template, method and status (`http_request_duration_seconds`, …) come from
 prometheus-fastapi-instrumentator in this process. Labels stay low-cardinality: kind, state, route
 template, method, status — never an audit id, tenant or free-form audit label (those are in the logs and
@@ -23,6 +25,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.errors import ApiError
+from app.audit.verdict import OUTCOMES
 from app.db import audits as audit_rows
 from app.db import stats
 from app.db.models import AuditState, utcnow
@@ -47,6 +50,7 @@ class AuditCollector(Collector):
             oldest = audit_rows.oldest_pending_created_at(session)
             durations = stats.duration_buckets(session, DURATION_BUCKETS)
             violations = stats.violation_counts(session)
+            verdicts = stats.verdict_counts(session)
         histogram = HistogramMetricFamily(
             "iclaudit_audit_duration_seconds",
             "Run time (start to finish) of finished audits, by kind and final state.",
@@ -64,6 +68,16 @@ class AuditCollector(Collector):
         for kind, n in violations:
             found.add_metric([kind], n)
         yield found
+        judged = CounterMetricFamily(
+            "iclaudit_audit_verdicts",
+            "Succeeded audits by kind and verdict (violation, leak, inconclusive, consistent).",
+            labels=["kind", "verdict"],
+        )
+        by_verdict = {(kind, verdict): n for kind, verdict, n in verdicts}
+        for kind in sorted({kind for kind, _ in by_verdict}):
+            for verdict in OUTCOMES:
+                judged.add_metric([kind, verdict], by_verdict.get((kind, verdict), 0))
+        yield judged
         audits = GaugeMetricFamily("iclaudit_audits", "Audits by kind and state.", labels=["kind", "state"])
         seen = {(kind, state): n for kind, state, n in counts}
         for kind in sorted({kind for kind, _ in seen}):

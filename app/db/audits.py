@@ -54,14 +54,30 @@ def list_audits(
     page_size: int = 50,
     page_token: str | None = None,
     where: Sequence[Any] = (),
+    verdict: str | None = None,
 ) -> Page:
-    """`where`: further conditions on `Audit` (e.g. app.db.labels.having_labels)."""
+    """`where`: further conditions on `Audit` (e.g. app.db.labels.having_labels); `verdict`: only audits
+    whose stored result has this `verdict` (`with_verdict`)."""
     query = owned(Audit, tenant_id).where(*where)
     if state:
         query = query.where(Audit.state == state)
     if kind:
         query = query.where(Audit.kind == kind)
+    if verdict:
+        query = query.where(with_verdict(verdict))
     return keyset_page(session, query, Audit, page_size, page_token)
+
+
+def verdict_of_result() -> Any:
+    """The stored result's `verdict` field as text (`result ->> 'verdict'` on PostgreSQL, `json_extract`
+    on SQLite); NULL without a result or a verdict."""
+    return Audit.result["verdict"].as_string()
+
+
+def with_verdict(verdict: str) -> Any:
+    """The condition "a SUCCEEDED audit whose result's `verdict` is `verdict`" (violation, leak,
+    inconclusive, consistent; app/audit/verdict.py)."""
+    return and_(Audit.state == AuditState.SUCCEEDED, verdict_of_result() == verdict)
 
 
 def request_cancel(session: Session, *, tenant_id: str, audit_id: str) -> Audit | None:

@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import Row, and_, bindparam, func, or_, select
 from sqlalchemy.orm import Session
 
+from app.db.audits import with_verdict
 from app.db.constants import CLAIM_FIELDS
 from app.db.models import Audit
 from app.db.scoping import Page, decode_page_token, encode_page_token
@@ -82,14 +83,17 @@ def summary_page(
     page_size: int = 50,
     page_token: str | None = None,
     where: Sequence[Any] = (),
+    verdict: str | None = None,
 ) -> Page:
     """`audits.list_audits` without the request bodies: the same filters, order and page tokens; `where`:
-    further conditions on `Audit` (e.g. labels)."""
+    further conditions on `Audit` (e.g. labels); `verdict`: only audits whose result has that verdict."""
     query = select(*_SUMMARY).where(Audit.tenant_id == tenant_id, *where)
     if state:
         query = query.where(Audit.state == state)
     if kind:
         query = query.where(Audit.kind == kind)
+    if verdict:
+        query = query.where(with_verdict(verdict))
     if page_token:
         created_at, row_id = decode_page_token(page_token)
         query = query.where(

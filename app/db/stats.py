@@ -1,6 +1,7 @@
 """Aggregates for the operator's /metrics, computed in the database at scrape time (so they hold however
 many API processes and workers there are): run time of finished audits by kind and outcome, in histogram
-buckets, and the violations found, by kind."""
+buckets, the violations found, by kind, and the verdicts (violation, leak, inconclusive, consistent), by
+kind."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy import Float, case, cast, func, select
 from sqlalchemy.orm import Session
 
+from app.db.audits import verdict_of_result
 from app.db.models import Audit, AuditState
 
 FINISHED = (AuditState.SUCCEEDED, AuditState.FAILED, AuditState.CANCELLED)
@@ -55,3 +57,15 @@ def violation_counts(session: Session) -> list[tuple[str, int]]:
         .group_by(Audit.kind)
     )
     return [(str(kind), int(n)) for kind, n in rows]
+
+
+def verdict_counts(session: Session) -> list[tuple[str, str, int]]:
+    """(kind, verdict, audits) over SUCCEEDED audits whose result has a verdict, every tenant (a kind that
+    measures no leakage, iclinf, has none and is left out)."""
+    verdict = verdict_of_result()
+    rows = session.execute(
+        select(Audit.kind, verdict, func.count())
+        .where(Audit.state == AuditState.SUCCEEDED, verdict.is_not(None))
+        .group_by(Audit.kind, verdict)
+    )
+    return [(str(kind), str(outcome), int(n)) for kind, outcome, n in rows]

@@ -9,7 +9,9 @@ import time
 from typing import Any
 
 import pytest
-from service.client import bound_request, long_mia_request, sse_events, wait_for
+from service.client import bound_request, long_mia_request, sse_events, verdict_request, wait_for
+
+from app.audit.verdict import OUTCOMES
 
 
 def _sqlite_only(settings, why: str) -> None:
@@ -158,6 +160,60 @@ def test_list_summary_by_default_full_on_request(client) -> None:
     assert "304" in spec["paths"]["/v1/audits/{audit_id}"]["get"]["responses"]
     events = spec["paths"]["/v1/audits/{audit_id}/events"]["get"]["responses"]["200"]["content"]
     assert "text/event-stream" in events
+
+
+def test_list_filters_on_the_results_verdict(client, make_key) -> None:
+    """`?verdict=` reads the stored result's `verdict` JSON field (`->>` on PostgreSQL, `json_extract` on
+    SQLite), in both views, with the other filters and across pages; an unknown verdict is 422."""
+    made = {o: client.post("/v1/audits", json=verdict_request(o)).json()["id"] for o in OUTCOMES}
+    second_leak = client.post("/v1/audits", json=verdict_request("leak", labels={"run": "2"})).json()["id"]
+    for audit_id in [*made.values(), second_leak]:
+        wait_for(client.get, audit_id)
+    running = _hold_the_worker(client)  # no result yet: never matches a verdict
+    bob = client.post(  # another tenant's leak is not listed
+        "/v1/audits", json=verdict_request("leak"), headers={"Authorization": f"Bearer {make_key('bob')}"}
+    ).json()["id"]
+
+    for outcome, audit_id in made.items():
+        expected = [second_leak, audit_id] if outcome == "leak" else [audit_id]
+        summary = client.get("/v1/audits", params={"verdict": outcome}).json()["audits"]
+        assert [a["id"] for a in summary] == expected, outcome
+        assert all(a["verdict"]["outcome"] == outcome and a["verdict"]["headline"] for a in summary)
+        assert all(
+            a["verdict"]["violation"] is (outcome == "violation") for a in summary if outcome != "leak"
+        )
+        full = client.get("/v1/audits", params={"verdict": outcome, "view": "full"}).json()["audits"]
+        assert [a["id"] for a in full] == expected
+        assert all(a["result"]["verdict"] == outcome for a in full)
+    consistent = client.get(f"/v1/audits/{made['consistent']}").json()["verdict"]
+    assert consistent["epsilon_detectable"] > 1 and "Consistent" in consistent["headline"]
+    assert bob not in {a["id"] for a in client.get("/v1/audits", params={"page_size": 500}).json()["audits"]}
+
+    # with the other filters, and page by page
+    both = {"verdict": "leak", "kind": "bound", "state": "SUCCEEDED"}
+    assert [a["id"] for a in client.get("/v1/audits", params=both).json()["audits"]] == [
+        second_leak,
+        made["leak"],
+    ]
+    assert client.get("/v1/audits", params={"verdict": "leak", "kind": "mia"}).json()["audits"] == []
+    assert client.get("/v1/audits", params={"verdict": "leak", "state": "RUNNING"}).json()["audits"] == []
+    labelled = client.get("/v1/audits", params={"verdict": "leak", "label": "run=2"}).json()["audits"]
+    assert [a["id"] for a in labelled] == [second_leak]
+    first = client.get("/v1/audits", params={"verdict": "leak", "page_size": 1}).json()
+    assert [a["id"] for a in first["audits"]] == [second_leak] and first["next_page_token"]
+    rest = client.get(
+        "/v1/audits", params={"verdict": "leak", "page_size": 1, "page_token": first["next_page_token"]}
+    ).json()
+    assert [a["id"] for a in rest["audits"]] == [made["leak"]] and rest["next_page_token"] is None
+    unfiltered = [a["id"] for a in client.get("/v1/audits", params={"page_size": 500}).json()["audits"]]
+    assert running["id"] in unfiltered and len(unfiltered) == 6
+
+    bad = client.get("/v1/audits", params={"verdict": "pass"})
+    assert bad.status_code == 422
+    detail = bad.json()["error"]["details"][0]
+    assert detail["path"] == "query.verdict" and "'inconclusive'" in detail["message"]
+    client.post(f"/v1/audits/{running['id']}/cancel")
+    wait_for(client.get, running["id"])
 
 
 def test_other_tenant_gets_404_on_every_polling_route(client, make_key) -> None:

@@ -1,5 +1,5 @@
 """Request ids in and out and into the audit's log lines (JSON), and the Prometheus figures: HTTP latency
-histograms, audit run time by kind, violations counted — on SQLite and PostgreSQL."""
+histograms, audit run time by kind, violations and verdicts counted — on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import logging
 
 from prometheus_client.parser import text_string_to_metric_families
-from service.client import bound_request, wait_for
+from service.client import bound_request, verdict_request, wait_for
 
 from app.observability import log_handler
 
@@ -52,9 +52,9 @@ def _families(client) -> dict:
 
 
 def test_metrics_have_http_latency_audit_duration_and_violations(client) -> None:
-    clean = client.post("/v1/audits", json=bound_request()).json()
+    unclaimed = client.post("/v1/audits", json=bound_request()).json()  # leaks, nothing claimed
     leaky = client.post("/v1/audits", json=bound_request(epsilon=0.05)).json()
-    for audit in (clean, leaky):
+    for audit in (unclaimed, leaky):
         wait_for(client.get, audit["id"])
     assert client.get(f"/v1/audits/{leaky['id']}").json()["result"]["violation"] is True
     families = _families(client)
@@ -75,3 +75,27 @@ def test_metrics_have_http_latency_audit_duration_and_violations(client) -> None
     assert inf == 2
     violations = {s.labels["kind"]: s.value for s in families["iclaudit_audit_violations"].samples}
     assert violations == {"bound": 1}
+
+
+def test_metrics_count_audits_by_verdict(client) -> None:
+    """`iclaudit_audit_verdicts_total{kind,verdict}`: succeeded audits per verdict, read from the stored
+    results' `verdict` JSON field in SQL (on either database); every verdict of a kind that has one is
+    listed, 0 included."""
+    assert _families(client)["iclaudit_audit_verdicts"].samples == []
+    for outcome, n in (("violation", 1), ("leak", 2), ("consistent", 1)):
+        for _ in range(n):
+            wait_for(client.get, client.post("/v1/audits", json=verdict_request(outcome)).json()["id"])
+    families = _families(client)
+    counted = {
+        (s.labels["kind"], s.labels["verdict"]): s.value
+        for s in families["iclaudit_audit_verdicts"].samples
+        if s.name == "iclaudit_audit_verdicts_total"
+    }
+    assert counted == {
+        ("bound", "violation"): 1,
+        ("bound", "leak"): 2,
+        ("bound", "inconclusive"): 0,
+        ("bound", "consistent"): 1,
+    }
+    violations = {s.labels["kind"]: s.value for s in families["iclaudit_audit_violations"].samples}
+    assert violations == {"bound": 1}  # the older counter agrees

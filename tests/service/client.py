@@ -16,6 +16,27 @@ def bound_request(**changes: Any) -> dict[str, Any]:
     return {**kind_module("bound").EXAMPLE, **changes}
 
 
+# `bound` requests (counts in, no model) whose verdict is each of the four outcomes (app/audit/verdict.py):
+# the example claims nothing and shows ε ≥ 0.40 (leak); a claim of 0.05 is below that (violation); a claim
+# of 1 is beyond what 4000 trials per side resolve (inconclusive); randomized response at exactly ε = 1
+# measured over 100,000 trials per side, claiming 1, is seen and found within it (consistent).
+VERDICT_REQUESTS: dict[str, dict[str, Any]] = {
+    "violation": {**kind_module("bound").EXAMPLE, "epsilon": 0.05},
+    "leak": dict(kind_module("bound").EXAMPLE),
+    "inconclusive": {**kind_module("bound").EXAMPLE, "epsilon": 1},
+    "consistent": {
+        "kind": "bound",
+        "counts": {"tp": 73_100, "fn": 26_900, "fp": 26_900, "tn": 73_100},
+        "epsilon": 1,
+    },
+}
+
+
+def verdict_request(outcome: str, **changes: Any) -> dict[str, Any]:
+    """A cheap real audit (the `bound` kind) whose result's verdict is `outcome`."""
+    return {**VERDICT_REQUESTS[outcome], **changes}
+
+
 def long_mia_request(trials: int = 2_000_000, seed: int = 7) -> dict[str, Any]:
     """A real membership audit against the oracle engine that runs for seconds (for cancel and SIGKILL)."""
     return {
