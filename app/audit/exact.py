@@ -21,8 +21,9 @@ ln((TNR − δ)/FNR))) is computed here too, from log rates.
 Every rate is computed in its own tail: FNR = P(not target | C1) and TNR = P(not target | C0) are sums of
 the other labels' probabilities (black-box) or the mixture's lower tail (white-box), never 1 − TPR or
 1 − FPR. At large ε the TPR is 1 − 10⁻¹⁰ or closer; 1 − TPR then loses every significant digit (or is 0),
-which overstated the assumption-free ε above a correct mechanism's claim and made Φ⁻¹(TPR) infinite. This is the value a bootstrap audit (trials.py) approaches as trials and clean
-samples grow. It assumes the documented release — Gaussian noise of scale σ on every count, argmax — so it
+which overstated the assumption-free ε above a correct mechanism's claim and made Φ⁻¹(TPR) infinite.
+
+This is the value a bootstrap audit (trials.py) approaches as trials and clean samples grow. It assumes the documented release — Gaussian noise of scale σ on every count, argmax — so it
 cannot see bugs in a mechanism's own release code; only the bootstrap, which runs that code, can.
 """
 

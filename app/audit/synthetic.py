@@ -6,8 +6,8 @@ One step of Alg. 1 on a batch D of s prompts with per-prompt next-token logits z
     clip_c(z)_i = max{−c, z_i − max_j z_j + c},      z̄ = (1/s) Σ_{p ∈ D} clip_c(z_p),
     x ~ softmax(z̄ / τ).
 
-The neighbour audited is the one the accounting covers. The theory (app/audit/accounting/rdp.py: ρ = ½(c/(sτ))²,
-ε_EM = 2c/(sτ), the SVT query moving by ≤ 1/s) takes the sum's sensitivity to one record as c/s, which holds
+The neighbour audited is the one the accounting covers. The theory (app/audit/accounting/rdp.py:
+ρ = ½(c/(sτ))², ε_EM = 2c/(sτ), the SVT query moving by ≤ 1/s) takes the sum's sensitivity to one record as c/s, which holds
 when the denominator stays the fixed batch size s (Amin et al. normalize by the expected batch size): D ∖ {p}
 is the batch without p's prompt, its sum still divided by s — equivalently p's clipped logits replaced by
 zeros (a constant, which softmax ignores; clip_c ∈ [−c, c], so z̄ moves by a vector in [−c/s, c/s]^V). Its
@@ -17,8 +17,9 @@ aggregate comes from the same clipped logits (no extra forward passes):
 
 Dividing by s − 1 instead (the mean of the s − 1 remaining prompts, which an earlier version audited) moves z̄
 by (z̄ − clip_c(z_p))/(s − 1), a vector spread over up to 4c/s, twice the 2c/s of the neighbour above: a
-neighbour the accounting does not cover (per step up to 4× its zCDP RDP; measured 1.9× at s = 2 and 10). `batch_size` (the fixed s) lets a run over the s − 1 remaining prompts
-(attacks/released_text.py's C0) keep the denominator s.
+neighbour the accounting does not cover (per step up to 4× its zCDP RDP; measured 1.9× at s = 2 and 10).
+`batch_size` (the fixed s) lets a run over the s − 1 remaining prompts (attacks/released_text.py's C0) keep
+the denominator s.
 
 The per-step data-dependent RDP at order α is (001 Eq. 7)
 
@@ -66,15 +67,15 @@ def log_softmax(scores: np.ndarray) -> np.ndarray:
 
 
 def aggregate(clipped: np.ndarray, batch_size: int | None = None) -> np.ndarray:
-    """ℓ(Z) = (1/s) Σ_p clip_c(z_p) over the batch axis 0 of (n, V) clipped logits; s = `batch_size`, by default
-    n (the whole batch). A remove-one neighbour passes its n = s − 1 prompts with `batch_size` s."""
+    """ℓ(Z) = (1/s) Σ_p clip_c(z_p) over the batch axis 0 of (n, V) clipped logits; s = `batch_size`, by
+    default n (the whole batch). A remove-one neighbour passes its n = s − 1 prompts with `batch_size` s."""
     clipped = np.asarray(clipped, dtype=np.float64)
     return clipped.sum(axis=0) / _batch_size(clipped.shape[0], batch_size)
 
 
 def leave_one_out_aggregates(clipped: np.ndarray, batch_size: int | None = None) -> np.ndarray:
-    """z̄_{−p} for every prompt p given: row p is the sum of the clipped logits of all prompts but p, divided by
-    the batch size s = `batch_size` (default: the prompts given), the neighbour the accounting covers
+    """z̄_{−p} for every prompt p given: row p is the sum of the clipped logits of all prompts but p, divided
+    by the batch size s = `batch_size` (default: the prompts given), the neighbour the accounting covers
     (module docstring), shape (n, V)."""
     clipped = np.asarray(clipped, dtype=np.float64)
     if clipped.shape[0] < 2 and batch_size is None:

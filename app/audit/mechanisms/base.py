@@ -298,8 +298,8 @@ class Mechanism(ABC):
         return prompt
 
     def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
-        """Positions of each partition (disjoint, or disjoint-Poisson; 002 Alg. 3), the canary's position in one
-        of them: the claims credit no amplification by subsampling (contexts.py)."""
+        """Positions of each partition (disjoint, or disjoint-Poisson; 002 Alg. 3), the canary's position in
+        one of them: the claims credit no amplification by subsampling (contexts.py)."""
         return PARTITIONERS[self.partitioning](n, self.n_partitions, rng, keep=canary_position)
 
     @abstractmethod

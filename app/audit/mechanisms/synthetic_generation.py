@@ -111,7 +111,7 @@ class SyntheticGeneration(Mechanism):
                 "max_new_tokens": self.max_new_tokens,
                 "alpha": self.alpha,
                 "epsilon_theory_solved": self.epsilon_solved,
-                "neighbours": "remove-one at fixed batch size (C0 = C1 without the record's prompt, divided by s)",
+                "neighbours": "remove-one at fixed batch size (C0 = C1 without the record's prompt, over s)",
                 "variant": "svt" if self.svt is not None else "simplified",
                 "private_tokens_claimed": self.private_tokens,
                 "svt": self.svt.model_dump() if self.svt is not None else None,

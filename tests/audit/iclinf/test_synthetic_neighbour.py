@@ -48,8 +48,8 @@ def _adversarial_logits(rng: np.random.Generator, s: int, vocabulary: int) -> np
 
 @pytest.mark.parametrize(("s", "clip", "tau"), SETTINGS)
 def test_measured_step_rdp_never_exceeds_theory(s: int, clip: float, tau: float) -> None:
-    """001 Eq. 7 per step, max over the s neighbours, at every order of the audit's grid (1.25 … 1024): never above
-    the theory's per-step RDP (the smaller of the zCDP and exponential-mechanism bounds at Δ = c/(sτ)).
+    """001 Eq. 7 per step, max over the s neighbours, at every order of the audit's grid (1.25 … 1024): never
+    above the theory's per-step RDP (the smaller of the zCDP and exponential-mechanism bounds at Δ = c/(sτ)).
     Before the fix the s − 1 denominator measured up to 1.9× the theory (19.25 vs 10.0 at s = 2, τ = 1, α = 4;
     1.84 vs 0.995 at s = 10, τ = 2, α = 64)."""
     rng = np.random.default_rng(5030 + s)
@@ -112,8 +112,8 @@ class TwoTokenLM:
 
 
 def test_a_run_over_the_remaining_prompts_samples_from_the_zeroed_out_aggregate() -> None:
-    """s = 2, c = 10, τ = 5: with p's prompt removed and the sum still divided by 2 the first token is "a" with
-    probability σ(−2) = 0.119; the mean over the one remaining prompt gave σ(−4) = 0.018."""
+    """s = 2, c = 10, τ = 5: with p's prompt removed and the sum still divided by 2 the first token is "a"
+    with probability σ(−2) = 0.119; the mean over the one remaining prompt gave σ(−4) = 0.018."""
     lm = TwoTokenLM({"p": np.array([10.0, -10.0]), "q": np.array([-10.0, 10.0])})
     rng = np.random.default_rng(5040)
 
@@ -168,16 +168,26 @@ def test_released_text_c0_keeps_the_batch_size_as_denominator(monkeypatch, built
         "estimator": "direct",
         "epsilon": 4.0,
         "llm_calls": 2,
-        "mechanism": {"name": "synthetic_generation", "partitions": 4, "shots_per_partition": 1,
-                      "max_new_tokens": 3},
-        "attack": {"name": "canary_prompt", "variant": "secret", "score": "exact", "threat_model": "black_box",
-                   "canaries": 2, "contexts": 1},
-    }  # fmt: skip
+        "mechanism": {
+            "name": "synthetic_generation",
+            "partitions": 4,
+            "shots_per_partition": 1,
+            "max_new_tokens": 3,
+        },
+        "attack": {
+            "name": "canary_prompt",
+            "variant": "secret",
+            "score": "exact",
+            "threat_model": "black_box",
+            "canaries": 2,
+            "contexts": 1,
+        },
+    }
     ctx = RunContext(engines=OneLM(TwoTokenLM(vocabulary=5)), datasets=builtin_datasets)
     result = mia.run(mia.Request.model_validate(body), ctx)
     assert sorted(set(calls)) == [(3, 4), (4, 4)]
     assert calls.count((3, 4)) == calls.count((4, 4)) == 2 * 2  # records × calls, each side
-    assert "divided by s" in result["synthetic_generation"]["neighbours"]
+    assert "over s" in result["synthetic_generation"]["neighbours"]
 
 
 def test_kind_measures_every_step_below_the_theory(builtin_datasets) -> None:

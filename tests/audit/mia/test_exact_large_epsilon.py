@@ -66,7 +66,7 @@ def test_exact_sweep_large_epsilon_never_overstates_and_always_serialises(oracle
             for tm in ("black_box", "white_box"):
                 assert result[tm]["violation"] is False
                 assert result[tm]["epsilon_lower"] <= epsilon + 1e-9
-            # the white-box test is the optimal one: the exact audit reaches the claim within 0.1 % (its threshold grid)
+            # the white-box test is optimal: the exact audit reaches the claim within 0.1 % (threshold grid)
             assert result["white_box"]["epsilon_lower"] >= epsilon * (1 - 1e-3)
 
 
