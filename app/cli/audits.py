@@ -1,13 +1,20 @@
 """Client commands: submit, watch, status, result, list, cancel, datasets, models — all through
 iclaudit.client.IclauditClient (one HTTP code path).
 
-Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate):
-  0  the audit SUCCEEDED and no claimed ε is violated
-  1  the audit SUCCEEDED and found a violation (the system leaks more than its claimed ε)
+Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate), from the result's `verdict`
+(app/audit/verdict.py):
+  0  the audit SUCCEEDED and its verdict is `consistent`: it could have seen a violation and saw none;
+     also a kind that measures no leakage and so has no verdict (iclinf: influence, not ε)
+  1  the audit SUCCEEDED and its verdict is `violation` (a measured lower bound exceeds the claimed ε) or
+     `leak` (nothing is claimed and the bound exceeds `max_epsilon`); also a mia claim whose noise cannot
+     give the claimed ε even in theory (`theory_violation`)
   2  the audit FAILED or was CANCELLED
   3  a usage error (bad option or file, a request the service refused) or the service could not be reached
+  4  the audit SUCCEEDED and its verdict is `inconclusive`: it could not have seen a violation (too few
+     trials, no signal, an in-sample threshold, …); `--allow-inconclusive` makes it 0, with a warning
   130  interrupted (Ctrl-C): the audit runs on; re-attach with `iclaudit watch ID`
-Other client commands exit 0 on success and 3 on a usage or connection error.
+The last line of the report is the verdict's headline (red: violation or leak; yellow: inconclusive;
+green: consistent). Other client commands exit 0 on success and 3 on a usage or connection error.
 """
 
 from __future__ import annotations
@@ -25,8 +32,10 @@ import typer.core
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from app.audit.results.base import ResultBase
+from app.reports.junit import gate_fails, gate_outcome
 from iclaudit.client import ApiError as ClientApiError
 from iclaudit.client import Audit, ClientError, IclauditClient, WaitTimeout
 
@@ -39,9 +48,10 @@ class Exit(IntEnum):
     """The gate's exit codes (see the module docstring)."""
 
     OK = 0
-    VIOLATION = 1
+    VIOLATION = 1  # a violation or a leak
     AUDIT_FAILED = 2
     USAGE = 3
+    INCONCLUSIVE = 4
     INTERRUPTED = 130
 
 
@@ -89,6 +99,14 @@ class ResultFormat(StrEnum):
     png = "png"
 
 
+AllowInconclusiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-inconclusive",
+        help="Exit 0 instead of 4 when the verdict is inconclusive (the audit could not have seen a "
+        "violation), with a warning on stderr.",
+    ),
+]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="table for people, json for programs.")]
 
 
@@ -172,10 +190,56 @@ def _model_rows(model: Any, prefix: str = "") -> list[tuple[str, str, str]]:
 
 EXPLAIN_WIDTH = 110
 
+OUTCOME_STYLE = {
+    "violation": "bold red",
+    "leak": "bold red",
+    "inconclusive": "bold yellow",
+    "consistent": "bold green",
+}
+VERDICT_FIELDS = (
+    "verdict",
+    "headline",
+    "verdict_reason",
+    "epsilon_detectable",
+    "epsilon_detectable_unbounded",
+)
 
-def result_table(result: ResultBase, title: str, explain: bool | None = None) -> Table:
-    """The typed result as field · value · what it means (the meanings when `explain`, by default when the
-    terminal is at least EXPLAIN_WIDTH wide; else a caption says where to find them)."""
+# What each ε figure is, in one short line (the field descriptions, for the API, are longer).
+FIGURES = {
+    "epsilon_lower": "the bound the verdict used",
+    "epsilon_empirical": "lower bound if the noise is Gaussian",
+    "epsilon_empirical_assumption_free": "lower bound for any mechanism",
+    "epsilon_point": "log(TPR/FPR) at one threshold; not a bound",
+    "epsilon_theory": "the claimed ε",
+    "epsilon_claimed": "the claimed ε",
+    "target_epsilon": "the ε budget asked for",
+    "max_epsilon": "leakage allowed without a claim",
+    "epsilon_ceiling": "the most any attack could show",
+    "epsilon_exact_at_delta": "the same as epsilon_ceiling",
+    "epsilon_detectable": "the least ε flagged with P ≥ ½",
+    "mu_lower": "the lower bound as Gaussian-DP μ",
+    "mu_theory": "Gaussian-DP μ of the noise",
+}
+KIND_FIGURES = {
+    ("synthetic_generation", "epsilon_empirical"): "ε these examples spent (exact)",
+    ("synthetic_generation", "epsilon_theory"): "the ε budget",
+}
+
+
+def _figure(kind: str, key: str) -> str | None:
+    """The short meaning of an ε figure (`black_box.epsilon_point` → its leaf), or None for other fields."""
+    leaf = key.rsplit(".", 1)[-1]
+    return KIND_FIGURES.get((kind, leaf)) or FIGURES.get(leaf)
+
+
+def result_table(
+    result: ResultBase, title: str, explain: bool | None = None, *, headline: bool = True
+) -> Table:
+    """The typed result as field · value · what it means: the verdict first (verdict, headline — unless
+    `headline` is False because the caller prints it as its last line —, reason, power), then every other
+    field under "details", each ε figure with one short line on what it is. The meanings column shows when
+    `explain`, by default when the terminal is at least EXPLAIN_WIDTH wide; narrower, a caption says where
+    to find the meanings and an ε figure's short line follows its value."""
     explain = console.width >= EXPLAIN_WIDTH if explain is None else explain
     table = Table(title=title, show_lines=False)
     table.add_column("field", no_wrap=True)
@@ -186,9 +250,42 @@ def result_table(result: ResultBase, title: str, explain: bool | None = None) ->
         table.caption = (
             "What each field means: `iclaudit result ID --format table` in a wider terminal, or the README."
         )
-    for key, value, meaning in _model_rows(result):
-        table.add_row(key, value, *([meaning] if explain else []))
+    rows = _model_rows(result)
+    shown = {name for name in VERDICT_FIELDS if headline or name != "headline"}
+    if result.epsilon_detectable_unbounded is not True:
+        shown.discard("epsilon_detectable_unbounded")
+    top = {key: (value, meaning) for key, value, meaning in rows if key in VERDICT_FIELDS}
+    style = OUTCOME_STYLE.get(result.verdict or "", "")
+
+    def add(key: str, value: str, meaning: str, value_style: str = "") -> None:
+        short = _figure(result.kind, key)
+        cell = Text(value, style=value_style)
+        if short and not explain:
+            cell.append(f"  {short}", style="dim")
+        table.add_row(key, cell, *([Text(short or meaning)] if explain else []))
+
+    for key in VERDICT_FIELDS:
+        if key in top and key in shown:
+            add(key, *top[key], value_style=style if key in ("verdict", "headline") else "")
+    details = [row for row in rows if row[0] not in VERDICT_FIELDS]
+    if top and details:
+        table.add_section()
+        table.add_row(Text("details", style="bold"), "", *([""] if explain else []))
+    for key, value, meaning in details:
+        add(key, value, meaning)
     return table
+
+
+def headline_text(result: ResultBase | None, kind: str) -> Text:
+    """The verdict in plain words, coloured by outcome (red: violation or leak; yellow: inconclusive;
+    green: consistent); for a kind without a verdict, a dim line saying the gate passes it."""
+    outcome = gate_outcome(result)
+    if result is not None and result.headline:
+        return Text(result.headline, style=OUTCOME_STYLE.get(outcome or "", "bold"))
+    if outcome is not None:
+        return Text(f"Verdict: {outcome}", style=OUTCOME_STYLE.get(outcome, "bold"))
+    what = "influence, not ε against a claim" if kind == "iclinf" else "no leakage against a claim"
+    return Text(f"No verdict: a {kind} audit measures {what}; the gate passes it", style="dim")
 
 
 def _warnings(result: ResultBase) -> list[str]:
@@ -250,27 +347,46 @@ def follow(client: IclauditClient, audit_id: str, *, live: bool, timeout: float 
         return client.wait(audit_id, timeout=timeout, on_update=draw)
 
 
-def gate_code(audit: Audit) -> Exit:
+def gate_code(audit: Audit, *, allow_inconclusive: bool = False) -> Exit:
+    """The gate's exit code (the module docstring's table)."""
     if audit.state != "SUCCEEDED":
         return Exit.AUDIT_FAILED
-    return Exit.VIOLATION if audit.result is not None and audit.result.violated else Exit.OK
+    if gate_fails(audit.result):
+        return Exit.VIOLATION
+    if gate_outcome(audit.result) == "inconclusive" and not allow_inconclusive:
+        return Exit.INCONCLUSIVE
+    return Exit.OK
 
 
-def finish(audit: Audit, *, as_json: bool, junit: Path | None) -> Exit:
-    """Report a finished audit (table or JSON on stdout, JUnit file) and return its exit code."""
+def finish(audit: Audit, *, as_json: bool, junit: Path | None, allow_inconclusive: bool = False) -> Exit:
+    """Report a finished audit (table or JSON on stdout, JUnit file) and return its exit code. The last
+    line is the verdict's headline: on stdout after the table, on stderr with --json (stdout stays JSON)."""
     if junit is not None:
         from app.reports.junit import junit_xml
 
         junit.write_bytes(junit_xml([audit]))
         err_console.print(f"wrote JUnit report {junit}", highlight=False)
+    succeeded = audit.state == "SUCCEEDED" and audit.result is not None
     if as_json:
         print(audit.model_dump_json(indent=2, exclude_none=False))
-    elif audit.state == "SUCCEEDED" and audit.result is not None:
-        console.print(result_table(audit.result, f"{audit.kind} audit {audit.id}"))
-    code = gate_code(audit)
-    if audit.state == "SUCCEEDED" and audit.result is not None:
+    elif succeeded:
+        assert audit.result is not None
+        console.print(result_table(audit.result, f"{audit.kind} audit {audit.id}", headline=False))
+    code = gate_code(audit, allow_inconclusive=allow_inconclusive)
+    if succeeded:
+        assert audit.result is not None
         for note in _warnings(audit.result):
             err_console.print(f"[yellow]{note}[/]", highlight=False)
+        if allow_inconclusive and gate_outcome(audit.result) == "inconclusive" and code == Exit.OK:
+            err_console.print(
+                "[yellow]warning:[/] the audit is inconclusive (it could not have seen a violation); "
+                "--allow-inconclusive passes it: exit 0 instead of 4",
+                highlight=False,
+                soft_wrap=True,
+            )
+        (err_console if as_json else console).print(
+            headline_text(audit.result, audit.kind), highlight=False, soft_wrap=True
+        )
     if code == Exit.AUDIT_FAILED:
         why = f": {audit.error.code}: {audit.error.message}" if audit.error else ""
         err_console.print(f"[red]audit {audit.id} {audit.state}[/]{why}", highlight=False)
@@ -285,6 +401,7 @@ def wait_and_report(
     timeout: float | None,
     as_json: bool,
     junit: Path | None,
+    allow_inconclusive: bool = False,
 ) -> Exit:
     try:
         audit = follow(client, audit_id, live=live, timeout=timeout)
@@ -301,7 +418,7 @@ def wait_and_report(
             highlight=False,
         )
         return Exit.USAGE
-    return finish(audit, as_json=as_json, junit=junit)
+    return finish(audit, as_json=as_json, junit=junit, allow_inconclusive=allow_inconclusive)
 
 
 def _read_request(file: str) -> dict[str, Any]:
@@ -349,6 +466,7 @@ def submit(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the final audit as JSON on stdout (implies --wait).")
     ] = False,
+    allow_inconclusive: AllowInconclusiveOpt = False,
     timeout: Annotated[
         float | None,
         typer.Option("--timeout", min=0, help="Give up waiting after this many seconds (exit 3)."),
@@ -368,13 +486,15 @@ def submit(
 ) -> None:
     """Start an audit from a request file and print its id; with --wait or --watch, follow it to the end.
 
-    Exit codes with --wait or --watch (a CI gate):
-    0 = succeeded without a violation;
-    1 = a violation of the claimed ε;
+    Exit codes with --wait or --watch (a CI gate), from the verdict:
+    0 = consistent (the audit could have seen a violation and saw none), or a kind without a verdict (iclinf);
+    1 = a violation of the claimed ε, or a leak where nothing is claimed;
     2 = the audit failed or was cancelled;
-    3 = a usage error, or the service cannot be reached.
+    3 = a usage error, or the service cannot be reached;
+    4 = inconclusive (the audit could not have seen a violation; --allow-inconclusive makes it 0).
 
-    Ctrl-C stops watching only: the audit runs on (`iclaudit watch ID` re-attaches).
+    The last line is the verdict's headline. Ctrl-C stops watching only: the audit runs on (`iclaudit
+    watch ID` re-attaches).
     """
     body = _read_request(file)
     if label:
@@ -390,7 +510,13 @@ def submit(
                 print(audit.id)
                 return
             code = wait_and_report(
-                client, audit.id, live=watch_, timeout=timeout, as_json=as_json, junit=junit
+                client,
+                audit.id,
+                live=watch_,
+                timeout=timeout,
+                as_json=as_json,
+                junit=junit,
+                allow_inconclusive=allow_inconclusive,
             )
     except ClientError as exc:
         raise _client_error(exc) from None
@@ -403,6 +529,7 @@ def watch(
         Path | None, typer.Option("--junit", dir_okay=False, help="Write a JUnit XML report here.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final audit as JSON on stdout.")] = False,
+    allow_inconclusive: AllowInconclusiveOpt = False,
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds (exit 3).")
     ] = None,
@@ -411,15 +538,26 @@ def watch(
 ) -> None:
     """Follow a running audit with a live progress bar to its end, then show its result.
 
-    Exit codes:
-    0 = succeeded without a violation;
-    1 = a violation of the claimed ε;
+    Exit codes, from the verdict:
+    0 = consistent (the audit could have seen a violation and saw none), or a kind without a verdict (iclinf);
+    1 = a violation of the claimed ε, or a leak where nothing is claimed;
     2 = the audit failed or was cancelled;
-    3 = a usage error, or the service cannot be reached.
+    3 = a usage error, or the service cannot be reached;
+    4 = inconclusive (the audit could not have seen a violation; --allow-inconclusive makes it 0).
+
+    The last line is the verdict's headline.
     """
     try:
         with _open(url, api_key) as client:
-            code = wait_and_report(client, audit_id, live=True, timeout=timeout, as_json=as_json, junit=junit)
+            code = wait_and_report(
+                client,
+                audit_id,
+                live=True,
+                timeout=timeout,
+                as_json=as_json,
+                junit=junit,
+                allow_inconclusive=allow_inconclusive,
+            )
     except ClientError as exc:
         raise _client_error(exc) from None
     raise typer.Exit(code)
@@ -448,6 +586,8 @@ def status(
     )
     if audit.error:
         console.print(f"[red]{audit.error.code}[/] {audit.error.message}", highlight=False)
+    if audit.state == "SUCCEEDED" and audit.result is not None:
+        console.print(headline_text(audit.result, audit.kind), highlight=False, soft_wrap=True)
 
 
 def result(
@@ -578,18 +718,33 @@ def list_audits(
         print(json.dumps([a.model_dump(mode="json", exclude_none=True) for a in audits], indent=2))
         return
     table = Table(title=f"{len(audits)} audit(s)")
-    table.add_column("id", overflow="fold", min_width=12)
-    for column in ("kind", "state", "progress", "created", "verdict"):
-        table.add_column(column)
+    # The id whole on one line (the other columns wrap first); folded, never cut, when nothing else fits.
+    table.add_column(
+        "id", no_wrap=True, overflow="fold", min_width=max((len(a.id) for a in audits), default=12)
+    )
+    table.add_column("verdict", no_wrap=True)
+    for column in ("kind", "state", "progress", "created"):
+        table.add_column(column, overflow="fold")
     for a in audits:
-        verdict = getattr(a, "verdict", None) or {}
-        violation = verdict.get("violation") if isinstance(verdict, dict) else None
-        shown = {True: "[red]violation[/]", False: "ok"}.get(violation, "—")
         created = a.created_at.strftime("%Y-%m-%d %H:%M:%S") if a.created_at else "—"
         table.add_row(
-            a.id, a.kind, a.state, f"{a.progress.stage} {100 * a.progress.fraction:.0f}%", created, shown
+            a.id,
+            _list_verdict(a),
+            a.kind,
+            a.state,
+            f"{a.progress.stage} {100 * a.progress.fraction:.0f}%",
+            created,
         )
     console.print(table)
+
+
+def _list_verdict(audit: Audit) -> Text:
+    """The list's verdict cell: the outcome word, coloured; `—` while running or for a kind without one."""
+    verdict = getattr(audit, "verdict", None) or {}
+    if not isinstance(verdict, dict):
+        verdict = {}
+    outcome = verdict.get("outcome") or ("violation" if verdict.get("violation") else None)
+    return Text(outcome or "—", style=OUTCOME_STYLE.get(outcome or "", ""))
 
 
 def cancel(

@@ -65,7 +65,8 @@ def test_result_records_as_csv_json_and_table(server: str, tmp_path: Path) -> No
     cli, url = CliRunner(), server
     request = str(ROOT / "examples/likelihood-oracle-records.json")
     out = cli.invoke(app, ["submit", request, "--watch", "--url", url])
-    assert out.exit_code == 0, out.output
+    assert out.exit_code == 1, out.output  # plain ICL, nothing claimed: every record leaks
+    assert out.stdout.strip().splitlines()[-1].startswith("Plain ICL leaks: ε ≥ ")
     audit_id = out.output.split("submitted mia audit ")[1].split()[0]
 
     as_csv = cli.invoke(app, ["result", audit_id, "--records", "--format", "csv", "--url", url])

@@ -1,5 +1,7 @@
 """The CLI against a real `iclaudit serve` (subprocess, SQLite, inline executor, auth off): submit
---watch shows progress and the result table; status; result as JSON and CSV; keys create/revoke."""
+--watch shows progress and the result table; status; result as JSON and CSV; keys create/revoke; the CI
+gate's exit code per verdict (0 consistent, 1 violation or leak, 4 inconclusive), its headline as the last
+line and its JUnit report."""
 
 from __future__ import annotations
 
@@ -87,13 +89,17 @@ def test_serve_logs_that_auth_is_off(server) -> None:
 def test_submit_watch_status_and_result(cli: CliRunner, server) -> None:
     url = server[0]
     out = cli.invoke(app, ["submit", str(ROOT / "examples/bound-counts.json"), "--watch", "--url", url])
-    assert out.exit_code == 0, out.output
+    # counts that show leakage, and no claimed ε: a leak (exit 1), named on the last line
+    assert out.exit_code == 1, out.output
     assert "submitted bound audit" in out.output and "100%" in out.output
     audit_id = out.output.split("submitted bound audit ")[1].split()[0]
     assert "epsilon" in out.output  # the result table
+    headline = out.stdout.strip().splitlines()[-1]
+    assert headline.startswith("The system leaks: ε ≥ 0.404 (95 %)") and "nothing is claimed" in headline
 
     status = cli.invoke(app, ["status", audit_id, "--url", url])
     assert status.exit_code == 0 and "SUCCEEDED" in status.output
+    assert status.stdout.strip().splitlines()[-1] == headline  # the verdict in `status` too
 
     as_json = cli.invoke(app, ["result", audit_id, "--url", url])
     result = json.loads(as_json.stdout)
@@ -144,19 +150,77 @@ def _junit(path: Path) -> list:
     return [(suite, case) for suite in xml for case in suite]
 
 
-def test_gate_exit_0_without_violation_and_its_junit_report(cli: CliRunner, server, tmp_path: Path) -> None:
+def test_gate_exit_0_when_consistent_with_the_headline_last_and_its_junit_report(
+    cli: CliRunner, server, tmp_path: Path
+) -> None:
+    """400,000 trials per side against private voting at its claim: the audit could have seen ε ≈ 1.04 and
+    saw nothing above 1, so the verdict is consistent — the only outcome that exits 0."""
     report = tmp_path / "report.xml"
-    example = str(ROOT / "examples/bound-counts.json")
-    out = cli.invoke(app, ["submit", example, "--wait", "--json", "--junit", str(report), "--url", server[0]])
+    example = str(ROOT / "examples/mia-oracle-eps1.json")
+    args = ["submit", example, "--wait", "--junit", str(report), "--url", server[0]]
+    out = cli.invoke(app, args, env={"COLUMNS": "160"})
     assert out.exit_code == 0, out.output
-    result = json.loads(out.stdout)["result"]
+    audit_id = out.output.split("submitted mia audit ")[1].split()[0]
+    result = json.loads(cli.invoke(app, ["result", audit_id, "--url", server[0]]).stdout)
+    assert result["verdict"] == "consistent"
+    assert out.stdout.strip().splitlines()[-1] == result["headline"]  # the last line, on a pass too
+    assert result["headline"].startswith("Consistent with the claimed ε = 1: measured ε ≥ ")
+    assert "details" in out.stdout  # the other ε figures follow the verdict, each with what it is
+    assert "the bound the verdict used" in out.stdout and "the most any attack could show" in out.stdout
     cases = _junit(report)
-    assert len(cases) == 1
-    suite, case = cases[0]
-    assert case.is_passed and case.name == "bound"
-    assert {p.name: p.value for p in suite.properties()}["state"] == "SUCCEEDED"
-    assert f"epsilon_empirical = {result['epsilon_lower']:.6g}" in case.system_out
-    assert "verdict = ok" in case.system_out
+    assert {case.name for _, case in cases} == {"black_box", "white_box", "calibration"}
+    suite = cases[0][0]
+    props = {p.name: p.value for p in suite.properties()}
+    assert props["state"] == "SUCCEEDED" and props["verdict"] == "consistent"
+    assert props["headline"] == result["headline"]
+    for _, case in cases:
+        assert case.is_passed and "verdict = consistent" in case.system_out
+    black = next(case for _, case in cases if case.name == "black_box")
+    assert f"epsilon_empirical = {result['black_box']['epsilon_lower']:.6g}" in black.system_out
+    assert f"epsilon_detectable = {result['epsilon_detectable']:.6g}" in black.system_out
+
+
+def test_gate_exit_1_on_a_leak_with_the_headline(cli: CliRunner, server, tmp_path: Path) -> None:
+    """Plain ICL (mechanism none, nothing claimed) with a likelihood attack: every record leaks (AUC 1)."""
+    report = tmp_path / "report.xml"
+    example = str(ROOT / "examples/likelihood-oracle-records.json")
+    out = cli.invoke(app, ["submit", example, "--wait", "--junit", str(report), "--url", server[0]])
+    assert out.exit_code == 1, out.output
+    headline = out.stdout.strip().splitlines()[-1]
+    assert headline.startswith("Plain ICL leaks: ε ≥ ") and "nothing is claimed" in headline
+    ((suite, case),) = _junit(report)
+    assert {p.name: p.value for p in suite.properties()}["verdict"] == "leak"
+    (failure,) = case.result
+    assert failure.type == "PrivacyLeak" and failure.message.startswith(headline)
+    assert "verdict = leak" in case.system_out
+
+
+def test_gate_exit_4_when_inconclusive_and_0_with_allow_inconclusive(
+    cli: CliRunner, server, tmp_path: Path
+) -> None:
+    """25 trials per side cannot resolve a claim of ε = 2: the audit could not have seen a violation."""
+    url = server[0]
+    body = _example("mia-oracle-eps1.json", trials=25, epsilon=2)
+    report = tmp_path / "report.xml"
+    out = cli.invoke(app, ["submit", "-", "--wait", "--junit", str(report), "--url", url], input=body)
+    assert out.exit_code == 4, out.output
+    headline = out.stdout.strip().splitlines()[-1]
+    assert headline.startswith("Inconclusive: with 25 trials per side") and "(claimed 2)" in headline
+    assert "warning" not in out.stderr
+    cases = {case.name: case for _, case in _junit(report)}
+    for name in ("black_box", "white_box"):
+        (skipped,) = cases[name].result
+        assert type(skipped).__name__ == "Skipped" and skipped.type == "inconclusive"
+        assert skipped.message == headline and "verdict = inconclusive" in cases[name].system_out
+    assert cases["calibration"].is_passed  # a check in theory: it needs no trials
+
+    allowed = cli.invoke(app, ["submit", "-", "--wait", "--allow-inconclusive", "--url", url], input=body)
+    assert allowed.exit_code == 0, allowed.output
+    assert "--allow-inconclusive" in allowed.stderr and "instead of 4" in allowed.stderr
+    assert allowed.stdout.strip().splitlines()[-1] == headline
+    as_json = cli.invoke(app, ["submit", "-", "--json", "--url", url], input=body)
+    assert as_json.exit_code == 4 and json.loads(as_json.stdout)["result"]["verdict"] == "inconclusive"
+    assert as_json.stderr.strip().splitlines()[-1] == headline  # stdout stays JSON
 
 
 def test_gate_exit_1_on_a_violation_from_stdin_with_json_and_junit(
@@ -172,9 +236,14 @@ def test_gate_exit_1_on_a_violation_from_stdin_with_json_and_junit(
     assert {"black_box", "white_box"} <= set(cases)
     failed = [name for name, case in cases.items() if not case.is_passed]
     assert failed and all(cases[name].result[0].type == "PrivacyViolation" for name in failed)
+    headline = final["result"]["headline"]
+    assert headline.startswith("Measured ε ≥ ") and headline.endswith("against a claimed 1: violation")
+    assert out.stderr.strip().splitlines()[-1] == headline  # with --json the headline goes to stderr
     for name in ("black_box", "white_box"):
         assert f"epsilon_theory = {final['result']['epsilon_theory']:.6g}" in cases[name].system_out
         assert (name in failed) == final["result"][name]["violation"]
+        assert "verdict = violation" in cases[name].system_out
+    assert all(cases[name].result[0].message.startswith(headline) for name in failed)
 
 
 def test_gate_exit_2_when_the_audit_fails_or_is_cancelled(cli: CliRunner, server, tmp_path: Path) -> None:
@@ -271,13 +340,34 @@ def test_list_datasets_models_status_as_json(cli: CliRunner, server) -> None:
     assert table.exit_code == 0 and "None" not in table.output
 
 
+def test_list_shows_each_verdict_and_whole_ids_at_120_columns(cli: CliRunner, server) -> None:
+    url = server[0]
+    submitted = {}
+    for outcome, body in (
+        ("leak", _example("bound-counts.json")),
+        ("inconclusive", _example("bound-counts.json", epsilon=1)),
+    ):
+        out = cli.invoke(app, ["submit", "-", "--wait", "--json", "--url", url], input=body)
+        submitted[json.loads(out.stdout)["id"]] = outcome
+    listed = cli.invoke(app, ["list", "--limit", "50", "--url", url], env={"COLUMNS": "120"})
+    assert listed.exit_code == 0, listed.output
+    lines = listed.stdout.splitlines()
+    assert max(map(len, lines)) <= 120
+    for audit_id, outcome in submitted.items():
+        assert len(audit_id) == 32
+        (row,) = [line for line in lines if audit_id in line]  # the whole id, on one line
+        assert outcome in row
+
+
 def test_help_documents_the_gate_exit_codes(cli: CliRunner) -> None:
     for command in ("submit", "watch"):
         text = cli.invoke(app, [command, "--help"], env={"COLUMNS": "120"}).output
         for line in (
-            "0 = succeeded without a violation",
-            "1 = a violation",
+            "0 = consistent",
+            "1 = a violation of the claimed ε, or a leak",
             "2 = the audit failed",
             "3 = a usage",
+            "4 = inconclusive",
+            "--allow-inconclusive",
         ):
             assert line in text, (command, line)
