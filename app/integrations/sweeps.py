@@ -2,7 +2,8 @@
 number of seeds. Every combination × seed is one child audit, validated like a submitted one (a bad point
 is 422 naming its grid key, and nothing is stored), stored in one transaction with the sweep and enqueued
 as one message each, so N workers run N points at once. The sweep's state, progress and cancel are its
-children's; its result is the table of verdict fields per child and per point.
+children's; its result is the table of verdict fields per child and per point (the bounds, `violation`, and
+the verdict itself: `outcome`, `headline`, `epsilon_detectable`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from app.audit.verdict import OUTCOMES
 from app.config import Settings
 from app.csv_cells import safe_cell
 from app.db import audits, labels
@@ -239,6 +241,9 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
                 epsilon_lower=v.epsilon_lower,
                 epsilon_theory=v.epsilon_theory,
                 violation=v.violation,
+                outcome=v.outcome,
+                headline=v.headline,
+                epsilon_detectable=v.epsilon_detectable,
             )
         )
     grouped: dict[str, list[SweepRow]] = {}
@@ -248,6 +253,8 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
     for group in grouped.values():
         eps = [r.epsilon_lower for r in group if r.epsilon_lower is not None]
         theory = [r.epsilon_theory for r in group if r.epsilon_theory is not None]
+        judged = [r for r in group if r.outcome is not None]
+        worst = min(judged, key=lambda r: OUTCOMES.index(r.outcome), default=None)  # type: ignore[arg-type]
         summary.append(
             SweepPoint(
                 point=group[0].point,
@@ -257,20 +264,32 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
                 epsilon_lower_max=max(eps) if eps else None,
                 epsilon_theory=theory[0] if theory else None,
                 violations=sum(1 for r in group if r.violation),
+                outcome=worst.outcome if worst else None,
+                outcomes=dict(Counter(r.outcome for r in judged)),
+                headline=worst.headline if worst else None,
             )
         )
     return SweepResult(sweep_id=sweep.id, grid=sweep.grid, rows=table, points=summary)
 
 
+CSV_VERDICT_COLUMNS = (
+    "epsilon_lower",
+    "epsilon_theory",
+    "violation",
+    "outcome",
+    "epsilon_detectable",
+    "headline",
+)
+
+
 def result_csv(res: SweepResult) -> str:
-    """One line per child: position, each grid key, seed, audit id, state, ε_lower, ε_theory, violation.
-    A text grid value a spreadsheet would run as a formula is escaped (app/csv_cells.py)."""
+    """One line per child: position, each grid key, seed, audit id, state, ε_lower, ε_theory, violation,
+    outcome (the verdict), ε_detectable, headline. A text cell a spreadsheet would run as a formula (a grid
+    value, a headline) is escaped (app/csv_cells.py)."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     keys = list(res.grid)
-    writer.writerow(
-        ["position", *keys, "seed", "audit_id", "state", "epsilon_lower", "epsilon_theory", "violation"]
-    )
+    writer.writerow(["position", *keys, "seed", "audit_id", "state", *CSV_VERDICT_COLUMNS])
     for r in res.rows:
         writer.writerow(
             [
@@ -278,5 +297,6 @@ def result_csv(res: SweepResult) -> str:
                 for x in (r.position, *(r.point[k] for k in keys), r.seed, r.audit_id, r.state.value)
             ]
             + ["" if x is None else x for x in (r.epsilon_lower, r.epsilon_theory, r.violation)]
+            + ["" if x is None else safe_cell(x) for x in (r.outcome, r.epsilon_detectable, r.headline)]
         )
     return out.getvalue()

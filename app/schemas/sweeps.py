@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.audit.kinds.base import Labels
+from app.audit.verdict import Outcome
 from app.db.constants import AuditState
 from app.schemas.audits import request_union
 
@@ -106,6 +107,16 @@ class SweepRow(BaseModel):
     )
     epsilon_theory: float | None = Field(description="The ε the mechanism claims (the verdict's bound).")
     violation: bool | None
+    outcome: Outcome | None = Field(
+        default=None,
+        description="The child's verdict (its result's `verdict`): violation, leak, inconclusive or "
+        "consistent; null until it SUCCEEDED, or for a kind that measures no leakage (iclinf).",
+    )
+    headline: str | None = Field(default=None, description="The child's verdict in plain words.")
+    epsilon_detectable: float | None = Field(
+        default=None,
+        description="The child's power (its result's `epsilon_detectable`); null when unbounded or not needed.",
+    )
 
 
 class SweepPoint(BaseModel):
@@ -118,6 +129,17 @@ class SweepPoint(BaseModel):
     epsilon_lower_max: float | None
     epsilon_theory: float | None
     violations: int = Field(description="Children whose verdict is a violation.")
+    outcome: Outcome | None = Field(
+        default=None,
+        description="The point's verdict over its seeds: the most severe of its children's (violation, then "
+        "leak, inconclusive, consistent), as a CI gate on the point would read it; null when none has one.",
+    )
+    outcomes: dict[Outcome, int] = Field(
+        default_factory=dict, description="Children per verdict (only the verdicts seen)."
+    )
+    headline: str | None = Field(
+        default=None, description="The headline of the first child whose verdict is the point's `outcome`."
+    )
 
 
 class SweepResult(BaseModel):

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
+from service.client import verdict_request
 
 # the logic of this test does not depend on the database; PostgreSQL runs the concurrency-bearing ones
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -73,14 +74,29 @@ def test_a_16_point_sweep_finishes_with_its_table_csv_and_plot(client: TestClien
         assert row["epsilon_theory"] == audit["result"]["epsilon_theory"] == row["point"]["epsilon"]
         assert row["violation"] == audit["result"]["violation"]
         assert row["epsilon_lower"] == pytest.approx(bound["epsilon_lower"], rel=1e-12)  # the verdict's bound
+        assert row["outcome"] == audit["result"]["verdict"] == audit["verdict"]["outcome"] == "consistent"
+        assert row["headline"] == audit["result"]["headline"] and row["headline"].startswith("Consistent")
+        assert row["epsilon_detectable"] == audit["result"]["epsilon_detectable"]
     for point in table["points"]:
         mine = [r["epsilon_lower"] for r in table["rows"] if r["point"] == point["point"]]
         assert point["audits"] == 2 and point["epsilon_lower_max"] == max(mine)
         assert abs(point["epsilon_lower_mean"] - sum(mine) / 2) < 1e-12
+        assert point["outcome"] == "consistent" and point["outcomes"] == {"consistent": 2}
+        assert point["headline"] == next(r["headline"] for r in table["rows"] if r["point"] == point["point"])
 
     lines = list(csv.reader(io.StringIO(client.get(f"/v1/sweeps/{sweep['id']}/result.csv").text)))
     assert lines[0][:4] == ["position", "epsilon", "mechanism.partitions", "seed"] and len(lines) == 17
+    assert lines[0][6:] == [
+        "epsilon_lower",
+        "epsilon_theory",
+        "violation",
+        "outcome",
+        "epsilon_detectable",
+        "headline",
+    ]
     assert float(lines[1][6]) == pytest.approx(table["rows"][0]["epsilon_lower"], rel=1e-12)
+    first = table["rows"][0]
+    assert lines[1][9:] == ["consistent", repr(first["epsilon_detectable"]), first["headline"]]
 
     png = client.get(f"/v1/sweeps/{sweep['id']}/result.png")
     assert png.status_code == 200 and png.headers["content-type"] == "image/png"
@@ -150,3 +166,65 @@ def test_a_finished_sweep_says_when_its_last_child_finished_before_the_dispatch_
     assert completed_at(ended) == start + timedelta(seconds=3)
     running = [*ended, (SweepChild(), Audit(state=AuditState.RUNNING, finished_at=None))]
     assert completed_at(running) is None and completed_at([]) is None
+
+
+@SQLITE_ONLY
+def test_rows_points_and_csv_carry_each_childs_verdict(client: TestClient) -> None:
+    """A bound sweep whose points are a violation (claim 0.05) and inconclusive (claim 1): each row, point
+    and CSV line has the child's outcome and headline beside `violation`."""
+    body = {"base": verdict_request("leak"), "grid": {"epsilon": [0.05, 1]}}
+    sweep = client.post("/v1/sweeps", json=body).json()
+    assert wait_sweep(client, sweep["id"])["state"] == "SUCCEEDED"
+    table = client.get(f"/v1/sweeps/{sweep['id']}/result").json()
+    assert [(r["point"]["epsilon"], r["outcome"], r["violation"]) for r in table["rows"]] == [
+        (0.05, "violation", True),
+        (1, "inconclusive", False),
+    ]
+    violation, inconclusive = table["rows"]
+    assert violation["headline"].endswith(": violation") and violation["epsilon_detectable"] is None
+    assert inconclusive["headline"].startswith("Inconclusive:") and inconclusive["epsilon_detectable"] > 1
+    assert [(p["outcome"], p["outcomes"], p["violations"]) for p in table["points"]] == [
+        ("violation", {"violation": 1}, 1),
+        ("inconclusive", {"inconclusive": 1}, 0),
+    ]
+    lines = list(csv.DictReader(io.StringIO(client.get(f"/v1/sweeps/{sweep['id']}/result.csv").text)))
+    assert [(x["outcome"], x["violation"], x["headline"]) for x in lines] == [
+        ("violation", "True", violation["headline"]),
+        ("inconclusive", "False", inconclusive["headline"]),
+    ]
+
+
+def test_a_points_verdict_is_its_most_severe_childs() -> None:
+    """Over the seeds of one point: violation before leak before inconclusive before consistent; the
+    headline is that child's; a child without a verdict (failed, or a kind without one) is left out."""
+    from app.audit.local import run_request
+    from app.db.models import Audit, AuditState, Sweep, SweepChild
+    from app.integrations.sweeps import result
+
+    results = {
+        o: run_request(verdict_request(o)) for o in ("violation", "leak", "inconclusive", "consistent")
+    }
+
+    def child(seed: int, point: int, outcome: str | None) -> tuple[SweepChild, Audit]:
+        state = AuditState.SUCCEEDED if outcome else AuditState.FAILED
+        audit = Audit(id=f"a{point}{seed}", kind="bound", state=state, result=results.get(outcome or ""))
+        return SweepChild(position=seed, point={"p": point}, seed=seed), audit
+
+    points = {
+        1: ["consistent", "inconclusive", "consistent"],
+        2: ["leak", "consistent", "inconclusive"],
+        3: ["inconclusive", "violation", "leak"],
+        4: ["consistent", None],
+        5: [None],
+    }
+    rows = [child(seed, p, o) for p, outcomes in points.items() for seed, o in enumerate(outcomes)]
+    table = result(Sweep(id="s", grid={"p": list(points)}), rows)
+    got = {p.point["p"]: (p.outcome, p.outcomes, p.headline) for p in table.points}
+    assert got == {
+        1: ("inconclusive", {"consistent": 2, "inconclusive": 1}, results["inconclusive"]["headline"]),
+        2: ("leak", {"leak": 1, "consistent": 1, "inconclusive": 1}, results["leak"]["headline"]),
+        3: ("violation", {"inconclusive": 1, "violation": 1, "leak": 1}, results["violation"]["headline"]),
+        4: ("consistent", {"consistent": 1}, results["consistent"]["headline"]),
+        5: (None, {}, None),
+    }
+    assert [r.outcome for r in table.rows] == [o for outcomes in points.values() for o in outcomes]
