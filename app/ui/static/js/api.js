@@ -167,27 +167,55 @@ export function stateBadge(state) {
   return el("span", { class: `badge state-${state}`, "data-state": state }, state);
 }
 
-/** The ε a request claims (mia: epsilon; synthetic_generation: target_epsilon), or null. */
+/**
+ * The ε the audited system claims, or null when it claims none. A finished result says it best (mia's
+ * epsilon_theory is null for a mechanism without noise even though the request carries a default ε; bound's
+ * epsilon_claimed); before that, the server's epsilon_claimed, then the request's own field.
+ */
 export function claimedEpsilon(audit) {
+  const res = audit.result;
+  if (res && typeof res === "object") {
+    for (const k of ["epsilon_theory", "epsilon_claimed"]) if (k in res) return res[k];
+  }
   if (audit.epsilon_claimed !== undefined) return audit.epsilon_claimed;
   const r = audit.request || {};
   return r.epsilon ?? r.target_epsilon ?? null;
 }
 
-/** "violation" (the audit found more leakage than claimed), "holds", or "none" (no verdict). */
+/** The four outcomes of a verdict (app/audit/verdict.py), in the order the filter offers them. */
+export const OUTCOMES = ["violation", "leak", "inconclusive", "consistent"];
+
+/** What each outcome means, for a badge's tooltip and screen readers. */
+export const OUTCOME_MEANING = {
+  violation: "a measured lower bound exceeds the claimed ε",
+  leak: "nothing is claimed and the measured lower bound exceeds max_epsilon",
+  inconclusive: "the audit could not have shown a violation or a leak",
+  consistent: "the audit could have seen a violation and saw none",
+};
+
+/**
+ * The verdict's outcome (violation, leak, inconclusive, consistent), or null when there is none: the audit
+ * has not succeeded, its kind measures no leakage (iclinf), or its result was stored before verdicts had
+ * four outcomes (then only a stored violation is read as one; its `false` is not read as a pass).
+ */
 export function verdictOf(audit) {
-  const v = audit.verdict ? audit.verdict.violation : audit.result ? audit.result.violation : undefined;
-  if (v === true) return "violation";
-  if (v === false) return "holds";
-  return "none";
+  if (audit.state && audit.state !== "SUCCEEDED") return null;
+  const digest = audit.verdict && typeof audit.verdict === "object" ? audit.verdict.outcome : undefined;
+  const outcome = digest ?? (audit.result ? audit.result.verdict : undefined);
+  if (OUTCOMES.includes(outcome)) return outcome;
+  const violation = audit.verdict ? audit.verdict.violation : audit.result ? audit.result.violation : undefined;
+  return violation === true ? "violation" : null;
 }
 
-const VERDICT_TEXT = { violation: "✗ violation", holds: "✓ within claim", none: "—" };
+/** A badge naming the outcome: red for violation and leak, amber for inconclusive, green for consistent. */
+export function outcomeBadge(outcome, attrs = {}) {
+  if (!outcome) return el("span", { class: "badge verdict-none", "data-verdict": "none", ...attrs }, "no verdict");
+  return el("span", { class: `badge verdict-${outcome}`, "data-verdict": outcome, title: OUTCOME_MEANING[outcome], ...attrs }, outcome);
+}
 
 export function verdictBadge(audit) {
-  const v = verdictOf(audit);
-  if (audit.state !== "SUCCEEDED") return el("span", { class: "muted" }, "—");
-  return el("span", { class: `badge verdict-${v === "holds" ? "ok" : v === "violation" ? "violation" : "none"}`, "data-verdict": v }, VERDICT_TEXT[v]);
+  if (audit.state !== "SUCCEEDED") return el("span", { class: "muted", "data-verdict": "pending" }, "—");
+  return outcomeBadge(verdictOf(audit));
 }
 
 /** A progress bar with stage and ETA; update() redraws it in place. */

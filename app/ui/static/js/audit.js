@@ -1,8 +1,10 @@
-// Audit page: the request, live progress, the result as tables and interactive charts, downloads
-// (JSON, CSV, PNG), and how to reproduce it (iclaudit submit, curl).
+// Audit page: the verdict's headline at the top (a badge: red for violation or leak, amber for inconclusive,
+// green for consistent), the request, live progress, the result (every other ε figure under Details, one
+// line each on what it is), tables and interactive charts, downloads (JSON, CSV, PNG), and how to reproduce
+// it (iclaudit submit, curl).
 import {
-  api, ApiError, claimedEpsilon, download, el, flatten, fmt, initPage, progressBar, stateBadge, TERMINAL, toCsv,
-  verdictBadge, watch, when,
+  api, ApiError, claimedEpsilon, download, el, flatten, fmt, initPage, outcomeBadge, progressBar, stateBadge,
+  TERMINAL, toCsv, verdictBadge, verdictOf, watch, when,
 } from "./api.js";
 import { barChart, lineChart, rocChart, seriesBars } from "./charts.js";
 
@@ -12,6 +14,7 @@ const path = `/v1/audits/${encodeURIComponent(id)}`;
 const THREATS = { black_box: "black-box", white_box: "white-box" };
 
 const heading = el("h1", {}, "Audit ", el("span", { class: "mono" }, id));
+const verdictPanel = el("section", { class: "headline", id: "verdict", "aria-label": "Verdict", hidden: true });
 const summary = el("dl", { class: "kv", id: "summary" });
 const progressHolder = el("div", { id: "progress" });
 const live = el("p", { class: "muted", "aria-live": "polite", id: "live" });
@@ -19,16 +22,18 @@ const actions = el("div", { class: "actions", id: "actions" });
 const errorBox = el("div", { id: "error" });
 const resultBox = el("section", { id: "result", "aria-labelledby": "result-h" });
 const requestBox = el("section", { id: "request", "aria-labelledby": "request-h" });
-main.append(heading, el("div", { class: "panel" }, summary, progressHolder, live), actions, errorBox, resultBox, requestBox);
+main.append(heading, verdictPanel, el("div", { class: "panel" }, summary, progressHolder, live), actions, errorBox, resultBox, requestBox);
 
 let bar = null;
 let resultShown = false;
 
-function table(caption, head, body, id) {
+/** A table with row labels; the columns in `narrow` are hidden below 720 px so the others stay on screen. */
+function table(caption, head, body, id, { narrow = [] } = {}) {
+  const cls = (i, base) => [base, narrow.includes(i) ? "hide-narrow" : null].filter(Boolean).join(" ") || null;
   return el("div", { class: "table-wrap" }, el("table", { id },
     el("caption", {}, caption),
-    el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { scope: "col", class: i ? "num" : null }, h)))),
-    el("tbody", {}, body.map((r) => el("tr", {}, r.map((c, i) => (i ? el("td", { class: "num" }, c) : el("th", { scope: "row" }, c))))))));
+    el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { scope: "col", class: cls(i, i ? "num" : null) }, h)))),
+    el("tbody", {}, body.map((r) => el("tr", {}, r.map((c, i) => (i ? el("td", { class: cls(i, "num") }, c) : el("th", { scope: "row" }, c))))))));
 }
 
 function kv(pairs) {
@@ -44,7 +49,7 @@ function renderSummary(a) {
     ["Dataset", r.dataset ?? "—"],
     ["Model", r.model ?? "—"],
     ["Mechanism", r.mechanism ? r.mechanism.name : "—"],
-    ["ε claimed", claimedEpsilon(a)],
+    ["ε claimed", claimedEpsilon(a) ?? "none"],
     ["Created", when(a.created_at)],
     ["Started", when(a.started_at)],
     ["Finished", when(a.finished_at)],
@@ -101,32 +106,169 @@ function warnings(result) {
   return list.map((w) => el("p", { class: "warning", role: "note" }, typeof w === "string" ? w : w.message || JSON.stringify(w)));
 }
 
-function boundTables(b, theory) {
+const ASSUMPTION = { gdp: "Gaussian-DP", none: "assumption-free" };
+const isNum = (v) => typeof v === "number" && Number.isFinite(v);
+
+/** The verdict's headline, badge and reason at the top of the page (neutral for a kind without a verdict). */
+function renderVerdict(a) {
+  const res = a.result || {};
+  const outcome = verdictOf(a);
+  const headline = res.headline || (outcome ? `Verdict: ${outcome}` : `No verdict: a ${a.kind} audit measures no ε lower bound to judge a claim by.`);
+  verdictPanel.dataset.verdict = outcome || "none";
+  // The reason goes under the headline, unless the headline already says it word for word (inconclusive's does).
+  const reason = res.verdict_reason && !headline.includes(res.verdict_reason) ? res.verdict_reason : null;
+  verdictPanel.replaceChildren(
+    el("p", {}, outcomeBadge(outcome, { id: "verdict-badge" }), " ", el("span", { class: "headline-text", id: "headline" }, headline)),
+    reason ? el("p", { class: "why", id: "verdict-reason" }, "Why: ", reason) : null,
+  );
+  verdictPanel.hidden = false;
+}
+
+/** One line of Details: the value, what it is, and whether the verdict used it. */
+function detail(key, value, name, what, { used = false, unbounded = false } = {}) {
+  return el("li", { "data-figure": key, "data-used": used ? "true" : null },
+    el("span", { class: "value" }, fmt(value, { unbounded })), el("span", { class: "name" }, name),
+    what ? [" — ", el("span", { class: "what" }, what)] : null);
+}
+
+/** The claim (or, without one, max_epsilon) and the audit's power: what the verdict compared its bound with. */
+function claimFigures(res, claimed) {
+  const out = [];
+  if (isNum(claimed)) out.push(detail("claimed", claimed, "ε claimed", "what the system promises; a lower bound above it is a violation"));
+  else out.push(detail("max_epsilon", res.max_epsilon ?? 0, "max_epsilon (nothing is claimed)", "the leakage allowed without a claim; a lower bound above it is a leak"));
+  if (isNum(res.epsilon_detectable) || res.epsilon_detectable_unbounded) {
+    out.push(detail("detectable", res.epsilon_detectable, "ε detectable",
+      res.epsilon_detectable_unbounded ? "no true ε up to 100 would be flagged with probability ≥ ½: the audit could not see a leak"
+        : "this audit's power: the smallest true ε it flags with probability ≥ ½ (consistent needs it ≤ 2 × the claim)",
+      { unbounded: !!res.epsilon_detectable_unbounded }));
+  }
+  return out;
+}
+
+/** Details lines of one membership test's bounds: the one the verdict used first, the others said for what they are. */
+function testFigures(prefix, label, b, confidence) {
+  const assumption = b.assumption || "gdp";
+  const conf = isNum(confidence) ? ` at ${fmt(100 * confidence)} % confidence` : "";
+  const lower = b.epsilon_lower !== undefined ? b.epsilon_lower : assumption === "none" ? b.epsilon_empirical_assumption_free : b.epsilon_empirical;
+  const lowerUnbounded = assumption === "gdp" ? !!b.epsilon_empirical_unbounded : !!b.epsilon_lower_unbounded;
+  const out = [detail(`${prefix}lower`, lower, `${label}ε lower bound, ${ASSUMPTION[assumption] || assumption}`,
+    `the bound the verdict used: the system leaks at least this much${conf}` + (b.biased ? " (threshold chosen in-sample: optimistic)" : ""),
+    { used: true, unbounded: lowerUnbounded })];
+  if (assumption === "none") {
+    out.push(detail(`${prefix}gdp`, b.epsilon_empirical, `${label}ε empirical, Gaussian-DP`,
+      "the same test read through the Gaussian trade-off curve: valid only for Gaussian noise, which is not assumed here — not used by the verdict",
+      { unbounded: !!b.epsilon_empirical_unbounded }));
+  } else if (b.epsilon_empirical_assumption_free !== undefined) {
+    out.push(detail(`${prefix}free`, b.epsilon_empirical_assumption_free, `${label}ε empirical, assumption-free`,
+      "holds for any mechanism, not only Gaussian ones; usually lower — not used by the verdict, which relies on the mechanism's Gaussian noise"));
+  }
+  if (b.epsilon_point !== undefined || b.epsilon_point_unbounded) {
+    out.push(detail(`${prefix}point`, b.epsilon_point, `${label}ε point estimate`,
+      "log(TPR/FPR) of the observed test: no confidence margin and no δ — not a bound", { unbounded: !!b.epsilon_point_unbounded }));
+  }
+  return out;
+}
+
+/**
+ * Why the exact ε of the calibrated noise (the ceiling) sits below a measured bound, in one line; null when it
+ * does not. The ceiling is the most any attack can show against the noise the claim was calibrated with, so a
+ * bound above it means either the release is not that noise (the verdict's own bound is above it) or the
+ * figure above it is a Gaussian-DP reading the verdict did not use (it overstates ε for a non-Gaussian release).
+ */
+function ceilingNote(res, tms) {
+  const ceiling = isNum(res.epsilon_ceiling) ? res.epsilon_ceiling : res.epsilon_exact_at_delta;
+  if (!isNum(ceiling)) return null;
+  const classic = isNum(res.epsilon_theory) && ceiling < res.epsilon_theory - 1e-9
+    ? ` (${res.calibration === "classic" ? "classic calibration is conservative, so it is" : "it is"} below the claimed ${fmt(res.epsilon_theory)})`
+    : "";
+  const used = tms.map((t) => [t, res[t].epsilon_lower]).filter(([, v]) => isNum(v) && v > ceiling + 1e-9);
+  if (used.length) {
+    const [t, v] = used.reduce((x, y) => (y[1] > x[1] ? y : x));
+    const mech = res.mechanism || {};
+    const cause = mech.bug ? `the planted bug ${mech.bug} changes the noise the system releases`
+      : "the system does not release the noise the claim was calibrated with (a bug, or another mechanism than the one claimed)";
+    return `Why the measured ε ≥ ${fmt(v)} (${THREATS[t]}) is above the calibrated noise's exact ε = ${fmt(ceiling)}${classic}: ` +
+      `no attack can show more than that against the calibrated noise, so ${cause}.`;
+  }
+  for (const t of tms) {
+    const b = res[t];
+    if ((b.assumption || res.assumption) === "none" && isNum(b.epsilon_empirical) && b.epsilon_empirical > ceiling + 1e-9) {
+      return `Why ${THREATS[t]} ε empirical (Gaussian-DP) = ${fmt(b.epsilon_empirical)} is above the calibrated noise's exact ε = ${fmt(ceiling)}${classic}: ` +
+        `it reads the test through the Gaussian trade-off curve, which can overstate ε for a release that is not Gaussian; ` +
+        `the verdict used the assumption-free bound ${fmt(b.epsilon_lower)}, which is not above it.`;
+    }
+  }
+  return null;
+}
+
+function detailsSection(figures, note) {
+  return el("section", { id: "details", "aria-labelledby": "details-h" },
+    el("h3", { id: "details-h" }, "Details"),
+    el("p", { class: "muted" }, "Every ε figure of the result, one line each on what it is; the verdict's is first and marked."),
+    note ? el("p", { class: "note-line", id: "ceiling-note", role: "note" }, note) : null,
+    el("ul", { class: "figures", id: "figures" }, figures));
+}
+
+/** The non-ε statistics of one test (the ε figures are under Details). */
+function testRows(b, threshold, thresholdName) {
+  const lower = b.epsilon_lower;
   return [
     ["TPR", fmt(b.tpr)], ["FPR", fmt(b.fpr)], ["AUC", fmt(b.auc)], ["accuracy", fmt(b.accuracy)],
-    ["μ lower bound", fmt(b.mu_lower)],
-    ["ε lower bound the verdict uses", fmt(b.epsilon_lower)],
-    ["assumption (gdp: Gaussian-DP trade-off; none: assumption-free)", fmt(b.assumption)],
-    ["ε empirical (lower bound)", fmt(b.epsilon_empirical, { unbounded: b.epsilon_empirical_unbounded })],
-    ["ε empirical, assumption-free", fmt(b.epsilon_empirical_assumption_free)],
-    ["ε point estimate", fmt(b.epsilon_point, { unbounded: b.epsilon_point_unbounded })],
+    ["μ lower bound (Gaussian-DP)", fmt(b.mu_lower)],
+    ["ε lower bound the verdict used", fmt(lower, { unbounded: b.epsilon_lower_unbounded || (b.assumption === "gdp" && b.epsilon_empirical_unbounded) })],
+    ["assumption (gdp: Gaussian-DP trade-off; none: any mechanism)", fmt(b.assumption)],
+    [`above ${thresholdName}`, isNum(lower) ? (lower > threshold ? "yes" : "no") : lower === null ? "yes (∞)" : "—"],
     ["threshold", `${fmt(b.threshold)} (${b.threshold_strategy ?? "—"})`],
     ["counts tp / fn / fp / tn", b.counts ? `${b.counts.tp} / ${b.counts.fn} / ${b.counts.fp} / ${b.counts.tn}` : "—"],
-    ...(theory ? [["violation", b.violation === true ? "✗ yes" : b.violation === false ? "no" : "—"]] : []),
   ];
+}
+
+/**
+ * The ε chart: one bar per test, the bound the verdict used (red when it is above the claim or max_epsilon),
+ * against the claim (or max_epsilon) and the audit's power. Other bounds are not drawn: they are under Details.
+ */
+function verdictChart(groups, bounds, res, claimed) {
+  const threshold = isNum(claimed) ? claimed : res.max_epsilon ?? 0;
+  const over = bounds.some((b) => isNum(b.value) ? b.value > threshold : b.unbounded);
+  const finite = bounds.map((b) => b.value).filter(isNum).concat([threshold, res.epsilon_detectable].filter(isNum));
+  const top = Math.max(0.1, ...finite) * 1.3;
+  const lines = [];
+  if (isNum(claimed)) lines.push({ label: "ε claimed", value: claimed, color: "#17663a" });
+  else if (threshold > 0) lines.push({ label: "max_epsilon", value: threshold, color: "#17663a" });
+  if (isNum(res.epsilon_detectable)) lines.push({ label: "ε detectable (the audit's power)", value: res.epsilon_detectable, color: "#7a4a00" });
+  const assumptions = [...new Set(bounds.map((b) => ASSUMPTION[b.assumption] || b.assumption))].join(" / ");
+  return barChart("chart-epsilon", "The bound the verdict used", groups, [{
+    label: `ε lower bound (${assumptions})`,
+    values: bounds.map((b) => (isNum(b.value) ? b.value : b.unbounded ? top / 1.15 : null)),
+    unbounded: bounds.map((b) => b.unbounded),
+    color: over ? "#a4161a" : "#0b5cad",
+  }], `The bar is the lower bound the verdict used${isNum(claimed) ? "; above the dashed claim it is a violation" : "; nothing is claimed, so above max_epsilon it is a leak"}. The other ε figures are under Details.`,
+  { lines, top });
 }
 
 function renderMia(a, res) {
   const tms = Object.keys(THREATS).filter((t) => res[t] && typeof res[t] === "object");
-  const rows = boundTables({}, true).map(([name], i) => [name, ...tms.map((t) => boundTables(res[t], true)[i][1])]);
+  const claimed = res.epsilon_theory ?? null;
+  const threshold = isNum(claimed) ? claimed : res.max_epsilon ?? 0;
+  const thresholdName = isNum(claimed) ? "the claim (violation)" : "max_epsilon (leak)";
+  const perTest = res.confidence && typeof res.confidence === "object" ? res.confidence.per_test : null;
+  const figures = [
+    ...tms.flatMap((t) => testFigures(`${t}-`, tms.length > 1 ? `${THREATS[t]}: ` : "", res[t], res[t].confidence ?? perTest)),
+    ...claimFigures(res, claimed),
+  ];
+  if (isNum(res.epsilon_ceiling) || isNum(res.epsilon_exact_at_delta)) {
+    figures.push(detail("ceiling", res.epsilon_ceiling ?? res.epsilon_exact_at_delta, "ε ceiling (exact ε at δ of the calibrated noise)",
+      "the most any attack could show if the noise is what the claim says; theory, not measured"));
+  }
+  const rows = testRows({}, threshold, thresholdName).map(([name], i) => [name, ...tms.map((t) => testRows(res[t], threshold, thresholdName)[i][1])]);
   const out = [
+    detailsSection(figures, ceilingNote(res, tms)),
     table("Membership tests, per threat model", ["", ...tms.map((t) => THREATS[t])], rows, "threat-models"),
-    table("The claim: theory and ceiling", ["", "value"], [
-      ["ε theory (claimed)", fmt(res.epsilon_theory)],
-      ["μ theory", fmt(res.mu_theory)],
-      ["ε ceiling = ε(μ theory): what a perfect attack could show", fmt(res.epsilon_ceiling)],
+    table("The mechanism and its noise", ["", "value"], [
+      ["μ theory (Gaussian-DP μ of the calibrated noise)", fmt(res.mu_theory)],
       ["δ", fmt(a.request.delta ?? res.delta)],
       ["noise σ", fmt(res.sigma)], ["sensitivity", fmt(res.sensitivity)], ["calibration", fmt(res.calibration)],
+      ["calibration valid", fmt(res.calibration_valid)],
       ["estimator", fmt(res.estimator)],
     ], "theory"),
     table("Cost", ["", "value"], [
@@ -139,37 +281,43 @@ function renderMia(a, res) {
   } else out.push(el("p", { class: "muted" }, "Utility: not measured for this audit."));
   const charts = el("div", { class: "grid2" });
   const curves = [];
-  if (res.mu_theory !== null && res.mu_theory !== undefined) curves.push({ label: `claim: μ theory = ${fmt(res.mu_theory)}`, mu: res.mu_theory });
-  tms.forEach((t) => { if (res[t].mu_lower !== null && res[t].mu_lower !== undefined) curves.push({ label: `${THREATS[t]} μ lower = ${fmt(res[t].mu_lower)}`, mu: res[t].mu_lower }); });
+  if (isNum(res.mu_theory)) curves.push({ label: `claim: μ theory = ${fmt(res.mu_theory)}`, mu: res.mu_theory });
+  tms.forEach((t) => {
+    if (!isNum(res[t].mu_lower)) return;
+    const unused = (res[t].assumption || res.assumption) === "none" ? " (Gaussian-DP reading, not the verdict's)" : "";
+    curves.push({ label: `${THREATS[t]} μ lower = ${fmt(res[t].mu_lower)}${unused}`, mu: res[t].mu_lower });
+  });
   charts.append(
     rocChart("chart-roc", "ROC (log axes)", curves,
-      tms.filter((t) => res[t].tpr !== null && res[t].tpr !== undefined).map((t) => ({ label: `${THREATS[t]} test`, fpr: res[t].fpr, tpr: res[t].tpr })),
+      tms.filter((t) => isNum(res[t].tpr)).map((t) => ({ label: `${THREATS[t]} test`, fpr: res[t].fpr, tpr: res[t].tpr })),
       "A μ-GDP mechanism admits no test above its curve: a point above the claim's curve is a violation. Drag to zoom, double-click to reset."),
-    barChart("chart-epsilon", "ε empirical against ε theory", tms.map((t) => THREATS[t]), [
-      { label: "ε empirical (lower bound)", values: tms.map((t) => res[t].epsilon_empirical), unbounded: tms.map((t) => res[t].epsilon_empirical_unbounded) },
-      { label: "ε empirical, assumption-free", values: tms.map((t) => res[t].epsilon_empirical_assumption_free ?? null) },
-      { label: "ε ceiling", values: tms.map(() => res.epsilon_ceiling ?? null), color: "#4f5660" },
-    ], "A lower bound above the dashed claimed ε is a violation.",
-    { lines: res.epsilon_theory !== null && res.epsilon_theory !== undefined ? [{ label: "ε theory (claimed)", value: res.epsilon_theory }] : [] }),
+    verdictChart(tms.map((t) => THREATS[t]), tms.map((t) => ({
+      value: res[t].epsilon_lower, assumption: res[t].assumption || res.assumption || "gdp",
+      unbounded: res[t].epsilon_lower === null && !!(res[t].epsilon_lower_unbounded || res[t].epsilon_empirical_unbounded),
+    })), res, claimed),
   );
   out.push(el("h2", {}, "Charts"), charts);
   return out;
 }
 
 function renderBound(a, res) {
+  const claimed = res.epsilon_claimed ?? null;
+  const threshold = isNum(claimed) ? claimed : res.max_epsilon ?? 0;
+  const thresholdName = isNum(claimed) ? "the claim (violation)" : "max_epsilon (leak)";
+  const figures = [...testFigures("", "", res, res.confidence), ...claimFigures(res, claimed)];
   return [
-    table("Bound from the test's outcomes", ["", "value"], [...boundTables(res, false),
-      ["confidence", fmt(res.confidence)], ["δ", fmt(res.delta)], ["assumption", fmt(res.assumption)],
+    detailsSection(figures, null),
+    table("Bound from the test's outcomes", ["", "value"], [...testRows(res, threshold, thresholdName),
+      ["confidence", fmt(res.confidence)], ["δ", fmt(res.delta)],
       ["n in / n out", `${fmt(res.n_in)} / ${fmt(res.n_out)}`]], "bound"),
     el("h2", {}, "Charts"),
     el("div", { class: "grid2" },
-      rocChart("chart-roc", "ROC (log axes)", [{ label: `μ lower = ${fmt(res.mu_lower)}`, mu: res.mu_lower }],
+      rocChart("chart-roc", "ROC (log axes)", [{ label: `μ lower = ${fmt(res.mu_lower)}${res.assumption === "none" ? " (Gaussian-DP reading, not the verdict's)" : ""}`, mu: res.mu_lower }],
         [{ label: "observed (FPR, TPR)", fpr: res.fpr, tpr: res.tpr }], "Drag to zoom, double-click to reset."),
-      barChart("chart-epsilon", "ε estimates", ["this test"], [
-        { label: "ε empirical (lower bound)", values: [res.epsilon_empirical], unbounded: [res.epsilon_empirical_unbounded] },
-        { label: "ε empirical, assumption-free", values: [res.epsilon_empirical_assumption_free ?? null] },
-        { label: "ε point", values: [res.epsilon_point], unbounded: [res.epsilon_point_unbounded] },
-      ], "The point estimate is not a bound; the lower bounds hold at the stated confidence.")),
+      verdictChart(["this test"], [{
+        value: res.epsilon_lower ?? null, assumption: res.assumption || "gdp",
+        unbounded: res.epsilon_lower === null && !!res.epsilon_empirical_unbounded,
+      }], res, claimed)),
   ];
 }
 
@@ -196,19 +344,28 @@ function renderIclinf(a, res) {
 }
 
 function renderSynth(a, res) {
+  const figures = [
+    detail("spent", res.epsilon_empirical, "ε spent on these examples (data-dependent)",
+      "the figure the verdict used: the measured RDP curve converted to (ε, δ); exact for these examples, no sampling", { used: true }),
+    detail("budget", res.epsilon_theory, "ε budget (theory)", "what the parameters guarantee for any examples; spending more is a violation"),
+  ];
+  if (isNum(res.target_epsilon) && res.target_epsilon !== res.epsilon_theory) {
+    figures.push(detail("target", res.target_epsilon, "ε asked for", "the target a parameter was solved for"));
+  }
   const out = [
+    detailsSection(figures, null),
     table("DP synthetic generation", ["", "value"], [
-      ["variant", res.variant ?? "simplified"], ["ε theory (target)", fmt(res.epsilon_theory)],
-      ["ε empirical (RDP curve → (ε, δ))", fmt(res.epsilon_empirical)], ["order α of ε empirical", fmt(res.alpha_empirical)],
+      ["variant", res.variant ?? "simplified"], ["order α of ε spent", fmt(res.alpha_empirical)],
       ["theory order α*", fmt(res.alpha)], ["temperature", fmt(res.temperature)], ["sequences", fmt(res.sequences)],
       ["private / generated tokens", `${fmt(res.private_tokens)} / ${fmt(res.generated_tokens)}`], ["LLM forward passes", fmt(res.llm_forward_passes)],
     ], "synthgen"),
   ];
   if (Array.isArray(res.texts)) out.push(el("h3", {}, "Generated texts"), el("ol", {}, res.texts.map((t) => el("li", {}, el("code", {}, t)))));
+  const over = isNum(res.epsilon_empirical) && isNum(res.epsilon_theory) && res.epsilon_empirical > res.epsilon_theory;
   const charts = el("div", { class: "grid2" },
-    barChart("chart-epsilon", "ε empirical against ε theory", ["this run"], [
-      { label: "ε empirical", values: [res.epsilon_empirical ?? null] },
-    ], null, { lines: [{ label: "ε theory", value: res.epsilon_theory }] }));
+    barChart("chart-epsilon", "ε spent against the budget", ["this run"], [
+      { label: "ε spent (the verdict's figure)", values: [res.epsilon_empirical ?? null], color: over ? "#a4161a" : "#0b5cad" },
+    ], "Above the dashed budget it is a violation.", { lines: [{ label: "ε budget", value: res.epsilon_theory, color: "#17663a" }] }));
   if (Array.isArray(res.orders) && Array.isArray(res.rdp_empirical) && Array.isArray(res.rdp_theory)) {
     charts.append(lineChart("chart-rdp", "RDP curve: data-dependent vs theory", "order α", res.orders,
       [{ label: "data-dependent", values: res.rdp_empirical }, { label: "theory", values: res.rdp_theory }],
@@ -225,6 +382,12 @@ function renderSynth(a, res) {
 
 const RENDER = { mia: renderMia, bound: renderBound, iclinf: renderIclinf, synthetic_generation: renderSynth };
 
+/**
+ * Per-record risk (app/audit/records.py). A record is flagged by its exact sign test (p-value ≤ (1 − confidence)
+ * / records, Bonferroni over the records), not by its own ε lower bound, which a record's few trials rarely
+ * lift above 0: so the chart draws the evidence that decided the flag (−log₁₀ p against the flag line), never a
+ * row of zero ε bars beside flagged records.
+ */
 async function renderRecords(a) {
   let records = a.result && a.result.records;
   if (!records && a.kind === "mia") {
@@ -236,7 +399,8 @@ async function renderRecords(a) {
   }
   const list = Array.isArray(records) ? records : records && (records.records || records.items);
   if (!Array.isArray(list) || !list.length) return [];
-  const keyOf = (r) => ["epsilon_lower", "risk", "score", "epsilon", "auc"].find((k) => typeof r[k] === "number") || Object.keys(r).find((k) => typeof r[k] === "number");
+  if (typeof list[0].p_value === "number") return recordEvidence(a, list);
+  const keyOf = (r) => ["risk", "score", "auc", "epsilon_lower", "epsilon"].find((k) => typeof r[k] === "number") || Object.keys(r).find((k) => typeof r[k] === "number");
   const key = keyOf(list[0]);
   if (!key) return [];
   const sorted = list[0].rank !== undefined ? [...list].sort((x, y) => x.rank - y.rank) : [...list].sort((x, y) => (y[key] ?? 0) - (x[key] ?? 0));
@@ -247,9 +411,36 @@ async function renderRecords(a) {
     table("Records, riskiest first", ["record", ...cols], top.slice(0, 20).map((r, i) => [String(r.record_id ?? r.index ?? r.id ?? i + 1), ...cols.map((k) => fmt(r[k]))]), "records")];
 }
 
+function recordEvidence(a, list) {
+  const res = a.result || {};
+  const stated = res.confidence && typeof res.confidence === "object" ? res.confidence.stated : (a.request || {}).confidence;
+  const confidence = isNum(stated) ? stated : 0.95;
+  const cut = (1 - confidence) / list.length;
+  const evidence = (p) => -Math.log10(Math.max(p, 1e-300));
+  const sorted = list[0].rank !== undefined ? [...list].sort((x, y) => x.rank - y.rank) : [...list].sort((x, y) => x.p_value - y.p_value);
+  const flagged = list.filter((r) => r.flagged === true).length;
+  const top = sorted.slice(0, 50);
+  const zeroBound = list.filter((r) => r.flagged === true && !(r.epsilon_lower > 0)).length;
+  const trials = Math.max(...list.map((r) => r.trials || 0));
+  return [el("h2", {}, "Per-record risk"),
+    el("p", { id: "records-summary" }, el("strong", {}, `${flagged} of ${list.length} records flagged as leaking`),
+      ` — each by the exact sign test on its paired trials (C1 vs C0), flagged when p ≤ ${fmt(cut)} `
+      + `(${fmt(100 * confidence)} % over all ${list.length} records, Bonferroni).`),
+    seriesBars("chart-records", `Evidence per record: −log₁₀ p-value (highest ${top.length})`, "rank", top.map((r) => evidence(r.p_value)),
+      [{ label: `flag line: p = ${fmt(cut)}`, value: evidence(cut) }],
+      "Each bar is one record, riskiest first; a bar above the dashed line is flagged.", { yLabel: "−log₁₀ p" }),
+    zeroBound ? el("p", { class: "muted", id: "records-bound-note" },
+      `${zeroBound} flagged record${zeroBound === 1 ? " has" : "s have"} an own ε lower bound of 0: with ${trials} trials a single record cannot certify an ε, `
+      + "so the flag rests on the sign test's p-value, not on that bound.") : null,
+    table("Records, riskiest first", ["record", "flagged", "p-value (sign test)", "trials", "AUC", "mean gap in − out", "own ε lower bound"],
+      top.slice(0, 20).map((r) => [String(r.record_id), r.flagged ? "yes" : "no", fmt(r.p_value), fmt(r.trials), fmt(r.auc), fmt(r.gap_mean), fmt(r.epsilon_lower)]),
+      "records", { narrow: [3, 5, 6] })];
+}
+
 async function renderResult(a) {
   resultShown = true;
   const res = a.result;
+  renderVerdict(a);
   const render = RENDER[a.kind];
   const pngButton = el("button", { type: "button", id: "download-png" }, "Download PNG");
   const img = el("img", { id: "result-png", alt: `Plot of the ${a.kind} result`, hidden: true, style: "max-width:100%" });

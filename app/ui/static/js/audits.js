@@ -1,6 +1,6 @@
 // Audits page: the tenant's audits newest first, filters, paging, live progress (no reloads), cancel.
 import {
-  api, claimedEpsilon, el, fmt, initPage, progressBar, stateBadge, TERMINAL, verdictBadge, verdictOf, watch, when,
+  api, claimedEpsilon, el, fmt, initPage, OUTCOMES, progressBar, stateBadge, TERMINAL, verdictBadge, verdictOf, watch, when,
 } from "./api.js";
 
 const STATES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
@@ -25,7 +25,7 @@ const { data: ex } = await api("/ui/examples.json");
 const form = el("form", { class: "filters", role: "search", "aria-label": "Filter audits" },
   select("f-state", "State", STATES, filters.state),
   select("f-kind", "Kind", ex.kinds, filters.kind),
-  select("f-verdict", "Verdict", ["violation", "holds", "none"], filters.verdict),
+  select("f-verdict", "Verdict", OUTCOMES, filters.verdict),
 );
 const status = el("p", { class: "muted", id: "list-status", "aria-live": "polite" });
 const tbody = el("tbody");
@@ -72,8 +72,8 @@ function row(audit) {
   const mech = r.mechanism ? r.mechanism.name + (r.mechanism.bug ? ` (bug: ${r.mechanism.bug})` : "") : "—";
   const progress = progressBar(audit);
   const stateCell = el("td");
-  const verdictCell = el("td");
-  const actionCell = el("td");
+  const verdictCell = el("td", { class: "cell-verdict" });
+  const actionCell = el("td", { class: "cell-action" });
   const tr = el("tr", { "data-id": audit.id },
     el("td", {}, el("a", { href: `/ui/audits/${encodeURIComponent(audit.id)}`, class: "mono", title: audit.id, "aria-label": `audit ${audit.id}` }, audit.id.slice(0, 8))),
     el("td", { class: "hide-narrow" }, when(audit.created_at)),
@@ -83,7 +83,7 @@ function row(audit) {
     el("td", { class: "hide-narrow" }, mech),
     el("td", { class: "num hide-narrow" }, fmt(claimedEpsilon(audit))),
     stateCell,
-    el("td", {}, progress),
+    el("td", { class: "cell-progress" }, progress),
     verdictCell,
     actionCell,
   );
@@ -105,6 +105,9 @@ function row(audit) {
 }
 
 function render(list) {
+  // The verdict filter is asked of the server (?verdict=); a server that does not filter by verdict sends
+  // every audit of the page, so the page is filtered here too (a no-op when the server did it).
+  const honoured = !filters.verdict || list.audits.every((a) => verdictOf(a) === filters.verdict);
   let audits = list.audits;
   if (filters.verdict) audits = audits.filter((a) => verdictOf(a) === filters.verdict);
   const seen = new Set();
@@ -129,7 +132,7 @@ function render(list) {
   active = list.audits.filter((a) => !TERMINAL.includes(a.state)).length;
   status.textContent = `${audits.length} audit${audits.length === 1 ? "" : "s"} on this page` +
     (active ? ` · ${active} in progress (live)` : "") +
-    (filters.verdict ? " · the verdict filter shows succeeded audits" : "");
+    (filters.verdict ? ` · verdict ${filters.verdict} (succeeded audits only${honoured ? "" : "; filtered on this page"})` : "");
 }
 
 function listUrl() {
@@ -137,6 +140,7 @@ function listUrl() {
   const state = filters.verdict ? "SUCCEEDED" : filters.state;
   if (state) q.set("state", state);
   if (filters.kind) q.set("kind", filters.kind);
+  if (filters.verdict) q.set("verdict", filters.verdict);
   if (tokens[pageIndex]) q.set("page_token", tokens[pageIndex]);
   return `/v1/audits?${q}`;
 }

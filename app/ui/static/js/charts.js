@@ -100,7 +100,7 @@ export function rocChart(id, title, curves, points, note) {
 /**
  * Grouped bars: groups (x categories) × series (bars in a group). `values[s][g]` may be null (no bar).
  */
-export function barChart(id, title, groups, seriesDefs, note, { yLabel = "ε", lines = [] } = {}) {
+export function barChart(id, title, groups, seriesDefs, note, { yLabel = "ε", lines = [], top: topGiven = null } = {}) {
   const { fig, plot } = figure(id, title, note);
   const n = seriesDefs.length;
   const gap = 0.8 / Math.max(1, n);
@@ -116,7 +116,7 @@ export function barChart(id, title, groups, seriesDefs, note, { yLabel = "ε", l
   });
   const bars = window.uPlot.paths.bars({ size: [Math.min(0.9, 0.9 / 1), 60], align: 0 });
   const finite = seriesDefs.flatMap((d) => d.values).concat(lines.map((l) => l.value)).filter((v) => v !== null && Number.isFinite(v));
-  const top = Math.max(0.1, ...finite) * 1.15;
+  const top = topGiven ?? Math.max(0.1, ...finite) * 1.15;
   const opts = {
     scales: { x: { time: false, range: [-0.5, groups.length - 0.5] }, y: { range: [0, top] } },
     axes: [
@@ -149,7 +149,8 @@ export function seriesBars(id, title, labelX, values, lines, note, { yLabel = ""
   const x = values.map((_, i) => i + 1);
   const bars = window.uPlot.paths.bars({ size: [0.6, 80], align: 0 });
   const opts = {
-    scales: { x: { time: false, range: [0.4, values.length + 0.6] } },
+    // Bars start at 0 (an auto range from the smallest bar made equal bars look different).
+    scales: { x: { time: false, range: [0.4, values.length + 0.6] }, y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.12 : 1] } },
     axes: [{ label: labelX, splits: () => x, values: (u, s) => s.map(String) }, { label: yLabel }],
     series: [
       { label: labelX, value: (u, v) => String(v) },
