@@ -174,3 +174,15 @@ def test_a_failed_audit_is_an_error(tmp_path: Path) -> None:
     assert gate_code(audit) == Exit.AUDIT_FAILED
     suite, cases = _parse(audit, tmp_path)
     assert suite.errors == 1 and cases["audit"].result[0].type == "FAILED"
+
+
+def test_the_headline_is_coloured_by_outcome(audits: dict[str, Audit]) -> None:
+    """The CLI's last line: red for a violation or a leak, yellow when inconclusive, green when consistent."""
+    from app.cli.audits import headline_text
+
+    colours = {"violation": "red", "leak": "red", "inconclusive": "yellow", "consistent": "green"}
+    for outcome, audit in audits.items():
+        text = headline_text(audit.result, audit.kind)
+        assert text.plain == audit.result.headline and colours[outcome] in str(text.style)
+    iclinf = _audit("iclinf", dict(ICLINF_EXAMPLE))
+    assert "No verdict" in headline_text(iclinf.result, "iclinf").plain
