@@ -17,8 +17,8 @@ probability ≥ ½. The rule (docs/results/soundness.md, "What a pass is worth")
 
 The power model (the assumption `epsilon_detectable` rests on, named in the result): the audited
 system is replaced by a Gaussian mechanism of true ε' (GDP μ(ε') at the audit's δ, accounting/gdp.py),
-which the attack sees with its measured efficiency η = μ̂ / μ_true, μ̂ = Φ⁻¹(TPR) − Φ⁻¹(FPR) of the
-observed test (half-count continuity correction) and μ_true the mechanism's own GDP μ (its noise, or the
+which the attack sees with its measured efficiency η = μ̂ / μ_true ∈ [0, 2]: μ̂ = √2·Φ⁻¹(AUC) for a
+score, Φ⁻¹(TPR) − Φ⁻¹(FPR) for a decision, and μ_true the mechanism's own GDP μ (its noise, or the
 claim's). So the attack reaches μ_a(ε') = η·μ(ε'), at the operating point (FPR f, TPR Φ(μ_a + Φ⁻¹(f)))
 whose expected counts give the largest bound; the counts are then drawn, TP ~ Bin(n_in, TPR) and
 FP ~ Bin(n_out, FPR), from fixed uniforms (common random numbers across ε'), and each draw's bound is
@@ -95,16 +95,32 @@ class Judgement:
         }
 
 
-def attack_efficiency(tpr: float, fpr: float, n_in: int | None, n_out: int | None, mu_true: float) -> float:
-    """η = μ̂ / μ_true clipped to [0, 1], μ̂ = Φ⁻¹(TPR) − Φ⁻¹(FPR) with rates (k + ½)/(n + 1)."""
-    if mu_true <= 0 or not math.isfinite(mu_true):
-        return 1.0 if math.isinf(mu_true) else 0.0
+MAX_EFFICIENCY = 2.0
+"""η is an estimate: capping it at 1 would bias a correct mechanism's power down (E[min(1, η̂)] < 1);
+above 2 the attack sees more than twice the claimed signal, and the verdict is a violation anyway."""
+
+
+def measured_mu(bound: dict, n_in: int | None, n_out: int | None) -> float:
+    """μ̂, the GDP μ the attack shows: √2·Φ⁻¹(AUC) for a score (a μ-shift of Gaussians has AUC Φ(μ/√2);
+    it uses every trial, not one threshold's counts), else Φ⁻¹(TPR) − Φ⁻¹(FPR) of the decision with rates
+    (k + ½)/(n + 1)."""
+    auc = bound.get("auc")
+    binary = bound.get("threshold_strategy") in ("decision", "counts")
+    if auc is not None and not binary:
+        return float(math.sqrt(2) * special.ndtri(min(max(auc, 1e-12), 1 - 1e-12)))
+    tpr, fpr = float(bound["tpr"]), float(bound["fpr"])
     if n_in is not None and n_out is not None:
         tpr = (tpr * n_in + 0.5) / (n_in + 1)
         fpr = (fpr * n_out + 0.5) / (n_out + 1)
     tpr, fpr = min(max(tpr, 1e-12), 1 - 1e-12), min(max(fpr, 1e-12), 1 - 1e-12)
-    mu_hat = float(special.ndtri(tpr) - special.ndtri(fpr))
-    return min(1.0, max(0.0, mu_hat / mu_true))
+    return float(special.ndtri(tpr) - special.ndtri(fpr))
+
+
+def attack_efficiency(mu_hat: float, mu_true: float) -> float:
+    """η = μ̂ / μ_true clipped to [0, MAX_EFFICIENCY]."""
+    if mu_true <= 0 or not math.isfinite(mu_true):
+        return 1.0 if math.isinf(mu_true) else 0.0
+    return min(MAX_EFFICIENCY, max(0.0, mu_hat / mu_true))
 
 
 def _flags(test: Test, tp: np.ndarray, fp: np.ndarray, threshold: float) -> np.ndarray:
@@ -301,9 +317,9 @@ def test_from_bound(
     else:
         mu = mu_true if mu_true else mu_for_epsilon(claimed, delta)
         if n_in is None or bound.get("tpr") is None or bound.get("fpr") is None:
-            efficiency = min(1.0, max(0.0, float(bound.get("mu_lower") or 0.0) / mu))
+            efficiency = attack_efficiency(float(bound.get("mu_lower") or 0.0), mu)  # exact: population μ
         else:
-            efficiency = attack_efficiency(bound["tpr"], bound["fpr"], n_in, n_out, mu)
+            efficiency = attack_efficiency(measured_mu(bound, n_in, n_out), mu)
     return Test(
         name=name,
         n_in=n_in,
