@@ -261,8 +261,9 @@ def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], 
             state, error = (store.SUCCEEDED, "") if ok else (store.PENDING, f"the receiver answered {status}")
         except EgressRefused as exc:  # permanent (a URL or address this service will not call): no retry
             state, error = store.FAILED, f"refused: {exc.reason}"
-        except httpx.HTTPError as exc:
-            state, error = store.PENDING, f"{type(exc).__name__}: {exc}"[:500]
+        except httpx.HTTPError as exc:  # the tenant sees the class, never DNS or socket details
+            log.info("webhook %s attempt %d: %s", delivery_id, attempt, f"{type(exc).__name__}: {exc}"[:500])
+            state, error = store.PENDING, f"{type(exc).__name__} (the receiver could not be reached)"
         except Exception as exc:  # anything else still counts as an attempt, so the limit ends it
             log.warning("webhook %s attempt %d failed: %s", delivery_id, attempt, type(exc).__name__)
             state, error = store.PENDING, f"the delivery failed ({type(exc).__name__})"

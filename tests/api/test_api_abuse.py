@@ -359,6 +359,20 @@ def test_an_unparseable_stored_host_fails_once_without_a_traceback(live: Live) -
     assert "IDNAError" not in live.log() and "Traceback" not in live.log()
 
 
+def test_a_delivery_error_shows_a_class_not_dns_details(live: Live) -> None:
+    with live.client("l3-dns") as api:
+        hook = api.post("/v1/webhooks", json={"url": "http://no-such-host.invalid/hook"}).json()
+        audit = api.post("/v1/audits", json=bound_request()).json()
+        wait_for(api.get, audit["id"])
+        rows = _deliveries(api, hook["id"])
+    print(
+        f"no-such-host.invalid: {rows[0]['state']} after {rows[0]['attempts']} attempts: {rows[0]['last_error']}"
+    )
+    assert rows[0]["state"] == "FAILED" and rows[0]["attempts"] == 3  # ICLAUDIT_WEBHOOK_MAX_ATTEMPTS
+    assert "ConnectError (the receiver could not be reached)" in rows[0]["last_error"]
+    assert "resolve" not in rows[0]["last_error"] and "Errno" not in rows[0]["last_error"]
+
+
 def test_an_endpoint_cannot_set_host(live: Live) -> None:
     body = json.loads((EXAMPLES / "mia-http-endpoint.json").read_text())
     body["mechanism"]["endpoint"].update(
