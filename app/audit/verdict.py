@@ -280,11 +280,12 @@ def judge(
         else:
             head = f"Within max_epsilon {fmt(max_epsilon)}: {measured}; would have detected ε ≥ {fmt(detectable)}"
         return make("consistent", reason, head, detectable)
-    if tests and all(t.efficiency <= 0 for t in tests):
-        why = "the attack saw no signal" + (f" (AUC {auc:.2f})" if auc is not None else "")
-    elif tests and all(certifiable_max(t) <= threshold for t in tests):
+    resolvable = [t for t in tests if certifiable_max(t) > threshold]
+    if tests and all(certifiable_max(t) <= threshold for t in tests):
         best = max(certifiable_max(t) for t in tests)
         why = f"{trials} trials per side can certify at most ε = {fmt(best)}"
+    elif resolvable and not math.isfinite(detectable):
+        why = "the attack saw no usable signal" + (f" (AUC {auc:.3f})" if auc is not None else "")
     elif threshold <= 0:
         why = "no leakage was shown, and no finite audit can certify that there is none"
     else:
