@@ -343,12 +343,14 @@ def test_list_datasets_models_status_as_json(cli: CliRunner, server) -> None:
 def test_list_shows_each_verdict_and_whole_ids_at_120_columns(cli: CliRunner, server) -> None:
     url = server[0]
     submitted = {}
-    for outcome, body in (
-        ("leak", _example("bound-counts.json")),
-        ("inconclusive", _example("bound-counts.json", epsilon=1)),
+    for body in (
+        _example("bound-counts.json"),  # a leak: nothing claimed
+        _example("mia-oracle-eps1.json", trials=25, epsilon=2),  # inconclusive: too few trials
+        _example("bound-counts.json", epsilon=1),
     ):
-        out = cli.invoke(app, ["submit", "-", "--wait", "--json", "--url", url], input=body)
-        submitted[json.loads(out.stdout)["id"]] = outcome
+        final = json.loads(cli.invoke(app, ["submit", "-", "--json", "--url", url], input=body).stdout)
+        submitted[final["id"]] = final["result"]["verdict"]
+    assert {"leak", "inconclusive"} <= set(submitted.values())
     listed = cli.invoke(app, ["list", "--limit", "50", "--url", url], env={"COLUMNS": "120"})
     assert listed.exit_code == 0, listed.output
     lines = listed.stdout.splitlines()
