@@ -4,11 +4,18 @@
 (no pyplot, no global figure state); a module lock serialises drawing because matplotlib's shared caches
 (fonts, text layout) are not guaranteed thread-safe. Curves drawn on the ROC panels are Gaussian-DP
 trade-off curves TPR = Φ(Φ⁻¹(FPR) + μ) (003 §2): a μ-GDP mechanism admits no test above its curve.
+
+A result with a verdict (app/audit/verdict.py) is titled by its headline, coloured as the dashboard's badge
+(red for violation or leak, amber for inconclusive, green for consistent). A chart never headlines a bound the
+verdict did not use: the ε bars are the verdict's `epsilon_lower`; the other figures (the Gaussian-DP reading
+under assumption none, the assumption-free bound under gdp, the point estimate) are listed in small grey text.
 """
 
 from __future__ import annotations
 
 import io
+import math
+import textwrap
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +35,13 @@ DPI = 110
 _LOCK = threading.Lock()
 _BOX = {"boxstyle": "round", "facecolor": "white", "edgecolor": "0.7", "alpha": 0.9}
 _THREAT_LABELS = {"black_box": "black-box", "white_box": "white-box"}
+VERDICT_COLORS = {
+    "violation": "#a4161a",
+    "leak": "#a4161a",
+    "inconclusive": "#7a4a00",
+    "consistent": "#17663a",
+}
+_ASSUMPTION = {"gdp": "Gaussian-DP", "none": "assumption-free"}
 
 
 class PlotError(ValueError):
@@ -47,17 +61,62 @@ def render(kind: str, request: dict[str, Any], result: dict[str, Any] | ResultBa
             raise PlotError(f"this {kind} result cannot be plotted: {exc.errors()[0]['msg']} at "
                             f"{'.'.join(map(str, exc.errors()[0]['loc']))}") from exc  # fmt: skip
     with _LOCK:
-        fig = Figure(figsize=(10, 4.4), dpi=DPI, layout="constrained")
-        FigureCanvasAgg(fig)
-        try:
-            draw(fig, request or {}, result)
-        except (KeyError, TypeError, IndexError, AttributeError) as exc:
-            raise PlotError(
-                f"this {kind} result cannot be plotted: missing or malformed field {exc}"
-            ) from exc
+        fig = figure(kind, request, result)
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png")
     return buffer.getvalue()
+
+
+def figure(kind: str, request: dict[str, Any], result: ResultBase) -> Figure:
+    """The drawn figure of a typed result (`render` holds the lock around it and saves it as PNG)."""
+    fig = Figure(figsize=(10, 4.4), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    try:
+        PLOTS[kind](fig, request or {}, result)
+    except (KeyError, TypeError, IndexError, AttributeError) as exc:
+        raise PlotError(f"this {kind} result cannot be plotted: missing or malformed field {exc}") from exc
+    return fig
+
+
+def _title(fig: Figure, result: Any, setup: str) -> None:
+    """The verdict's headline as the title (coloured by outcome) over a smaller line saying what was audited;
+    only the setup line for a result without a verdict."""
+    headline = _opt(result, "headline")
+    if not headline:
+        fig.suptitle(setup)
+        return
+    color = VERDICT_COLORS.get(_opt(result, "verdict"), "black")
+    fig.suptitle(textwrap.fill(headline, 110), color=color, fontweight="bold", fontsize=11)
+    fig.supxlabel(setup, fontsize=8, color="0.3")
+
+
+def verdict_bound(bound: Any) -> tuple[float | None, bool]:
+    """(the lower bound the verdict used, unbounded): `epsilon_lower`, else the bound its assumption names."""
+    lower = _opt(bound, "epsilon_lower")
+    assumption = _opt(bound, "assumption", "gdp")
+    if lower is None:
+        lower = _opt(
+            bound, "epsilon_empirical_assumption_free" if assumption == "none" else "epsilon_empirical"
+        )
+    unbounded = lower is None and bool(
+        _opt(bound, "epsilon_lower_unbounded") or _opt(bound, "epsilon_empirical_unbounded")
+    )
+    return (None if lower is None or not math.isfinite(lower) else float(lower)), unbounded
+
+
+def _unused_figures(bound: Any) -> list[str]:
+    """The ε figures of one test that the verdict did not use, each said for what it is."""
+    out = []
+    if _opt(bound, "assumption", "gdp") == "none":
+        out.append(
+            f"Gaussian-DP reading {_fmt(bound.epsilon_empirical, _opt(bound, 'epsilon_empirical_unbounded', False))}"
+            " (valid only for Gaussian noise)"
+        )
+    elif _opt(bound, "epsilon_empirical_assumption_free") is not None:
+        out.append(f"assumption-free {_fmt(bound.epsilon_empirical_assumption_free)}")
+    if _opt(bound, "epsilon_point") is not None or _opt(bound, "epsilon_point_unbounded"):
+        out.append(f"point log(TPR/FPR) {_fmt(_opt(bound, 'epsilon_point'), True)} (not a bound)")
+    return out
 
 
 def _need(model: Any, name: str) -> Any:
@@ -108,7 +167,8 @@ def _fmt(value: float | None, unbounded: bool = False) -> str:
 
 
 def plot_bound(fig: Figure, request: dict[str, Any], result: Any) -> None:
-    """TPR and FPR with the one-sided Clopper-Pearson bounds used in μ_lower; the ROC corner they make."""
+    """TPR and FPR with the one-sided Clopper-Pearson bounds used in μ_lower; the ROC corner they make. The
+    text box leads with the bound the verdict used; the other ε figures follow in grey, said for what they are."""
     counts = _need(result, "counts").model_dump()
     confidence = float(_opt(result, "confidence", request.get("confidence", 0.95)))
     delta = float(_opt(result, "delta", request.get("delta", 1e-5)))
@@ -131,26 +191,31 @@ def plot_bound(fig: Figure, request: dict[str, Any], result: Any) -> None:
             f"FPR = {fpr:.4f}\n(n = {counts['fp'] + counts['tn']} C0)",
         ],
     )
-    ax.set_xlim(-0.6, 1.9)
+    ax.set_xlim(-0.6, 3.4)  # the right half holds the ε text
     ax.set_ylim(0, min(1.0, max(tpr, fpr_hi) * 1.25 + 0.02))
     ax.set_ylabel("rate")
     ax.set_title(f"one-sided Clopper-Pearson bounds, each at {level:.3g}")
     ax.grid(axis="y", alpha=0.3)
+    lower, unbounded = verdict_bound(result)
+    assumption = _opt(result, "assumption", "gdp")
+    claimed, allowed = _opt(result, "epsilon_claimed"), _opt(result, "max_epsilon", 0.0)
+    against = f"claimed ε = {_fmt(claimed)}" if claimed is not None else f"max_epsilon = {_fmt(allowed)}"
     text = (
-        f"μ_lower = {_need(result, 'mu_lower'):.4f}  (joint confidence {confidence:g})\n"
-        f"ε_empirical (Gaussian-DP) = {_fmt(result.epsilon_empirical, _opt(result, 'epsilon_empirical_unbounded', False))}"
-        f" at δ = {delta:g}\n"
-        f"ε_assumption-free = {_fmt(_opt(result, 'epsilon_empirical_assumption_free'))} (any mechanism)\n"
-        f"ε_point = log(TPR/FPR) = {_fmt(_opt(result, 'epsilon_point'), _opt(result, 'epsilon_point_unbounded', False))}"
+        f"the verdict's bound ({_ASSUMPTION.get(assumption, assumption)}):\nε ≥ {_fmt(lower, unbounded)}"
+        f" at δ = {delta:g}\nvs {against}"
     )
-    if _opt(result, "epsilon_lower") is not None:
-        text += f"\nverdict uses {_opt(result, 'assumption', 'gdp')}: ε_lower = {_fmt(result.epsilon_lower)}"
-        if _opt(result, "epsilon_claimed") is not None:
-            verdict = "VIOLATION" if _opt(result, "violation") else "holds"
-            text += f" vs claimed ε = {_fmt(result.epsilon_claimed)}: {verdict}"
+    if _opt(result, "epsilon_detectable") is not None or _opt(result, "epsilon_detectable_unbounded"):
+        text += f"\ndetectable: ε ≥ {_fmt(_opt(result, 'epsilon_detectable'), True)}"
     if _opt(result, "biased"):
         text += "\nthreshold chosen in-sample: optimistic"
     ax.text(0.98, 0.98, text, transform=ax.transAxes, ha="right", va="top", fontsize=9, bbox=_BOX)
+    others = [
+        f"μ_lower = {_need(result, 'mu_lower'):.4f} (joint confidence {confidence:g})",
+        "not used by the verdict:",
+    ]
+    others += [textwrap.fill(line, 32) for line in _unused_figures(result)]
+    ax.text(0.98, 0.03, "\n".join(others), transform=ax.transAxes, ha="right", va="bottom", fontsize=7.5,
+            color="0.4")  # fmt: skip
 
     grid = _roc_axes(roc)
     roc.plot(
@@ -164,78 +229,77 @@ def plot_bound(fig: Figure, request: dict[str, Any], result: Any) -> None:
     roc.plot([fpr, fpr_hi], [tpr, tpr_lo], color="0.4", linewidth=1)
     roc.legend(loc="lower right", fontsize=8)
     roc.set_title("ROC space")
-    fig.suptitle(
-        f"bound: GDP privacy lower bound from the test's outcomes ({_opt(result, 'threshold_strategy', '')})"
+    _title(
+        fig,
+        result,
+        f"bound: privacy lower bound from the test's outcomes ({_opt(result, 'threshold_strategy', '')})",
     )
 
 
 def plot_mia(fig: Figure, request: dict[str, Any], result: Any) -> None:
-    """Per threat model: ε_empirical beside ε_theory and ε_ceiling (✗ = violation); TPR vs FPR points."""
+    """Per threat model: the lower bound the verdict used (red above the claim or max_epsilon, ✗ on a
+    violation) against the claim, the calibrated noise's exact ε and the audit's power; TPR vs FPR points."""
     threat_models = [tm for tm in _THREAT_LABELS if getattr(result, tm, None) is not None]
     if not threat_models:
         raise KeyError("black_box or white_box")
     theory, ceiling = _opt(result, "epsilon_theory"), _opt(result, "epsilon_ceiling")
+    allowed = float(_opt(result, "max_epsilon", 0.0))
+    threshold = theory if theory is not None else allowed
+    detectable = _opt(result, "epsilon_detectable")
     ax, roc = fig.subplots(1, 2, width_ratios=[1.2, 1])
-    width = 0.26
+    bounds = [verdict_bound(getattr(result, tm)) for tm in threat_models]
+    references = [v for v in (theory, ceiling, detectable, allowed) if v is not None]
+    top = max([b for b, _ in bounds if b is not None] + references + [0.1]) * 1.75  # room for the legend
     exact = _opt(result, "estimator") == "exact"
-    emp_label = "ε_empirical (exact, infinitely many trials)" if exact else "ε_empirical (lower bound)"
-    finite = [
-        getattr(result, tm).epsilon_empirical
-        for tm in threat_models
-        if getattr(result, tm).epsilon_empirical is not None
-    ]
-    top = max([v for v in (*finite, theory, ceiling) if v is not None] + [0.1]) * 1.6
-    for i, tm in enumerate(threat_models):
-        bound = getattr(result, tm)
-        emp = bound.epsilon_empirical
-        height = top / 1.6 * 1.15 if emp is None else emp
-        bar = ax.bar(i - width, height, width, color="tab:blue", label=emp_label if i == 0 else None)
-        ax.bar_label(bar, labels=[_fmt(emp, True)], fontsize=8)
-        if theory is not None:
-            ax.bar_label(
-                ax.bar(i, theory, width, color="tab:green", label="ε_theory (claimed)" if i == 0 else None),
-                labels=[_fmt(theory)],
-                fontsize=8,
-            )
-        if ceiling is not None:
-            ax.bar_label(
-                ax.bar(
-                    i + width,
-                    ceiling,
-                    width,
-                    color="tab:gray",
-                    label="ε_ceiling = ε(μ_theory): a perfect attack's limit" if i == 0 else None,
-                ),
-                labels=[_fmt(ceiling)],
-                fontsize=8,
-            )
-        if _opt(bound, "violation"):
-            ax.annotate(
-                "✗ violation",
-                (i - width, height),
-                xytext=(0, 14),
-                textcoords="offset points",
-                ha="center",
-                color="tab:red",
-                fontweight="bold",
-            )
+    assumptions = {
+        _ASSUMPTION.get(_opt(getattr(result, tm), "assumption", "gdp"), "?") for tm in threat_models
+    }
+    label = f"ε lower bound the verdict used ({' / '.join(sorted(assumptions))}{', exact' if exact else ''})"
+    for i, (tm, (lower, unbounded)) in enumerate(zip(threat_models, bounds, strict=True)):
+        height = top / 1.75 * 1.15 if unbounded else (lower or 0.0)
+        above = unbounded or (lower is not None and lower > threshold)
+        bar = ax.bar(
+            i, height, 0.5, color="tab:red" if above else "tab:blue", label=label if i == 0 else None
+        )
+        ax.bar_label(bar, labels=[_fmt(lower, unbounded)], fontsize=9, fontweight="bold")
+        if _opt(getattr(result, tm), "violation"):
+            ax.annotate("✗ violation", (i, height), xytext=(0, 14), textcoords="offset points", ha="center",
+                        color="tab:red", fontweight="bold")  # fmt: skip
+        others = _unused_figures(getattr(result, tm))
+        if others:
+            ax.annotate(textwrap.fill("not used: " + "; ".join(others), 34), (i, 0), xytext=(0, -30),
+                        textcoords="offset points", ha="center", va="top", fontsize=6.5, color="0.45",
+                        annotation_clip=False)  # fmt: skip
+    if theory is not None:
+        ax.axhline(
+            theory, color="tab:green", linestyle="--", linewidth=2, label=f"ε claimed = {_fmt(theory)}"
+        )
+    elif allowed > 0:
+        ax.axhline(
+            allowed, color="tab:green", linestyle="--", linewidth=2, label=f"max_epsilon = {_fmt(allowed)}"
+        )
+    if ceiling is not None:
+        ax.axhline(ceiling, color="0.45", linestyle=":", linewidth=1.5,
+                   label=f"exact ε of the calibrated noise = {_fmt(ceiling)}")  # fmt: skip
+    if ceiling is not None and any(b is not None and b > ceiling + 1e-9 for b, _ in bounds):
+        bug = _opt(result.mechanism, "bug")
+        cause = f"the planted bug {bug}" if bug else "a bug or another mechanism"
+        ax.text(0.98, 0.98, textwrap.fill(f"above the calibrated noise's exact ε: the system does not release the "
+                f"calibrated noise ({cause})", 40), transform=ax.transAxes, ha="right", va="top", fontsize=7,
+                color="0.3")  # fmt: skip
+    if detectable is not None:
+        ax.axhline(detectable, color="#c07a00", linestyle="-.", linewidth=1.5,
+                   label=f"ε detectable (the audit's power) = {_fmt(detectable)}")  # fmt: skip
     ax.set_xticks(range(len(threat_models)), [_THREAT_LABELS[tm] for tm in threat_models])
+    ax.set_xlim(-0.7, len(threat_models) - 0.3)
     ax.set_ylim(0, top)
     ax.set_ylabel("ε (at the audit's δ)")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
+    ax.legend(loc="upper left", fontsize=7.5)
     if theory is None:
-        ax.text(
-            0.98,
-            0.98,
-            "no DP claim (mechanism without noise)",
-            transform=ax.transAxes,
-            ha="right",
-            va="top",
-            fontsize=8,
-            bbox=_BOX,
-        )
-    ax.set_title("empirical ε vs the claim")
+        ax.text(0.98, 0.98, "nothing is claimed", transform=ax.transAxes, ha="right", va="top", fontsize=8,
+                bbox=_BOX)  # fmt: skip
+    ax.set_title("the bound the verdict used vs the claim")
 
     grid = _roc_axes(roc)
     if _opt(result, "mu_theory") is not None:
@@ -245,16 +309,16 @@ def plot_mia(fig: Figure, request: dict[str, Any], result: Any) -> None:
             color="tab:green",
             label=f"μ_theory = {_need(result, 'mu_theory'):.3f}: the claim's limit",
         )
-    for tm, marker in zip(threat_models, ("o", "s"), strict=False):
+    for tm, marker, (lower, unbounded) in zip(threat_models, ("o", "s"), bounds, strict=False):
         bound = getattr(result, tm)
         if _opt(bound, "tpr") is None or _opt(bound, "fpr") is None:
             continue
-        color = "tab:red" if _opt(bound, "violation") else "tab:blue"
+        above = unbounded or (lower is not None and lower > threshold)
         roc.plot(
             [_need(bound, "fpr")],
             [_need(bound, "tpr")],
             marker,
-            color=color,
+            color="tab:red" if above else "tab:blue",
             markersize=8,
             label=f"{_THREAT_LABELS[tm]} test (μ_lower = {_need(bound, 'mu_lower'):.3f})",
         )
@@ -262,10 +326,13 @@ def plot_mia(fig: Figure, request: dict[str, Any], result: Any) -> None:
     roc.set_title("membership tests in ROC space")
     mech = result.mechanism
     bug = f", bug: {mech.bug}" if _opt(mech, "bug") else ""
-    fig.suptitle(
-        f"mia: {_opt(mech, 'name', '?')} (T = {_opt(mech, 'partitions', '?')}{bug}), claimed ε = "
-        f"{_fmt(theory)}, {_opt(result, 'estimator', '')} estimator"
-        + (f", {_need(result, 'trials'):,} trials per context" if _opt(result, "trials") else "")
+    _title(
+        fig,
+        result,
+        f"mia: {_opt(mech, 'name', '?')} (T = {_opt(mech, 'partitions', '?')}{bug}), "
+        + (f"claimed ε = {_fmt(theory)}" if theory is not None else "nothing claimed")
+        + f", {_opt(result, 'estimator', '')} estimator"
+        + (f", {_need(result, 'trials'):,} trials per context" if _opt(result, "trials") else ""),
     )
 
 
@@ -323,8 +390,8 @@ def plot_synthetic_generation(fig: Figure, request: dict[str, Any], result: Any)
     curve.set_title("RDP curve")
     private = int(_need(result, "private_tokens"))
     text = (
-        f"ε_empirical = {float(_need(result, 'epsilon_empirical')):.3g}\n"
-        f"ε_theory = {float(_need(result, 'epsilon_theory')):.3g}  (δ = {float(_need(result, 'delta')):g})\n"
+        f"ε spent (the verdict's figure) = {float(_need(result, 'epsilon_empirical')):.3g}\n"
+        f"ε budget = {float(_need(result, 'epsilon_theory')):.3g}  (δ = {float(_need(result, 'delta')):g})\n"
         f"private tokens {private} of {int(_need(result, 'generated_tokens'))}"
     )
     curve.text(0.98, 0.04, text, transform=curve.transAxes, ha="right", va="bottom", fontsize=9, bbox=_BOX)
@@ -347,9 +414,11 @@ def plot_synthetic_generation(fig: Figure, request: dict[str, Any], result: Any)
         a.grid(alpha=0.3, which="both")
         a.legend(loc="upper left", fontsize=8)
     variant = _opt(result, "variant") or "simplified"
-    fig.suptitle(
+    _title(
+        fig,
+        result,
         f"synthetic_generation ({variant}): {_opt(result, 'model', '?')}, s = {s}, c = {clip:g}, τ = {tau:.3g}, "
-        f"N_gen = {_need(result, 'sequences')}, T_max = {_need(result, 'max_new_tokens')}"
+        f"N_gen = {_need(result, 'sequences')}, T_max = {_need(result, 'max_new_tokens')}",
     )
 
 

@@ -1,5 +1,6 @@
 """Plots of real results: each kind renders a readable PNG (signature, size, not blank); the bound's
-drawn Clopper-Pearson bounds are the ones μ_lower is made of; rendering is thread-safe and deterministic."""
+drawn Clopper-Pearson bounds are the ones μ_lower is made of; the title is the verdict's headline in its
+colour and the ε bars are the bound the verdict used (issue 18); rendering is thread-safe and deterministic."""
 
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ import pytest
 from matplotlib import image
 from scipy import special
 
-from app.reports.plots import DPI, PLOTS, PlotError, gdp_curve, one_sided_bounds, render
+from app.audit.kinds.registry import validate_result
+from app.reports.plots import (
+    DPI,
+    PLOTS,
+    VERDICT_COLORS,
+    PlotError,
+    figure,
+    gdp_curve,
+    one_sided_bounds,
+    render,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CASES = [
@@ -20,6 +31,7 @@ CASES = [
     pytest.param("mia", "mia", id="mia-bootstrap"),
     pytest.param("mia", "mia_bug", id="mia-violation"),
     pytest.param("mia", "mia_exact", id="mia-exact"),
+    pytest.param("mia", "mia_leak", id="mia-leak"),
     pytest.param("iclinf", "iclinf", id="iclinf", marks=pytest.mark.slow),
     pytest.param("synthetic_generation", "synthetic_generation", id="synthgen", marks=pytest.mark.slow),
     pytest.param(
@@ -48,6 +60,52 @@ def test_the_violation_audit_is_a_violation(real_result) -> None:
     """The plot marks what the result says: the planted bug's audit reports a violation, the clean one not."""
     assert real_result("mia_bug")[1]["violation"] is True
     assert real_result("mia")[1]["violation"] is False
+
+
+def _bars(fig) -> list[float]:
+    """Heights of the bars on the ε panel (the first axes)."""
+    from matplotlib.patches import Rectangle
+
+    return [p.get_height() for p in fig.axes[0].patches if isinstance(p, Rectangle)]
+
+
+def _title_of(fig) -> tuple[str, object]:
+    title = fig._suptitle  # the Figure's suptitle Text
+    return " ".join(title.get_text().split()), title.get_color()
+
+
+@pytest.mark.parametrize("name", ["mia_leak", "mia_bug", "mia"])
+def test_the_mia_plot_headlines_the_bound_the_verdict_used(real_result, name: str) -> None:
+    """Issue 18: on the leak the Gaussian-DP reading (21.1) is the largest ε figure, but the verdict used
+    the assumption-free 3.28; the ε panel's bars are the verdict's bounds, and the title is the headline."""
+    request, result = real_result(name)
+    typed = validate_result("mia", result)
+    fig = figure("mia", request, typed)
+    used = [result[tm]["epsilon_lower"] for tm in ("black_box", "white_box") if result.get(tm)]
+    assert sorted(_bars(fig)) == pytest.approx(sorted(used))
+    unused = [
+        result[tm][k]
+        for tm in ("black_box", "white_box")
+        if result.get(tm)
+        for k in ("epsilon_empirical", "epsilon_empirical_assumption_free")
+        if result[tm][k] is not None and abs(result[tm][k] - result[tm]["epsilon_lower"]) > 1e-6
+    ]
+    assert not any(h == pytest.approx(u) for h in _bars(fig) for u in unused)
+    text, color = _title_of(fig)
+    assert text == result["headline"]
+    assert color == VERDICT_COLORS[result["verdict"]]
+    if name == "mia_leak":
+        assert result["verdict"] == "leak" and result["white_box"]["epsilon_empirical"] > 3 * max(_bars(fig))
+
+
+def test_the_bound_plot_leads_with_the_verdicts_bound(real_result) -> None:
+    request, result = real_result("bound")
+    fig = figure("bound", request, validate_result("bound", result))
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    lead = next(t for t in texts if t.startswith("the verdict's bound"))
+    assert f"ε ≥ {result['epsilon_lower']:.3g}" in lead
+    assert any("not used by the verdict" in t for t in texts)
+    assert _title_of(fig)[0] == result["headline"]
 
 
 def test_bound_plot_bounds_are_the_ones_mu_lower_is_made_of(real_result) -> None:
