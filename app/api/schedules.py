@@ -11,9 +11,8 @@ from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
 from app.api.strict_json import StrictJSONRoute
 from app.db import schedules as schedule_rows
-from app.db.models import Audit, AuditState, Schedule, utcnow
+from app.db.models import Audit, Schedule, utcnow
 from app.integrations import schedules, sweeps
-from app.integrations.verdict import verdict_of
 from app.jobs.service import check_request
 from app.schemas.errors import ErrorResponse, FieldViolation
 from app.schemas.schedules import (
@@ -21,7 +20,6 @@ from app.schemas.schedules import (
     ScheduleList,
     ScheduleResource,
     ScheduleRunList,
-    ScheduleRunResource,
 )
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], route_class=StrictJSONRoute)
@@ -115,15 +113,5 @@ def list_schedule_runs(schedule_id: str, session: SessionDep, tenant: TenantDep)
     out = []
     for run in schedule_rows.runs(session, schedule_id=schedule.id):
         audit = session.get(Audit, run.audit_id) if run.audit_id else None
-        out.append(
-            ScheduleRunResource(
-                fire_time=run.fire_time,
-                audit_id=run.audit_id,
-                sweep_id=run.sweep_id,
-                state=AuditState(audit.state) if audit else None,
-                violation=verdict_of(audit.kind, audit.result).violation
-                if audit and audit.state == AuditState.SUCCEEDED
-                else None,
-            )
-        )
+        out.append(schedules.run_resource(run, audit))
     return ScheduleRunList(runs=out)

@@ -20,8 +20,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import schedules as store
-from app.db.models import Audit, Schedule, ScheduleRun, utcnow
+from app.db.models import Audit, AuditState, Schedule, ScheduleRun, utcnow
+from app.integrations.verdict import verdict_of
 from app.jobs.executors import Executor
+from app.schemas.schedules import ScheduleRunResource
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,22 @@ def cron_problem(cron: str, *, after: datetime | None = None) -> str | None:
     except (CroniterError, ValueError, OverflowError):
         return f"cron {cron!r} never fires (no date matches it); give a time that exists."
     return None
+
+
+def run_resource(run: ScheduleRun, audit: Audit | None) -> ScheduleRunResource:
+    """One firing as `GET /v1/schedules/{id}/runs` lists it: its audit's state and, once SUCCEEDED, the
+    verdict (outcome, headline, violation)."""
+    done = audit is not None and audit.state == AuditState.SUCCEEDED
+    v = verdict_of(audit.kind, audit.result) if done and audit is not None else None
+    return ScheduleRunResource(
+        fire_time=run.fire_time,
+        audit_id=run.audit_id,
+        sweep_id=run.sweep_id,
+        state=AuditState(audit.state) if audit is not None else None,
+        violation=v.violation if v else None,
+        outcome=v.outcome if v else None,  # type: ignore[arg-type]
+        headline=v.headline if v else None,
+    )
 
 
 def _fire(

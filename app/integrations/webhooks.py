@@ -3,7 +3,10 @@
 so a receiver drops repeats), `webhook-timestamp` and `webhook-signature` = `v1,` base64(HMAC-SHA256(
 secret, "{id}.{timestamp}.{body}")), signed by the `standardwebhooks` package.
 
-Events: audit.succeeded, audit.failed, audit.cancelled, audit.violation, sweep.completed. They are written
+Events: audit.succeeded, audit.failed, audit.cancelled, audit.violation, audit.leak, sweep.completed. Every
+audit event's `data.verdict` holds the result's verdict (`outcome`: violation, leak, inconclusive or
+consistent; `headline`; `epsilon_detectable`) with the bounds it used (`epsilon_lower`, `epsilon_theory`,
+`violation`), null fields until SUCCEEDED. They are written
 as rows of the deliveries outbox (one per event and target) in the same transaction that marks the audit
 (`audits.events_at`) or the sweep (`sweeps.completed_at`) as done, so each is written exactly once, whoever
 moved the audit to its terminal state (runner, cancel, the stale sweep). Delivery is at least once: a due
@@ -12,9 +15,10 @@ refused unless ICLAUDIT_WEBHOOK_ALLOWLIST names them), and on a non-2xx answer o
 backoff = ICLAUDIT_WEBHOOK_BACKOFF_SECONDS · 2^(attempt − 1) (at most 1 h), up to
 ICLAUDIT_WEBHOOK_MAX_ATTEMPTS; a refused target fails at once.
 
-`audit.violation` fires for a SUCCEEDED audit whose verdict is a violation; for a scheduled run it fires
-instead when the verdict differs from the schedule's previous run (either way; `previous_violation` says
-which).
+`audit.violation` fires for a SUCCEEDED audit whose verdict is a violation (a claimed ε refuted), and
+`audit.leak` for one whose verdict is a leak (nothing claimed, and leakage above `max_epsilon` shown); for a
+scheduled run each fires instead when its condition differs from the schedule's previous run's (either way;
+`previous_violation` and `previous_outcome` say what that run found).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import base64
 import json
 import logging
 import secrets
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -36,7 +41,7 @@ from app.db import sweeps as sweep_rows
 from app.db import webhooks as store
 from app.db.models import Audit, AuditState, ScheduleRun, Sweep, WebhookDelivery, WebhookEndpoint, utcnow
 from app.egress import EgressRefused, check_url, egress_client
-from app.integrations.verdict import verdict_of
+from app.integrations.verdict import Verdict, verdict_of
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +50,7 @@ AUDIT_EVENTS = {
     AuditState.FAILED: "audit.failed",
     AuditState.CANCELLED: "audit.cancelled",
 }
-EVENT_TYPES = (*AUDIT_EVENTS.values(), "audit.violation", "sweep.completed")
+EVENT_TYPES = (*AUDIT_EVENTS.values(), "audit.violation", "audit.leak", "sweep.completed")
 MAX_BACKOFF_SECONDS = 3600.0
 
 
@@ -92,8 +97,12 @@ def enqueue_event(
     return len(targets)
 
 
-def audit_data(audit: Audit) -> dict[str, Any]:
-    v = verdict_of(audit.kind, audit.result if audit.state == AuditState.SUCCEEDED else None)
+def _verdict(audit: Audit) -> Verdict:
+    return verdict_of(audit.kind, audit.result if audit.state == AuditState.SUCCEEDED else None)
+
+
+def audit_data(audit: Audit, verdict: Verdict | None = None) -> dict[str, Any]:
+    v = verdict if verdict is not None else _verdict(audit)
     return {
         "id": audit.id,
         "kind": audit.kind,
@@ -104,6 +113,9 @@ def audit_data(audit: Audit) -> dict[str, Any]:
             "epsilon_lower": v.epsilon_lower,
             "epsilon_theory": v.epsilon_theory,
             "violation": v.violation,
+            "outcome": v.outcome,
+            "headline": v.headline,
+            "epsilon_detectable": v.epsilon_detectable,
         },
         "error": audit.error,
         "created_at": audit.created_at.isoformat(),
@@ -112,8 +124,17 @@ def audit_data(audit: Audit) -> dict[str, Any]:
     }
 
 
-def _previous_verdict(session: Session, audit_id: str) -> tuple[str, bool | None] | None:
-    """(schedule id, the verdict of its previous finished run) for a scheduled run; None otherwise."""
+def alarms(v: Verdict) -> dict[str, bool | None]:
+    """Per alarm event, whether this verdict raises it; None where the verdict cannot say (no claim to
+    violate; no verdict at all)."""
+    return {
+        "audit.violation": v.violation,
+        "audit.leak": None if v.outcome is None else v.outcome == "leak",
+    }
+
+
+def _previous_verdict(session: Session, audit_id: str) -> tuple[str, Verdict | None] | None:
+    """(schedule id, the verdict of its previous succeeded run) for a scheduled run; None otherwise."""
     run = session.scalar(select(ScheduleRun).where(ScheduleRun.audit_id == audit_id))
     if run is None:
         return None
@@ -128,12 +149,15 @@ def _previous_verdict(session: Session, audit_id: str) -> tuple[str, bool | None
         .order_by(ScheduleRun.fire_time.desc())
         .limit(1)
     ).first()
-    return run.schedule_id, verdict_of(*previous).violation if previous is not None else None
+    return run.schedule_id, verdict_of(*previous) if previous is not None else None
 
 
 def write_audit_events(session: Session, audit: Audit) -> int:
-    """The events of one audit that reached a terminal state (the caller holds its events_at mark)."""
-    data = audit_data(audit)
+    """The events of one audit that reached a terminal state (the caller holds its events_at mark): its
+    state's event, then audit.violation / audit.leak when its verdict raises them (a scheduled run: when
+    that changed since the schedule's previous run)."""
+    verdict = _verdict(audit)
+    data = audit_data(audit, verdict)
     notify = (audit.request or {}).get("notify")
     n = enqueue_event(
         session,
@@ -142,20 +166,28 @@ def write_audit_events(session: Session, audit: Audit) -> int:
         data=data,
         notify=notify,
     )
-    violation = data["verdict"]["violation"]
-    if audit.state != AuditState.SUCCEEDED or violation is None:
+    raised = {event: up for event, up in alarms(verdict).items() if up is not None}
+    if audit.state != AuditState.SUCCEEDED or not raised:
         return n
     scheduled = _previous_verdict(session, audit.id)
-    if scheduled is None:
-        fire = violation
-    else:
+    if scheduled is not None:
         schedule_id, previous = scheduled
-        data = {**data, "schedule_id": schedule_id, "previous_violation": previous}
-        fire = violation if previous is None else previous != violation
-    if fire:
-        n += enqueue_event(
-            session, tenant_id=audit.tenant_id, event_type="audit.violation", data=data, notify=notify
-        )
+        data = {
+            **data,
+            "schedule_id": schedule_id,
+            "previous_violation": previous.violation if previous is not None else None,
+            "previous_outcome": previous.outcome if previous is not None else None,
+        }
+    for event_type, up in raised.items():
+        if scheduled is None or scheduled[1] is None:
+            fire = up
+        else:
+            before = alarms(scheduled[1])[event_type]
+            fire = up if before is None else before != up
+        if fire:
+            n += enqueue_event(
+                session, tenant_id=audit.tenant_id, event_type=event_type, data=data, notify=notify
+            )
     return n
 
 
@@ -171,6 +203,7 @@ def sweep_data(session: Session, sweep: Sweep) -> dict[str, Any]:
         "labels": sweep.labels,
         "counts": {str(k): v for k, v in res.progress.counts.items()},
         "violations": sum(p.violations for p in table.points),
+        "outcomes": dict(Counter(r.outcome for r in table.rows if r.outcome is not None)),
         "links": {"self": f"/v1/sweeps/{sweep.id}", "result": f"/v1/sweeps/{sweep.id}/result"},
     }
 

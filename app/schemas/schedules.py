@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.audit.verdict import Outcome
 from app.db.constants import AuditState
 from app.schemas.audits import request_union
 from app.schemas.sweeps import SweepRequest
@@ -57,7 +58,14 @@ class ScheduleRunResource(BaseModel):
     state: AuditState | None = Field(
         description="The run's audit state (null for a sweep or a run not started)."
     )
-    violation: bool | None = Field(description="The run's verdict, once its audit SUCCEEDED.")
+    violation: bool | None = Field(
+        description="Whether the run's verdict is a violation, once its audit SUCCEEDED (null: no claim)."
+    )
+    outcome: Outcome | None = Field(
+        default=None,
+        description="The run's verdict once its audit SUCCEEDED: violation, leak, inconclusive or consistent.",
+    )
+    headline: str | None = Field(default=None, description="The run's verdict in plain words.")
 
 
 class ScheduleRunList(BaseModel):

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 EventType = Literal[
-    "audit.succeeded", "audit.failed", "audit.cancelled", "audit.violation", "sweep.completed"
+    "audit.succeeded",
+    "audit.failed",
+    "audit.cancelled",
+    "audit.violation",
+    "audit.leak",
+    "sweep.completed",
 ]
+EVENTS_DESCRIPTION = (
+    "Events to send; empty: all of them. audit.succeeded, audit.failed, audit.cancelled: an audit ended "
+    "(`data.verdict` holds its verdict: outcome, headline, epsilon_detectable); audit.violation: its verdict "
+    "is a violation of the claimed ε; audit.leak: nothing is claimed and it shows leakage above max_epsilon "
+    "(a scheduled run: either fires when that changed since the previous run); sweep.completed: every child "
+    "of a sweep ended."
+)
 
 
 class WebhookCreate(BaseModel):
@@ -17,7 +29,7 @@ class WebhookCreate(BaseModel):
 
     url: str = Field(min_length=1, max_length=2000, description="http(s) URL that receives the POSTs.")
     events: list[EventType] = Field(
-        default_factory=list, max_length=5, description="Events to send; empty: all of them."
+        default_factory=list, max_length=len(get_args(EventType)), description=EVENTS_DESCRIPTION
     )
     description: str = Field(default="", max_length=200)
 

@@ -143,6 +143,13 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
 
             private = wait_runs(lambda r: sum(x["state"] == "SUCCEEDED" for x in r) >= 2)
             assert all(x["violation"] is False for x in private if x["state"] == "SUCCEEDED")
+            # an endpoint that answers "0" whatever the context gives the attack no signal: not a pass
+            assert all(
+                x["outcome"] == "inconclusive"
+                and x["headline"].startswith("Inconclusive: the attack saw no signal")
+                for x in private
+                if x["state"] == "SUCCEEDED"
+            )
             deployment.leaky = True
             leaked_after = max(datetime.fromisoformat(x["fire_time"]) for x in private)
             final = wait_runs(
@@ -173,7 +180,9 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
     for event in violations:
         data = event["data"]
         assert data["schedule_id"] == schedule["id"] and data["previous_violation"] is False
+        assert data["previous_outcome"] == "inconclusive" and data["verdict"]["outcome"] == "violation"
         assert data["verdict"]["violation"] is True and data["labels"] == {"pipeline": "nightly"}
+    assert any(x["outcome"] == "violation" and x["headline"].endswith(": violation") for x in final)
     assert sum(r.audit_id in {e["data"]["id"] for e in violations} for r in runs_stored) == len(violations)
 
 
@@ -208,3 +217,35 @@ def test_a_sweep_schedule_fires_sweeps_and_bad_schedules_are_422(client) -> None
         and bad_point.json()["error"]["details"][0]["path"] == '$.grid["confidence"]'
     )
     assert client.get("/v1/schedules").json()["schedules"] == []
+
+
+@SQLITE_ONLY
+def test_a_leaking_schedule_shows_its_outcome_and_fires_audit_leak_once(client, receiver: Receiver) -> None:
+    """Each run lists its verdict (outcome, headline); `audit.leak` fires on the first leaking run and not
+    again while the verdict stays a leak (a change of verdict is what a schedule's alarm reports)."""
+    hook = client.post(
+        "/v1/webhooks", json={"url": receiver.url, "events": ["audit.leak", "audit.violation"]}
+    )
+    secret = hook.json()["secret"]
+    leaking = {"kind": "bound", "counts": {"tp": 2400, "fn": 1600, "fp": 1500, "tn": 2500}}  # nothing claimed
+    schedule = client.post("/v1/schedules", json={"request": leaking, "interval_seconds": 1}).json()
+    deadline = time.monotonic() + 30
+    while True:
+        runs = client.get(f"/v1/schedules/{schedule['id']}/runs").json()["runs"]
+        if sum(r["state"] == "SUCCEEDED" for r in runs) >= 3:
+            break
+        assert time.monotonic() < deadline, runs
+        time.sleep(0.1)
+    # the schedule is left to run on: deleted, its runs go with it, and a run still in flight would then
+    # be judged as an audit of its own
+    done = [r for r in runs if r["state"] == "SUCCEEDED"]
+    for run in done:
+        assert run["outcome"] == "leak" and run["violation"] is None
+        assert run["headline"] == client.get(f"/v1/audits/{run['audit_id']}").json()["result"]["headline"]
+    first = min(done, key=lambda r: r["fire_time"])
+    time.sleep(1.0)  # the listed runs' events are written (ten ticks); none after the first is an alarm
+    alarms = [Webhook(secret).verify(m.body, m.headers) for m in receiver.got]
+    assert [(e["type"], e["data"]["id"]) for e in alarms] == [("audit.leak", first["audit_id"])]
+    data = alarms[0]["data"]
+    assert data["schedule_id"] == schedule["id"] and data["previous_outcome"] is None
+    assert data["verdict"]["outcome"] == "leak" and data["verdict"]["headline"].startswith("The system leaks")

@@ -12,9 +12,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from integrations.conftest import Receiver
-from service.client import bound_request, long_mia_request, wait_for
+from service.client import bound_request, long_mia_request, verdict_request, wait_for
 from service.servers import free_port
 from standardwebhooks import Webhook
+
+from app.audit.verdict import OUTCOMES
+from app.integrations.webhooks import EVENT_TYPES
 
 # the outage the receiver has in test_a_delivery_survives_a_receiver_outage; the issue's 30 s case is run as
 # ICLAUDIT_TEST_OUTAGE_SECONDS=30 ICLAUDIT_TEST_BACKOFF_SECONDS=2 (docs/results/integrations.md)
@@ -89,12 +92,15 @@ def test_each_event_reaches_the_receiver_once_signed(
         notify_secret = client.get("/v1/webhooks/notify-secret").json()["secret"]
         assert client.get("/v1/webhooks/notify-secret").json()["secret"] == notify_secret
 
-        ok = client.post("/v1/audits", json=bound_request(notify=receiver.url + "?via=notify")).json()
+        # the bound example claims nothing and shows leakage: audit.leak, to the endpoint and to notify
+        leaked = client.post("/v1/audits", json=bound_request(notify=receiver.url + "?via=notify")).json()
+        ok = client.post("/v1/audits", json=verdict_request("consistent")).json()
         failed = client.post("/v1/audits", json=failing_endpoint_mia(closed)).json()
         violated = client.post("/v1/audits", json=violating_mia()).json()
         cancelled = client.post("/v1/audits", json=long_mia_request()).json()
         assert client.post(f"/v1/audits/{cancelled['id']}/cancel").status_code == 200
         for audit, state in (
+            (leaked, "SUCCEEDED"),
             (ok, "SUCCEEDED"),
             (failed, "FAILED"),
             (violated, "SUCCEEDED"),
@@ -102,9 +108,9 @@ def test_each_event_reaches_the_receiver_once_signed(
         ):
             assert wait_for(client.get, audit["id"], (state,), timeout=60)["state"] == state
 
-        got = receiver.wait_for(6)
+        got = receiver.wait_for(9)
         time.sleep(1.0)  # ten more ticks: nothing is sent twice
-        assert len(receiver.got) == 6
+        assert len(receiver.got) == 9
         by_id = {}
         for message in got:
             try:
@@ -114,12 +120,15 @@ def test_each_event_reaches_the_receiver_once_signed(
                 payload = Webhook(notify_secret).verify(message.body, message.headers)
                 to = "notify"
             by_id[message.headers["webhook-id"]] = (to, payload)
-        assert len(by_id) == 6  # every delivery its own webhook-id
+        assert len(by_id) == 9  # every delivery its own webhook-id
         seen = Counter((to, p["type"], p["data"]["id"]) for to, p in by_id.values())
         assert seen == Counter(
             {
+                ("endpoint", "audit.succeeded", leaked["id"]): 1,
+                ("notify", "audit.succeeded", leaked["id"]): 1,
+                ("endpoint", "audit.leak", leaked["id"]): 1,
+                ("notify", "audit.leak", leaked["id"]): 1,
                 ("endpoint", "audit.succeeded", ok["id"]): 1,
-                ("notify", "audit.succeeded", ok["id"]): 1,
                 ("endpoint", "audit.failed", failed["id"]): 1,
                 ("endpoint", "audit.succeeded", violated["id"]): 1,
                 ("endpoint", "audit.violation", violated["id"]): 1,
@@ -130,17 +139,36 @@ def test_each_event_reaches_the_receiver_once_signed(
         assert violation["labels"] == {"model-version": "v7", "git.sha": "abc123"}
         assert violation["verdict"]["violation"] is True and violation["verdict"]["epsilon_theory"] == 1.0
         assert violation["verdict"]["epsilon_lower"] > 1.0
+        assert violation["verdict"]["outcome"] == "violation"
+        assert violation["verdict"]["headline"].endswith("against a claimed 1: violation")
+        # the verdict rides on every audit event: outcome, headline, epsilon_detectable
+        events = {(p["type"], p["data"]["id"]): p["data"] for to, p in by_id.values() if to == "endpoint"}
+        for audit, kind in ((leaked, "audit.leak"), (leaked, "audit.succeeded")):
+            verdict = events[(kind, audit["id"])]["verdict"]
+            assert verdict["outcome"] == "leak" and verdict["violation"] is None, kind
+            assert (
+                verdict["headline"].startswith("The system leaks: ε ≥ 0.404") and verdict["epsilon_lower"] > 0
+            )
+        passed = events[("audit.succeeded", ok["id"])]["verdict"]
+        stored = client.get(f"/v1/audits/{ok['id']}").json()["result"]
+        assert passed["outcome"] == "consistent" and passed["violation"] is False
+        assert passed["headline"] == stored["headline"] and passed["headline"].startswith("Consistent")
+        assert passed["epsilon_detectable"] == stored["epsilon_detectable"] > 1
+        assert events[("audit.succeeded", violated["id"])]["verdict"]["outcome"] == "violation"
+        nothing = {"outcome": None, "headline": None, "epsilon_detectable": None, "violation": None}
+        for audit, kind in ((failed, "audit.failed"), (cancelled, "audit.cancelled")):
+            assert events[(kind, audit["id"])]["verdict"].items() >= nothing.items()
 
         log = deliveries(client, hook["id"])
-        assert len(log) == 5 and {(d["state"], d["attempts"], d["last_status"]) for d in log} == {
+        assert len(log) == 7 and {(d["state"], d["attempts"], d["last_status"]) for d in log} == {
             ("SUCCEEDED", 1, 204)
         }
         one = log[0]
         again = client.post(f"/v1/webhooks/{hook['id']}/deliveries/{one['id']}/redeliver")
         assert again.status_code == 202
-        receiver.wait_for(7)
-        assert receiver.got[6].headers["webhook-id"] == one["id"]
-        Webhook(hook["secret"]).verify(receiver.got[6].body, receiver.got[6].headers)
+        receiver.wait_for(10)
+        assert receiver.got[9].headers["webhook-id"] == one["id"]
+        Webhook(hook["secret"]).verify(receiver.got[9].body, receiver.got[9].headers)
 
         assert client.delete(f"/v1/webhooks/{hook['id']}").status_code == 204
         assert client.get(f"/v1/webhooks/{hook['id']}/deliveries").status_code == 404
@@ -216,3 +244,26 @@ def test_sweep_completed_is_sent_once(client: TestClient, receiver: Receiver, ev
     assert payload["type"] == "sweep.completed" and payload["data"]["id"] == sweep["id"]
     assert payload["data"]["state"] == "SUCCEEDED" and payload["data"]["labels"] == {"run": "nightly"}
     assert payload["data"]["counts"] == {"SUCCEEDED": 2}
+    assert payload["data"]["outcomes"] == {"leak": 2} and payload["data"]["violations"] == 0
+
+
+@SQLITE_ONLY
+def test_audit_leak_is_subscribable_apart_from_violations(client: TestClient, receiver: Receiver) -> None:
+    """A webhook for `audit.leak` alone gets the leak (nothing claimed, leakage shown) and nothing for a
+    violation, an inconclusive or a consistent audit; every event can be listed, an unknown one is 422."""
+    hook = client.post("/v1/webhooks", json={"url": receiver.url, "events": ["audit.leak"]}).json()
+    assert hook["events"] == ["audit.leak"]
+    made = {o: client.post("/v1/audits", json=verdict_request(o)).json()["id"] for o in OUTCOMES}
+    for audit_id in made.values():
+        wait_for(client.get, audit_id, ("SUCCEEDED",))
+    got = receiver.wait_for(1)
+    time.sleep(0.5)
+    assert len(receiver.got) == 1
+    payload = Webhook(hook["secret"]).verify(got[0].body, got[0].headers)
+    assert payload["type"] == "audit.leak" and payload["data"]["id"] == made["leak"]
+    assert payload["data"]["verdict"]["outcome"] == "leak" and "schedule_id" not in payload["data"]
+
+    every = client.post("/v1/webhooks", json={"url": receiver.url, "events": list(EVENT_TYPES)})
+    assert every.status_code == 201 and every.json()["events"] == list(EVENT_TYPES)
+    unknown = client.post("/v1/webhooks", json={"url": receiver.url, "events": ["audit.passed"]})
+    assert unknown.status_code == 422 and unknown.json()["error"]["details"][0]["path"].startswith("$.events")
