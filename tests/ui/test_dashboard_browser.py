@@ -66,7 +66,16 @@ def test_submit_from_the_page_watch_it_live_and_see_the_charts(page, served: Ser
     assert _drawn_pixels(page, "#chart-roc") > 2000
     assert _drawn_pixels(page, "#chart-epsilon") > 2000
     rows = page.locator("#threat-models tbody tr")
-    assert rows.count() >= 8 and "ε empirical" in page.locator("#threat-models").inner_text()
+    assert (
+        rows.count() >= 8 and "ε lower bound the verdict used" in page.locator("#threat-models").inner_text()
+    )
+    assert page.locator("#verdict-badge").inner_text().lower() in (
+        "violation",
+        "leak",
+        "inconclusive",
+        "consistent",
+    )
+    assert "ε empirical" in page.locator("#figures").inner_text()  # the other ε figures: under Details
     assert "iclaudit submit" in page.locator("#reproduce-cli").inner_text()
     assert "/v1/audits" in page.locator("#reproduce-curl").inner_text()
     with page.expect_download() as download:
