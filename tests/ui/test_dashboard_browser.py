@@ -119,6 +119,7 @@ def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
         while api.get(f"/v1/sweeps/{sweep}").json()["state"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
             assert time.monotonic() < deadline
             time.sleep(0.3)
+        outcomes = sorted(r["outcome"] for r in api.get(f"/v1/sweeps/{sweep}/result").json()["rows"])
     _login(page, served, served.bob)
     page.locator('nav a[data-nav="sweeps"]').click()  # shown once the tenant has a sweep
     page.get_by_role("link", name=sweep[:12]).click()
@@ -126,6 +127,8 @@ def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
     assert _drawn_pixels(page, "#chart-sweep") > 2000
     links = page.locator("#sweep-grid a[href^='/ui/audits/']")
     assert links.count() == 2
+    # each point's verdict (one seed per point: its child's), as a badge with the outcome word
+    assert sorted(page.locator("#sweep-grid tbody [data-verdict]").all_inner_texts()) == outcomes
     links.first.click()
     page.locator("#summary [data-state]").wait_for()
 

@@ -14,6 +14,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
 from ui.served import Served, offline_context
@@ -237,3 +238,25 @@ def test_filter_the_list_by_verdict(at_width, audits) -> None:
     page.locator("#f-verdict").select_option("")
     for audit in audits.values():
         page.locator(f"#audits tr[data-id='{audit['id']}']").wait_for()
+
+
+def test_the_verdict_filter_holds_on_a_server_that_ignores_it(at_width, audits) -> None:
+    """A server without `?verdict=` (an older one) answers with every audit of the page: the page filters
+    them itself and says so. Here the browser drops the parameter from every list request."""
+    page = at_width(390)
+    seen: list[str] = []
+
+    def without_verdict(route) -> None:
+        url = urlsplit(route.request.url)
+        seen.append(url.query)
+        query = urlencode([(k, v) for k, v in parse_qsl(url.query) if k != "verdict"])
+        route.continue_(url=urlunsplit(url._replace(query=query)))
+
+    page.route("**/v1/audits?*", without_verdict)
+    page.goto("/ui?verdict=leak")
+    page.locator(f"#audits tr[data-id='{audits['leak']['id']}']").wait_for()
+    assert any("verdict=leak" in q for q in seen)  # asked of the server all the same
+    shown = page.locator("#audits tbody [data-verdict]").all_inner_texts()
+    assert {s.lower() for s in shown} == {"leak"}
+    assert "filtered on this page" in page.locator("#list-status").inner_text()
+    _on_screen(page, f"#audits tr[data-id='{audits['leak']['id']}'] [data-verdict]")

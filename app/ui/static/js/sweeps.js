@@ -1,7 +1,7 @@
 // Sweeps page: the tenant's sweeps; one sweep's grid as a line chart of the ε lower bound over the first swept
 // parameter (one line per value of the others) with the claimed ε, and a heat-map table whose cells link
 // to the point's audits.
-import { api, el, fmt, initPage, progressBar, stateBadge, TERMINAL, watch, when } from "./api.js";
+import { api, el, fmt, initPage, OUTCOMES, outcomeBadge, progressBar, stateBadge, TERMINAL, watch, when } from "./api.js";
 import { lineChart } from "./charts.js";
 
 const main = initPage();
@@ -11,7 +11,10 @@ function keyOf(point, keys) {
   return keys.map((k) => `${k}=${point[k]}`).join(", ");
 }
 
-/** Rows (one per child) grouped by grid point: mean/min/max ε_empirical over seeds, audits, violations. */
+/**
+ * Rows (one per child) grouped by grid point: mean ε lower bound over seeds, the claim, and the point's verdict:
+ * the most severe of its children's (violation, leak, inconclusive, consistent), with the count of each.
+ */
 function points(rows, keys) {
   const byPoint = new Map();
   for (const r of rows) {
@@ -25,7 +28,8 @@ function points(rows, keys) {
       point: p.point, rows: p.rows,
       mean: eps.length ? eps.reduce((a, b) => a + b, 0) / eps.length : null,
       theory: p.rows.find((r) => r.epsilon_theory !== null && r.epsilon_theory !== undefined)?.epsilon_theory ?? null,
-      violations: p.rows.filter((r) => r.violation === true).length,
+      outcome: OUTCOMES.find((o) => p.rows.some((r) => r.outcome === o)) ?? (p.rows.some((r) => r.violation === true) ? "violation" : null),
+      outcomes: OUTCOMES.map((o) => [o, p.rows.filter((r) => r.outcome === o).length]).filter(([, n]) => n),
     };
   });
 }
@@ -83,12 +87,12 @@ function renderResult(res) {
     el("caption", {}, "Every point (cells shaded by ε lower bound / ε theory; red: above the claim)"),
     el("thead", {}, el("tr", {}, keys.map((k) => el("th", { scope: "col" }, k)),
       el("th", { scope: "col", class: "num" }, "ε lower bound (mean)"), el("th", { scope: "col", class: "num" }, "ε theory"),
-      el("th", { scope: "col", class: "num" }, "violations"), el("th", { scope: "col" }, "audits"))),
+      el("th", { scope: "col" }, "verdict"), el("th", { scope: "col" }, "audits"))),
     el("tbody", {}, pts.map((p) => el("tr", {},
       keys.map((k) => el("td", {}, fmt(p.point[k]))),
       el("td", { class: "num", style: heat(p.mean, p.theory) ? `background:${heat(p.mean, p.theory)}` : null }, fmt(p.mean)),
       el("td", { class: "num" }, fmt(p.theory)),
-      el("td", { class: "num" }, String(p.violations)),
+      el("td", {}, outcomeBadge(p.outcome), p.outcomes.length ? el("span", { class: "muted" }, ` ${p.outcomes.map(([o, n]) => `${n} ${o}`).join(", ")}`) : null),
       el("td", {}, p.rows.map((r, i) => [i ? ", " : "", el("a", { href: `/ui/audits/${encodeURIComponent(r.audit_id)}` }, `seed ${r.seed}`)]))))));
   out.push(el("div", { class: "table-wrap" }, table));
   return out;
