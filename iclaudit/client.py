@@ -6,7 +6,13 @@ HTTP code path in the CLI).
     with IclauditClient("http://127.0.0.1:8000", api_key="ica_…") as client:
         audit = client.submit({"kind": "bound", "counts": {"tp": 2400, "fn": 1600, "fp": 1500, "tn": 2500}})
         audit = client.wait(audit.id, timeout=600)          # long-poll with ETags until SUCCEEDED/FAILED/CANCELLED
-        print(audit.result.epsilon_empirical if audit.result else audit.error)
+        print(audit.headline or audit.error)                # "Measured ε ≥ 3.45 (95 %) against a claimed 1: violation"
+        leaks = client.list(verdict="leak").audits          # violation, leak, inconclusive or consistent
+
+The verdict (app/audit/verdict.py) is on every audit the client returns, list pages included:
+`audit.outcome` (violation, leak, inconclusive, consistent; None until SUCCEEDED, or for a kind that
+measures no leakage), `audit.headline`, `audit.epsilon_detectable` (the audit's power), `audit.failing`
+(what fails a CI gate: a violation or a leak) and `audit.digest`, the server's typed summary.
 
 Sweeps, webhooks and schedules come back as the API's own response models (app/schemas: `SweepResource`,
 `SweepResult`, `WebhookCreated`, `DeliveryList`, `ScheduleResource`, `ScheduleRunList`, …); `wait_sweep`
@@ -52,7 +58,7 @@ from tenacity import (
 from app.audit.kinds.registry import validate_result
 from app.audit.results.base import ResultBase
 from app.db.constants import TERMINAL_STATES
-from app.schemas.audits import AuditResult
+from app.schemas.audits import AuditResult, Verdict
 from app.schemas.webhooks import (
     DeliveryList,
     DeliveryResource,
@@ -198,10 +204,45 @@ class Audit(BaseModel):
     created_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    epsilon_claimed: float | None = None
+    verdict: dict[str, Any] | None = None
+    """The server's verdict digest as sent (null until SUCCEEDED); `digest` is it typed."""
 
     @property
     def done(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def digest(self) -> Verdict | None:
+        """The verdict digest (`outcome`, `headline`, `epsilon_lower`, `epsilon_detectable`, `violation`)."""
+        return Verdict.model_validate(self.verdict) if self.verdict is not None else None
+
+    def _field(self, digest_name: str, result_name: str) -> Any:
+        """A verdict field from the digest, else from the result (a server that sends no digest)."""
+        if self.verdict is not None and self.verdict.get(digest_name) is not None:
+            return self.verdict[digest_name]
+        return getattr(self.result, result_name, None) if self.result is not None else None
+
+    @property
+    def outcome(self) -> str | None:
+        """violation, leak, inconclusive or consistent; None until SUCCEEDED or for a kind without one."""
+        return self._field("outcome", "verdict")  # type: ignore[no-any-return]
+
+    @property
+    def headline(self) -> str | None:
+        """The verdict in plain words."""
+        return self._field("headline", "headline")  # type: ignore[no-any-return]
+
+    @property
+    def epsilon_detectable(self) -> float | None:
+        """The audit's power: the smallest true ε it flags with probability ≥ ½ (None: unbounded, or not
+        needed for the verdict)."""
+        return self._field("epsilon_detectable", "epsilon_detectable")  # type: ignore[no-any-return]
+
+    @property
+    def failing(self) -> bool:
+        """What fails a CI gate: a violation, or a leak where nothing is claimed."""
+        return self.outcome in ("violation", "leak")
 
     @model_validator(mode="before")
     @classmethod
@@ -408,17 +449,20 @@ class IclauditClient:
         state: str | None = None,
         kind: str | None = None,
         labels: dict[str, str] | None = None,
+        verdict: str | None = None,
         page_size: int = 50,
         page_token: str | None = None,
     ) -> AuditPage:
-        """One page of the caller's audits, newest first."""
+        """One page of the caller's audits, newest first; `verdict` (violation, leak, inconclusive or
+        consistent) keeps the SUCCEEDED audits whose result has it (ApiError 422 for another word)."""
         params: list[tuple[str, str | int]] = [("page_size", page_size)]
-        params += [(k, v) for k, v in (("state", state), ("kind", kind), ("page_token", page_token)) if v]
+        filters = (("state", state), ("kind", kind), ("verdict", verdict), ("page_token", page_token))
+        params += [(k, v) for k, v in filters if v]
         params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
         return AuditPage.model_validate(self._json("GET", "/v1/audits", params=params))
 
     def iter_audits(self, **filters: Any) -> Iterator[Audit]:
-        """Every audit matching the filters, page after page."""
+        """Every audit matching the filters (those of `list`: state, kind, labels, verdict), page after page."""
         token = None
         while True:
             page = self.list(page_token=token, **filters)

@@ -106,8 +106,16 @@ class Verdict(BaseModel):
         description="The audit's power (the result's `epsilon_detectable`); null when unbounded.",
     )
     violation: bool | None = Field(
-        description="True when the verdict is violation; null when the kind makes no such comparison."
+        description="True when the verdict is violation; null when nothing is claimed (the verdict is judged "
+        "against max_epsilon) or the kind makes no such comparison."
     )
+
+
+def claims_nothing(result: dict[str, Any] | None) -> bool:
+    """The result was judged with nothing claimed (against its `max_epsilon`, set only then: mia, bound),
+    whatever ε the request carries (a mia request's `epsilon` defaults to 1 even with mechanism `none`)."""
+    limit = result.get("max_epsilon") if isinstance(result, dict) else None
+    return isinstance(limit, int | float) and not isinstance(limit, bool)
 
 
 def verdict_of(result: dict[str, Any] | None) -> Verdict | None:
@@ -128,7 +136,7 @@ def verdict_of(result: dict[str, Any] | None) -> Verdict | None:
         headline=result.get("headline") if isinstance(result.get("headline"), str) else None,
         epsilon_lower=max(lows) if lows else None,
         epsilon_detectable=float(detectable) if isinstance(detectable, int | float) else None,
-        violation=violation if isinstance(violation, bool) else None,
+        violation=violation if isinstance(violation, bool) and not claims_nothing(result) else None,
     )
 
 
@@ -147,7 +155,10 @@ class AuditSummary(BaseModel):
     kind: str
     state: AuditState
     progress: Progress
-    epsilon_claimed: float | None = Field(description="The ε the request says the system claims, if any.")
+    epsilon_claimed: float | None = Field(
+        description="The ε the request says the system claims, if any; null once the result says nothing is "
+        "claimed (its verdict judged against max_epsilon)."
+    )
     verdict: Verdict | None = Field(description="A digest of the result; null until SUCCEEDED.")
     error: ErrorInfo | None
     cancel_requested: bool
@@ -165,6 +176,8 @@ class AuditSummary(BaseModel):
         """From an `Audit` or a row of app.db.polling's summary columns (which carry `epsilon_claimed`)."""
         if epsilon_claimed is None:
             epsilon_claimed = getattr(row, "epsilon_claimed", None)
+        if row.state == AuditState.SUCCEEDED and claims_nothing(row.result):
+            epsilon_claimed = None  # the verdict says nothing is claimed: no "claimed 1" beside a leak
         times = (row.created_at, row.started_at, row.heartbeat_at, row.finished_at)
         return cls(
             id=row.id,

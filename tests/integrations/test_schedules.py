@@ -146,7 +146,8 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
             # an endpoint that answers "0" whatever the context gives the attack no signal: not a pass
             assert all(
                 x["outcome"] == "inconclusive"
-                and x["headline"].startswith("Inconclusive: the attack saw no signal")
+                and x["headline"].startswith("Inconclusive:")
+                and "signal" in x["headline"]
                 for x in private
                 if x["state"] == "SUCCEEDED"
             )

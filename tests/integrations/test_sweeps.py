@@ -170,19 +170,21 @@ def test_a_finished_sweep_says_when_its_last_child_finished_before_the_dispatch_
 
 @SQLITE_ONLY
 def test_rows_points_and_csv_carry_each_childs_verdict(client: TestClient) -> None:
-    """A bound sweep whose points are a violation (claim 0.05) and inconclusive (claim 1): each row, point
-    and CSV line has the child's outcome and headline beside `violation`."""
-    body = {"base": verdict_request("leak"), "grid": {"epsilon": [0.05, 1]}}
+    """A bound sweep (25 trials per side, perfectly separated) whose points are a violation (claim 0.05)
+    and inconclusive (claim 2: beyond what 25 trials can certify): each row, point and CSV line has the
+    child's outcome and headline beside `violation`."""
+    body = {"base": verdict_request("inconclusive"), "grid": {"epsilon": [0.05, 2]}}
     sweep = client.post("/v1/sweeps", json=body).json()
     assert wait_sweep(client, sweep["id"])["state"] == "SUCCEEDED"
     table = client.get(f"/v1/sweeps/{sweep['id']}/result").json()
     assert [(r["point"]["epsilon"], r["outcome"], r["violation"]) for r in table["rows"]] == [
         (0.05, "violation", True),
-        (1, "inconclusive", False),
+        (2, "inconclusive", False),
     ]
     violation, inconclusive = table["rows"]
     assert violation["headline"].endswith(": violation") and violation["epsilon_detectable"] is None
-    assert inconclusive["headline"].startswith("Inconclusive:") and inconclusive["epsilon_detectable"] > 1
+    assert inconclusive["headline"].startswith("Inconclusive: 25 trials per side can certify at most")
+    assert inconclusive["epsilon_detectable"] is None  # unbounded: no true ε up to 100 is flagged
     assert [(p["outcome"], p["outcomes"], p["violations"]) for p in table["points"]] == [
         ("violation", {"violation": 1}, 1),
         ("inconclusive", {"inconclusive": 1}, 0),

@@ -4,8 +4,10 @@ database): a sweep, webhooks and schedules come back as the API's own response m
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -18,7 +20,7 @@ from app.db.constants import TERMINAL_STATES, AuditState
 from app.schemas.schedules import ScheduleList, ScheduleResource, ScheduleRunResource
 from app.schemas.sweeps import SweepList, SweepRequest, SweepResource, SweepResult
 from app.schemas.webhooks import DeliveryResource, WebhookCreated, WebhookList, WebhookResource
-from iclaudit.client import ApiError, IclauditClient, WaitTimeout
+from iclaudit.client import ApiError, Audit, IclauditClient, WaitTimeout
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -61,6 +63,7 @@ def test_a_sweep_round_trip_is_typed(api: IclauditClient) -> None:
         assert audit.result is not None and audit.result.kind == "mia"
         assert row.epsilon_theory == audit.result.epsilon_theory == row.point["epsilon"]
         assert row.violation == audit.result.violation
+        assert row.outcome == audit.outcome == audit.result.verdict and row.headline == audit.headline
     assert len(api.sweep_result_csv(sweep.id).splitlines()) == 3  # header + one line per child
     page = api.list_sweeps()
     assert isinstance(page, SweepList) and [s.id for s in page.sweeps] == [sweep.id]
@@ -138,3 +141,52 @@ def test_schedules_create_list_runs_delete(api: IclauditClient) -> None:
     with pytest.raises(ApiError) as bad:
         api.create_schedule(request=BOUND, cron="every night")
     assert bad.value.status == 422 and bad.value.details[0][0] == "$.cron"
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def examples(root: Path = ROOT) -> dict[str, dict[str, Any]]:
+    """The request per verdict that a new user tries (issue 18): plain ICL over records leaks; private
+    voting at its claim with 400,000 trials is consistent; its planted bug is a violation; 25 trials
+    cannot resolve a claim of 2."""
+    read = lambda name: json.loads((root / "examples" / name).read_text())  # noqa: E731
+    return {
+        "leak": read("likelihood-oracle-records.json"),
+        "consistent": read("mia-oracle-eps1.json"),
+        "violation": read("mia-oracle-bug-noise-divided-by-t.json"),
+        "inconclusive": {**read("mia-oracle-eps1.json"), "trials": 25, "epsilon": 2},
+    }
+
+
+def test_the_client_shows_each_verdict_and_lists_by_it(api: IclauditClient) -> None:
+    made = {o: api.submit(body).id for o, body in examples().items()}
+    done = {o: api.wait(audit_id, timeout=60) for o, audit_id in made.items()}
+    for outcome, audit in done.items():
+        assert audit.state == "SUCCEEDED" and audit.outcome == outcome == audit.result.verdict, audit.headline
+        assert audit.digest is not None and audit.digest.outcome == outcome
+        assert audit.headline == audit.result.headline == audit.digest.headline
+        assert audit.failing is (outcome in ("violation", "leak"))
+    # the mia request's epsilon defaults to 1 with mechanism none; the summary follows the result: no claim
+    assert "leaks" in done["leak"].headline and done["leak"].epsilon_claimed is None
+    assert done["leak"].digest.violation is None and done["leak"].request["epsilon"] == 1
+    assert done["violation"].headline.endswith("against a claimed 1: violation")
+    assert "25 trials per side" in done["inconclusive"].headline
+    # the rule (app/audit/verdict.py): consistent needs ε_detectable ≤ 2 × the claim; inconclusive misses it
+    # (None: no true ε up to 100 would be flagged)
+    assert done["inconclusive"].epsilon_detectable is None or done["inconclusive"].epsilon_detectable > 2 * 2
+    assert 1 <= done["consistent"].epsilon_detectable <= 2 and done["consistent"].epsilon_claimed == 1
+
+    for outcome, audit_id in made.items():
+        page = api.list(verdict=outcome)
+        assert [a.id for a in page.audits] == [audit_id]
+        (listed,) = page.audits
+        assert isinstance(listed, Audit) and listed.result is None  # the summary view: no result body
+        assert listed.outcome == outcome and listed.headline == done[outcome].headline
+        assert listed.epsilon_detectable == done[outcome].epsilon_detectable
+    assert [a.id for a in api.iter_audits(verdict="leak", kind="mia")] == [made["leak"]]
+    assert list(api.iter_audits(verdict="leak", kind="bound")) == []
+    assert {a.outcome for a in api.iter_audits()} == set(made)
+    with pytest.raises(ApiError) as bad:
+        api.list(verdict="ok")
+    assert bad.value.status == 422 and bad.value.details[0][0] == "query.verdict"
