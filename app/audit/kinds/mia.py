@@ -568,9 +568,18 @@ def judged(request: Request, result: dict) -> dict:
         auc=max(aucs) if aucs else None,
         blocked=blocked,
     )
-    result.update(judgement.as_dict())
+    verdict = judgement.as_dict()
+    if result.get("calibration_valid") is False and judgement.verdict != "violation":
+        ceiling = result.get("epsilon_ceiling")
+        exact = f"{ceiling:.3g}" if isinstance(ceiling, int | float) else "above the claim"
+        reason = (
+            f"the calibrated noise's exact ε at δ is {exact}, above the claimed {claimed:.3g}: the claim fails "
+            "in theory, before any attack"
+        )
+        verdict.update(verdict="violation", verdict_reason=reason, headline=f"Violation in theory: {reason}")
+    result.update(verdict)
     result["max_epsilon"] = request.max_epsilon if claimed is None else None
-    result["violation"] = judgement.verdict == "violation"
+    result["violation"] = result["verdict"] == "violation"
     return result
 
 
