@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from app.db.models import TERMINAL_STATES, Audit, AuditState, utcnow
+from app.db.models import TERMINAL_STATES, Audit, AuditState, Tenant, utcnow
 from app.db.scoping import Page, keyset_page, owned
 
 # --- tenant-facing ----------------------------------------------------------------------------------
@@ -35,6 +35,24 @@ def add_audit(
     session.add(audit)
     session.flush()
     return audit
+
+
+def lock_tenant(session: Session, *, tenant_id: str) -> None:
+    """Hold the tenant's row until this transaction ends, so that a count of its audits and the inserts
+    that count allows are one step (ICLAUDIT_MAX_ACTIVE_AUDITS is enforced, not raced). PostgreSQL: `SELECT
+    … FOR NO KEY UPDATE` (a concurrent submit of the same tenant waits; other tenants, and inserts that
+    only reference the tenant, do not). SQLite: a no-op UPDATE of the row takes the database's write lock
+    now instead of at the first insert (pysqlite begins the transaction at the first write), so concurrent
+    writers are serialised from before the count."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.execute(
+            update(Tenant)
+            .where(Tenant.id == tenant_id)
+            .values(name=Tenant.name)
+            .execution_options(synchronize_session=False)
+        )
+    else:
+        session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
 
 
 def count_active(session: Session, *, tenant_id: str) -> int:

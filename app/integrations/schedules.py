@@ -23,6 +23,7 @@ from app.db import schedules as store
 from app.db.models import Audit, AuditState, Schedule, ScheduleRun, utcnow
 from app.integrations.verdict import verdict_of
 from app.jobs.executors import Executor
+from app.jobs.service import QuotaExceeded
 from app.schemas.schedules import ScheduleRunResource
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,11 @@ def fire_due(*, sessions: sessionmaker[Session], settings: Settings, executor: E
                 _fire(session, schedule, run, settings, executor)
             except IntegrityError:
                 session.rollback()
+                continue
+            except QuotaExceeded as exc:  # the tenant is at ICLAUDIT_MAX_ACTIVE_AUDITS: this run is skipped
+                log.warning("schedule %s skipped its run of %s: %s", schedule_id, fire_time, exc)
+                session.rollback()
+                _skip(session, schedule, fire_time, now)
                 continue
             except Exception:  # e.g. its dataset was deleted: the run is listed without an audit
                 log.exception("schedule %s could not start its run of %s", schedule_id, fire_time)

@@ -31,7 +31,7 @@ from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
 from app.egress import EgressRefused, check_url
 from app.integrations.verdict import verdict_of
 from app.jobs.executors import Executor, enqueue
-from app.jobs.service import Rejected, check_request
+from app.jobs.service import Rejected, check_active_quota, check_request, reserve_active
 from app.schemas.audits import request_adapter
 from app.schemas.sweeps import (
     SweepChildResource,
@@ -134,15 +134,20 @@ def submit_sweep(
     executor: Executor,
     remember: Any = None,
 ) -> Sweep:
-    """Check every child, store the sweep and its children (one transaction), then enqueue each child."""
+    """Check every child, store the sweep and its children (one transaction), then enqueue each child. The
+    children count in the tenant's ICLAUDIT_MAX_ACTIVE_AUDITS as a whole, under the tenant's lock
+    (`reserve_active`): a sweep that would pass the cap is refused (429), none of it stored."""
     check_notify(request, settings)
     children = expand(request, max_audits=settings.sweep_max_audits)
+    quota = {"tenant_id": tenant_id, "settings": settings, "adding": len(children), "what": "this sweep"}
+    check_active_quota(session, **quota)
     for point, _, child in children:
         try:
-            check_request(session, tenant_id=tenant_id, request=child, settings=settings)
+            check_request(session, tenant_id=tenant_id, request=child, settings=settings, quota=False)
         except Rejected as exc:
             key = next((k for k in point if exc.path == f"$.{k}"), None)
             raise Rejected(_key_path(key) if key else "$.base" + exc.path[1:], exc.message) from exc
+    reserve_active(session, **quota)
     sweep = store.add_sweep(
         session,
         tenant_id=tenant_id,

@@ -37,15 +37,30 @@ class QuotaExceeded(Exception):
     """The tenant has ICLAUDIT_MAX_ACTIVE_AUDITS audits PENDING or RUNNING; answered 429 with Retry-After."""
 
 
-def check_active_quota(session: Session, *, tenant_id: str, settings: Settings, adding: int = 1) -> None:
-    """QuotaExceeded unless `adding` more audits keep the tenant within ICLAUDIT_MAX_ACTIVE_AUDITS. A soft
-    cap: submits racing each other can pass it by the number in flight."""
+def check_active_quota(
+    session: Session, *, tenant_id: str, settings: Settings, adding: int = 1, what: str = "this audit"
+) -> None:
+    """QuotaExceeded unless `adding` more audits keep the tenant within ICLAUDIT_MAX_ACTIVE_AUDITS. Alone,
+    a quick refusal before the work of building a request (submits racing each other can pass it);
+    `reserve_active` is the check that holds."""
     active = audits.count_active(session, tenant_id=tenant_id)
     if active + adding > settings.max_active_audits:
+        adds = "" if adding == 1 else f"; {what} would add {adding}"
         raise QuotaExceeded(
-            f"This tenant has {active} audits PENDING or RUNNING; at most {settings.max_active_audits} may be "
-            f"(ICLAUDIT_MAX_ACTIVE_AUDITS). Wait for some to finish or cancel some, then retry."
+            f"This tenant has {active} audits PENDING or RUNNING{adds}; at most {settings.max_active_audits} "
+            f"may be (ICLAUDIT_MAX_ACTIVE_AUDITS). Wait for some to finish or cancel some, then retry."
         )
+
+
+def reserve_active(
+    session: Session, *, tenant_id: str, settings: Settings, adding: int = 1, what: str = "this audit"
+) -> None:
+    """`check_active_quota` under the tenant's lock (app.db.audits.lock_tenant), held until the caller's
+    transaction ends: call it right before inserting the `adding` audits, in the transaction that inserts
+    them. Concurrent submits, sweeps and schedule runs of one tenant count one after the other, so the cap
+    is exact."""
+    audits.lock_tenant(session, tenant_id=tenant_id)
+    check_active_quota(session, tenant_id=tenant_id, settings=settings, adding=adding, what=what)
 
 
 def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
@@ -73,9 +88,12 @@ def check_builtin_available(name: str, settings: Settings) -> None:
         )
 
 
-def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings) -> None:
+def check_request(
+    session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings, quota: bool = True
+) -> None:
     """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist,
-    a `notify` URL this service may call."""
+    a `notify` URL this service may call, and (`quota`) room under ICLAUDIT_MAX_ACTIVE_AUDITS for one more
+    (a quick check; `reserve_active` is the one that holds)."""
     if request.notify is not None:
         try:
             check_url(request.notify, settings.webhook_egress)
@@ -87,7 +105,8 @@ def check_request(session: Session, *, tenant_id: str, request: AuditRequestBase
             "$.trials",
             f"trials is {trials}, above this service's maximum of {settings.max_trials} (ICLAUDIT_MAX_TRIALS).",
         )
-    check_active_quota(session, tenant_id=tenant_id, settings=settings)
+    if quota:
+        check_active_quota(session, tenant_id=tenant_id, settings=settings)
     llm_calls = getattr(request, "llm_calls", None)
     if isinstance(llm_calls, int) and llm_calls > settings.max_llm_calls:
         raise Rejected(
@@ -134,11 +153,12 @@ def submit_audit(
     executor: Executor,
     on_stored: Callable[[Session, Audit], None] | None = None,
 ) -> Audit:
-    """Check, store (PENDING, with its labels), commit, enqueue. If the broker is down the audit stays
-    PENDING and the sweep enqueues it later. `on_stored` writes in the same transaction (an idempotency
+    """Check, store (PENDING, with its labels; counted under the tenant's lock: `reserve_active`), commit,
+    enqueue. If the broker is down the audit stays PENDING and the sweep enqueues it later. `on_stored` writes in the same transaction (an idempotency
     key, a schedule's run) and may raise to store nothing."""
     check_request(session, tenant_id=tenant_id, request=request, settings=settings)
     body: dict[str, Any] = request.model_dump(mode="json")
+    reserve_active(session, tenant_id=tenant_id, settings=settings)
     audit = audits.add_audit(
         session,
         tenant_id=tenant_id,

@@ -17,12 +17,13 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
-from service.client import bound_request, wait_for
+from service.client import bound_request, long_mia_request, wait_for
 from service.internal_server import internal_server
 from ui.served import make_key, serve, stop
 
@@ -470,3 +471,139 @@ def test_dashboard_download_csv_escapes_formula_cells() -> None:
     print(rows)
     assert [r[1] for r in rows[1 : len(FORMULAS) + 2]] == ["'" + f for f in [*FORMULAS, CR]]
     assert rows[-3:] == [["neg", "-0.5"], ["negtext", "-0.5"], ["'=key", "1"]]
+
+
+# --- M2: sweep children and scheduled runs count in the active-audit cap, enforced atomically -------------
+
+CAP = 6  # ICLAUDIT_MAX_ACTIVE_AUDITS of the `tight` server
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """A second server with small caps (one inline worker, as the default)."""
+    state = tmp_path_factory.mktemp("tight")
+    with internal_server() as (port, hits):
+        proc, url, _ = serve(
+            state,
+            auth=True,
+            extra_env={
+                "ICLAUDIT_MAX_ACTIVE_AUDITS": str(CAP),
+                "ICLAUDIT_MAX_TRIALS": "8000000",
+                "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
+                "ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS": "1",
+                "ICLAUDIT_LOG_FORMAT": "text",
+            },
+        )
+        try:
+            yield Live(url, proc, state, port, hits)
+        finally:
+            stop(proc)
+
+
+@pytest.fixture
+def held(tight: Live) -> Iterator[Live]:
+    """The `tight` server with its one inline worker busy on another tenant's long audit, so every audit
+    submitted meanwhile stays PENDING (and counts in its tenant's cap) until the test ends."""
+    with tight.client("blocker") as api:
+        blocker = api.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
+        wait_for(api.get, blocker["id"], states=("RUNNING",))
+        try:
+            yield tight
+        finally:
+            api.post(f"/v1/audits/{blocker['id']}/cancel")
+            wait_for(api.get, blocker["id"], timeout=120)
+
+
+def _active(api: httpx.Client) -> int:
+    audits = api.get("/v1/audits", params={"page_size": 500}).json()["audits"]
+    return sum(1 for a in audits if a["state"] in ("PENDING", "RUNNING"))
+
+
+def _cancel_all(api: httpx.Client) -> None:
+    for audit in api.get("/v1/audits", params={"page_size": 500}).json()["audits"]:
+        if audit["state"] in ("PENDING", "RUNNING"):
+            api.post(f"/v1/audits/{audit['id']}/cancel")
+
+
+def _sweep(n: int) -> dict:
+    return {"base": bound_request(), "grid": {"confidence": [0.9, 0.95, 0.99, 0.999, 0.9999, 0.5][:n]}}
+
+
+def _assert_quota_429(response: httpx.Response) -> None:
+    assert response.status_code == 429, response.text
+    assert int(response.headers["Retry-After"]) >= 1
+    assert "ICLAUDIT_MAX_ACTIVE_AUDITS" in response.json()["error"]["message"]
+
+
+def test_a_sweep_whose_children_pass_the_active_cap_is_429(held: Live) -> None:
+    """A 64- and a 256-child sweep were both accepted against a cap of 100: the children now count."""
+    with held.client("m2-sweep") as api:
+        try:
+            assert api.post("/v1/sweeps", json=_sweep(4)).status_code == 202
+            over = api.post("/v1/sweeps", json=_sweep(3))  # 4 + 3 > 6
+            print(f"4 active, a 3-child sweep against a cap of {CAP}: {over.status_code} {over.text[:300]}")
+            _assert_quota_429(over)
+            assert "this sweep would add 3" in over.json()["error"]["message"]
+            assert len(api.get("/v1/sweeps").json()["sweeps"]) == 1 and _active(api) == 4
+            assert api.post("/v1/sweeps", json=_sweep(2)).status_code == 202  # 4 + 2 = 6: fits exactly
+            _assert_quota_429(api.post("/v1/audits", json=bound_request()))
+            assert _active(api) == CAP
+        finally:
+            _cancel_all(api)
+
+
+def test_concurrent_submits_never_pass_the_cap(held: Live) -> None:
+    """24 submits at once (no count-then-insert race): exactly CAP are accepted, the rest 429."""
+    key = held.key("m2-race")
+    start = threading.Barrier(24)
+
+    def submit(i: int) -> int:
+        with httpx.Client(base_url=held.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as api:
+            start.wait()
+            if i % 3 == 0:
+                return api.post("/v1/sweeps", json=_sweep(1)).status_code
+            return api.post("/v1/audits", json=bound_request()).status_code
+
+    with ThreadPoolExecutor(24) as pool:
+        codes = list(pool.map(submit, range(24)))
+    with held.client("m2-race") as api:
+        try:
+            active = _active(api)
+            print(
+                f"24 concurrent submits, cap {CAP}: {codes.count(202)} accepted, {codes.count(429)} 429; "
+                f"{active} active"
+            )
+            assert sorted(set(codes)) == [202, 429] and codes.count(202) == CAP and active == CAP
+        finally:
+            _cancel_all(api)
+
+
+def test_scheduled_sweeps_and_audits_count_in_the_cap(held: Live) -> None:
+    """With 5 of 6 active, a schedule firing a 2-child sweep every second and one firing an audit: the
+    sweep never fits (each of its runs is listed without a sweep), the audit fits once, and the tenant's
+    active audits never pass the cap (a scheduled sweep's children were checked one by one, 5 + 1 ≤ 6)."""
+    with held.client("m2-sched") as api:
+        try:
+            for _ in range(CAP - 1):
+                assert api.post("/v1/audits", json=bound_request()).status_code == 202
+            sweep = api.post("/v1/schedules", json={"sweep": _sweep(2), "interval_seconds": 1}).json()
+            audit = api.post("/v1/schedules", json={"request": bound_request(), "interval_seconds": 1}).json()
+            deadline = time.monotonic() + 6
+            peak = 0
+            while time.monotonic() < deadline:
+                peak = max(peak, _active(api))
+                time.sleep(0.2)
+            runs = {s["id"]: api.get(f"/v1/schedules/{s['id']}/runs").json()["runs"] for s in (sweep, audit)}
+            for s in (sweep, audit):
+                api.delete(f"/v1/schedules/{s['id']}")
+        finally:
+            _cancel_all(api)
+    sweeps_started = sum(1 for r in runs[sweep["id"]] if r["sweep_id"])
+    audits_started = sum(1 for r in runs[audit["id"]] if r["audit_id"])
+    print(
+        f"5 active, 6 s of firings: {sweeps_started} of {len(runs[sweep['id']])} sweep runs and "
+        f"{audits_started} of {len(runs[audit['id']])} audit runs started; peak active {peak} (cap {CAP})"
+    )
+    assert peak == CAP and sweeps_started == 0 and audits_started == 1
+    assert len(runs[sweep["id"]]) >= 3 and len(runs[audit["id"]]) >= 3
+    assert "Traceback" not in held.log()
