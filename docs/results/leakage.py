@@ -17,6 +17,7 @@ white box) and docs/img/leakage-generated-roc.png (generated text, black box; lo
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
 import time
@@ -170,16 +171,27 @@ def _tpr(value: float | None, c0_trials: int) -> str:
     return f"unresolved (n C0 = {c0_trials})" if value is None else _num(value)
 
 
+def _verdict(row: dict) -> str:
+    """The run's verdict (app/audit/kinds/mia.py `judged`) with its power, recomputed by today's rule
+    from the stored request and measurement (runs recorded before the verdict existed hold neither)."""
+    from app.audit.kinds import mia
+
+    r = mia.judged(mia.Request.model_validate(row["request"]), copy.deepcopy(row["result"]))
+    detectable = "∞" if r.get("epsilon_detectable_unbounded") else _num(r.get("epsilon_detectable"))
+    return r["verdict"] + (f" ({detectable})" if r["verdict"] in ("inconclusive", "consistent") else "")
+
+
 def report() -> str:
     """The markdown tables of docs/results/leakage.md from docs/results/leakage-runs.jsonl."""
     rows = {r["name"]: r for r in map(json.loads, RUNS.read_text().splitlines())}
     lines = [
         "| run | mechanism | secret | trials/side | threat model | AUC | TPR@1e-3 | TPR@1e-2 | ε lower (assumption) "
-        "| ε claimed | violation | forward passes (scratch) | tokens fed (scratch) |",
+        "| ε claimed | verdict (ε detectable) | forward passes (scratch) | tokens fed (scratch) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name in [n for n in (*NAMES, *GENERATED) if n in rows]:
         row, r = rows[name], rows[name]["result"]
+        verdict = _verdict(row)
         mech = row["request"]["mechanism"]
         label = mech["name"] + (f" L{mech['defense_level']}" if mech["name"] == "prompt_defense" else "")
         if "generated" in r:
@@ -197,7 +209,7 @@ def report() -> str:
                 f"| {name} | {label} | {secret} "
                 f"| {r['trials']} | {tm} | {_num(b['auc'])} | {_tpr(b['tpr_at_fpr']['0.001'], r['trials'])} "
                 f"| {_tpr(b['tpr_at_fpr']['0.01'], r['trials'])} | {lower} ({b['assumption']}) | {_num(r['epsilon_theory'])} "
-                f"| {b['violation']} | {cost['forward_passes']} ({cost['from_scratch_forward_passes'] or '–'}) "
+                f"| {verdict} | {cost['forward_passes']} ({cost['from_scratch_forward_passes'] or '–'}) "
                 f"| {cost['prompt_tokens']} ({cost['from_scratch_tokens'] or '–'}) |"
             )
     for name in ("none", "secret-none", "repeat-none"):
