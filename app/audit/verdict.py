@@ -54,7 +54,7 @@ _FPR_GRID = 48
 
 
 @dataclass(frozen=True)
-class Test:
+class MembershipTest:
     """One membership test behind a verdict, as the power model sees it.
 
     `n_in`/`n_out` are the trials its bound was computed from (None: the exact estimator's population
@@ -123,7 +123,7 @@ def attack_efficiency(mu_hat: float, mu_true: float) -> float:
     return min(MAX_EFFICIENCY, max(0.0, mu_hat / mu_true))
 
 
-def _flags(test: Test, tp: np.ndarray, fp: np.ndarray, threshold: float) -> np.ndarray:
+def _flags(test: MembershipTest, tp: np.ndarray, fp: np.ndarray, threshold: float) -> np.ndarray:
     """Whether the bound from counts (TP, FP) — or from exact rates when n is None — exceeds `threshold`."""
     alpha = (1 - test.confidence) / 2
     if test.n_in is None or test.n_out is None:
@@ -135,14 +135,14 @@ def _flags(test: Test, tp: np.ndarray, fp: np.ndarray, threshold: float) -> np.n
     return assumption_free_epsilon(fnr_ub, fpr_ub, test.delta) > threshold
 
 
-def _operating_points(test: Test, mu: float) -> tuple[np.ndarray, np.ndarray]:
+def _operating_points(test: MembershipTest, mu: float) -> tuple[np.ndarray, np.ndarray]:
     """FPR grid (log-spaced down to half a C0 trial) and the TPR a μ-GDP test reaches at each."""
     smallest = 0.5 / test.n_out if test.n_out else 1e-9
     fpr = np.geomspace(max(smallest, 1e-12), 0.5, _FPR_GRID)
     return fpr, special.ndtr(mu + special.ndtri(fpr))
 
 
-def _best_point(test: Test, mu: float) -> tuple[float, float]:
+def _best_point(test: MembershipTest, mu: float) -> tuple[float, float]:
     """The operating point whose expected counts give the largest bound (the attack's best threshold)."""
     fpr, tpr = _operating_points(test, mu)
     alpha = (1 - test.confidence) / 2
@@ -158,7 +158,9 @@ def _best_point(test: Test, mu: float) -> tuple[float, float]:
     return float(tpr[i]), float(fpr[i])
 
 
-def detection_rate(test: Test, epsilon_true: float, threshold: float, uniforms: np.ndarray) -> float:
+def detection_rate(
+    test: MembershipTest, epsilon_true: float, threshold: float, uniforms: np.ndarray
+) -> float:
     """P[this audit's test flags a Gaussian mechanism of true ε'] under the power model (module docstring).
 
     `uniforms` is a (2, DRAWS) array of U(0, 1) draws, reused across ε' (common random numbers)."""
@@ -173,7 +175,7 @@ def detection_rate(test: Test, epsilon_true: float, threshold: float, uniforms: 
     return float(np.mean(_flags(test, tp, fp, threshold)))
 
 
-def certifiable_max(test: Test) -> float:
+def certifiable_max(test: MembershipTest) -> float:
     """The largest bound these trials can give: every C1 trial called in, no C0 trial (∞ for exact)."""
     if test.n_in is None or test.n_out is None:
         return math.inf
@@ -187,7 +189,7 @@ def certifiable_max(test: Test) -> float:
     return float(assumption_free_epsilon(fnr_ub, fpr_ub, test.delta)[0])
 
 
-def epsilon_detectable(test: Test, threshold: float, uniforms: np.ndarray) -> float:
+def epsilon_detectable(test: MembershipTest, threshold: float, uniforms: np.ndarray) -> float:
     """The smallest true ε' ≤ MAX_EPSILON with `detection_rate` ≥ ½ (bisection to 0.5 %); ∞ if none."""
     if test.efficiency <= 0 or certifiable_max(test) <= threshold:
         return math.inf
@@ -219,7 +221,7 @@ def fmt(x: float | None) -> str:
 
 
 def judge(
-    tests: list[Test],
+    tests: list[MembershipTest],
     *,
     claimed: float | None,
     max_epsilon: float,
@@ -294,7 +296,7 @@ def judge(
     return make("inconclusive", reason, f"Inconclusive: {reason}", detectable)
 
 
-def test_from_bound(
+def membership_test(
     name: str,
     bound: dict,
     *,
@@ -302,8 +304,8 @@ def test_from_bound(
     confidence: float,
     claimed: float | None,
     mu_true: float | None = None,
-) -> Test:
-    """A `Test` from a bound's result fields (tpr, fpr, counts, epsilon_lower, mu_lower, assumption, …).
+) -> MembershipTest:
+    """A `MembershipTest` from a bound's result fields (tpr, fpr, counts, epsilon_lower, mu_lower, assumption, …).
 
     η against `mu_true` (default: the GDP μ of the claim) under a claim; without one, 1 when the bound
     shows any leakage and 0 otherwise. A bound without counts holds population rates (the exact estimator)."""
@@ -321,7 +323,7 @@ def test_from_bound(
             efficiency = attack_efficiency(float(bound.get("mu_lower") or 0.0), mu)  # exact: population μ
         else:
             efficiency = attack_efficiency(measured_mu(bound, n_in, n_out), mu)
-    return Test(
+    return MembershipTest(
         name=name,
         n_in=n_in,
         n_out=n_out,

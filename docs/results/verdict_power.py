@@ -36,7 +36,7 @@ from app.audit.local import local_context  # noqa: E402
 from app.audit.mechanisms.bugs import BUGS  # noqa: E402
 from app.audit.runtime import RunContext, no_progress  # noqa: E402
 from app.audit.seeds import SeedTree  # noqa: E402
-from app.audit.verdict import detection_rate, power_uniforms, test_from_bound  # noqa: E402
+from app.audit.verdict import detection_rate, membership_test, power_uniforms  # noqa: E402
 
 DOC = ROOT / "docs" / "results" / "soundness.md"
 BEGIN, END = "<!-- verdict_power.py: begin -->", "<!-- verdict_power.py: end -->"
@@ -150,7 +150,7 @@ def predicted_and_measured(runner, name: str, claim: float, n: int) -> list[tupl
     for k in KS:
         predicted = []
         for seed, r in zip(range(SEED0, SEED0 + n), at_claim, strict=True):
-            test = test_from_bound(
+            test = membership_test(
                 name,
                 r[name],
                 delta=1e-5,

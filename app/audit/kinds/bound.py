@@ -27,7 +27,7 @@ from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import RunContext
 from app.audit.seeds import SeedTree
 from app.audit.thresholds import bound_from_scores, strategy_from_name
-from app.audit.verdict import judge, power_uniforms, test_from_bound
+from app.audit.verdict import judge, membership_test, power_uniforms
 
 MAX_SCORES = 2_000_000
 
@@ -129,7 +129,7 @@ def run(request: Request, ctx: RunContext) -> dict:
     result = bound.as_dict()
     result["epsilon_claimed"] = request.epsilon
     result["max_epsilon"] = request.max_epsilon if request.epsilon is None else None
-    test = test_from_bound(
+    test = membership_test(
         "bound", result, delta=request.delta, confidence=request.confidence, claimed=request.epsilon
     )
     judgement = judge(

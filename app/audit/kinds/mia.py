@@ -535,14 +535,14 @@ SUBJECTS = {
 def judged(request: Request, result: dict) -> dict:
     """The result with its verdict (app/audit/verdict.py): `violation` against a claim, `leak` above
     `max_epsilon` without one, `inconclusive` without the power to see either, else `consistent`."""
-    from app.audit.verdict import judge, power_uniforms, test_from_bound
+    from app.audit.verdict import judge, membership_test, power_uniforms
 
     claimed = result.get("epsilon_theory")
     tests = []
     for name in THREAT_MODELS:
         bound = result.get(name)
         if bound:
-            test = test_from_bound(
+            test = membership_test(
                 name,
                 bound,
                 delta=request.delta,
