@@ -132,7 +132,8 @@ class Settings(BaseSettings):
     )
     auth_failure_limit: str = Field(
         default="10/minute",
-        description="Failed authentications per key id before 429 (checked before scrypt runs).",
+        description="Failed authentications per key id from one client address before 429 (checked before "
+        "scrypt runs); another address is not refused, so guessing cannot lock a key's owner out.",
     )
     auth_failure_address_limit: str = Field(
         default="30/minute", description="Failed authentications per client address before 429."
@@ -144,8 +145,22 @@ class Settings(BaseSettings):
     )
     metrics_token: str | None = Field(
         default=None,
-        description="Bearer token that GET /metrics requires. Absent: /metrics is open (keep it off the public "
-        "ingress).",
+        description="Bearer token that GET /metrics requires. Absent: /metrics is closed (403) when auth is on, "
+        "open when auth is off.",
+    )
+    key_recheck_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=30,
+        description="How often a long-poll or an event stream re-reads its caller's key: a revoked key's "
+        "stream ends and its long-poll answers 401 within this long.",
+    )
+    max_schedules: int = Field(default=100, ge=1, description="Schedules a tenant may have; one more is 429.")
+    schedule_min_interval_seconds: float = Field(
+        default=60.0,
+        ge=1,
+        description="Shortest time between two runs of a schedule (interval_seconds, or the closest two "
+        "times of its cron); shorter is 422.",
     )
     log_level: str = Field(default="INFO")
     log_format: Literal["json", "text"] = Field(

@@ -4,6 +4,7 @@ app.jobs.service, app.db.audits, app.db.polling, app.api.watch and app.reports.p
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
@@ -18,6 +19,7 @@ from app.api.deps import (
     SettingsDep,
     TenantDep,
     count_remembered,
+    recheck_key,
     remembered_tenant_id,
     run_in_session,
     tenant_id_of,
@@ -269,11 +271,28 @@ async def get_audit(
     if answer is None and held != if_none_match and state in TERMINAL_STATES:
         etag, state, answer = await run_in_session(request, _read_audit, tenant_id, audit_id, None, bodies)
     if answer is None and wait > 0 and state not in TERMINAL_STATES:
-        await watch.changed(audit_id, etag, timeout=wait, since=since)
+        await _wait_rechecking(request, authorization, audit_id, etag, wait, since)
         etag, state, answer = await run_in_session(
             request, _read_audit, tenant_id, audit_id, if_none_match, bodies
         )
     return answer if answer is not None else _not_modified(etag)
+
+
+async def _wait_rechecking(
+    request: Request, authorization: str | None, audit_id: str, etag: str, timeout: float, since: int
+) -> None:
+    """`AuditWatch.changed` for up to `timeout` seconds, in slices of ICLAUDIT_KEY_RECHECK_SECONDS with the
+    caller's key read again between them (`recheck_key`: 401 once it is revoked)."""
+    watch = watch_of(request.app)
+    clock = asyncio.get_running_loop().time
+    deadline = clock() + timeout
+    recheck = request.app.state.settings.key_recheck_seconds
+    while (left := deadline - clock()) > 0:
+        if await watch.changed(audit_id, etag, timeout=min(left, recheck), since=since):
+            return
+        since = watch.wakes
+        if deadline - clock() > 0:
+            await run_in_session(request, recheck_key, request, authorization)
 
 
 @router.get(
@@ -283,7 +302,8 @@ async def get_audit(
         **_ERRORS,
         200: {
             "description": "`text/event-stream`: an `audit` event (data: the summary view, `id`: its ETag) "
-            "now and at every change of state or progress; the stream ends after a terminal state. "
+            "now and at every change of state or progress; the stream ends after a terminal state, or once the "
+            "key is revoked (read again every ICLAUDIT_KEY_RECHECK_SECONDS, at most 30 s). "
             "`Last-Event-ID` (the last ETag seen) skips the first event while nothing changed.",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
@@ -303,17 +323,24 @@ async def audit_events(
     if row is None:
         raise _not_found(audit_id)
 
+    clock = asyncio.get_running_loop().time
+    recheck = request.app.state.settings.key_recheck_seconds
+
     async def stream() -> AsyncIterator[ServerSentEvent]:
         nonlocal row, since
         etag = etag_of(row)
         if etag != last_event_id:
             yield ServerSentEvent(AuditSummary.of(row).model_dump_json(), event="audit", id=etag)
+        checked = clock()
         while row is not None and row.state not in TERMINAL_STATES:
-            await watch.changed(audit_id, etag, timeout=None, since=since)
+            await watch.changed(audit_id, etag, timeout=max(0.0, checked + recheck - clock()), since=since)
             since = watch.wakes
             try:
+                if clock() - checked >= recheck:  # the key is read again (revoked: the stream ends)
+                    await run_in_session(request, recheck_key, request, authorization)
+                    checked = clock()
                 row = await run_in_session(request, _summary, tenant_id, audit_id)
-            except ApiError:  # no slot within ICLAUDIT_API_QUEUE_SECONDS: end; the client reconnects
+            except ApiError:  # the key was revoked, or no slot within ICLAUDIT_API_QUEUE_SECONDS: end
                 return
             if row is not None and etag_of(row) != etag:
                 etag = etag_of(row)

@@ -129,6 +129,18 @@ def verified_tenant_id(session: Session, request: Request, authorization: str | 
     return found
 
 
+def recheck_key(session: Session, request: Request, authorization: str | None) -> str:
+    """The caller's tenant again, its key's row read afresh (a revocation made by any process is seen; no
+    scrypt for the key verified at the start): what a long-poll or an event stream does at least every
+    ICLAUDIT_KEY_RECHECK_SECONDS while it waits. 401 once the key is revoked. Counts nothing."""
+    if not request.app.state.settings.auth_enabled:
+        return str(request.app.state.default_tenant_id)
+    found = keys.authenticated_tenant_id(session, _bearer(authorization), max_age=0)
+    if found is None:
+        raise ApiError(401, "This API key is unknown or revoked.")
+    return found
+
+
 def remembered_tenant_id(request: Request, authorization: str | None) -> str | None:
     """`tenant_id_of`'s answer when it needs neither the database nor I/O (auth off, or a key verified here
     within the memo's TTL, with the limits counted in this process's memory); None when it does. Checks

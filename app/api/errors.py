@@ -254,8 +254,8 @@ _DOCUMENTED = {
     413: "The request body is larger than this route's limit: ICLAUDIT_MAX_REQUEST_BYTES (audits), "
     "ICLAUDIT_UPLOAD_MAX_BYTES (uploads) or ICLAUDIT_MAX_SMALL_REQUEST_BYTES (every other route).",
     422: "Bad input: `details` gives the JSON path of each bad field.",
-    429: "Over ICLAUDIT_RATE_LIMIT, ICLAUDIT_WRITE_RATE_LIMIT, the failed-authentication throttle or "
-    "ICLAUDIT_MAX_ACTIVE_AUDITS; retry after `Retry-After` seconds.",
+    429: "Over ICLAUDIT_RATE_LIMIT, ICLAUDIT_WRITE_RATE_LIMIT, the failed-authentication throttle, "
+    "ICLAUDIT_MAX_ACTIVE_AUDITS or ICLAUDIT_MAX_SCHEDULES; retry after `Retry-After` seconds.",
     503: "Busy, or the database is unavailable for a moment; retry after `Retry-After` seconds.",
 }
 _RETRY_AFTER = {

@@ -183,20 +183,24 @@ class Guard:
         return hashlib.sha256(key.encode()).digest()
 
     def before_authentication(self, key: str, key_id: str | None, address: str) -> None:
-        """TooManyRequests when this key id or address has failed too often (checked before any scrypt)."""
+        """TooManyRequests when this address has failed too often, or too often for this key id (checked
+        before any scrypt). Failures are counted against the source that makes them, never against a key
+        id alone: guessing secrets for someone's key id from one address cannot lock its owner out from
+        another, after a restart or not."""
         if self._digest(key) in self._good:
             return
-        failures = "Too many failed authentications"
-        self._check(self._per_address, ("auth-address", address), False, f"{failures} from this address")
+        failures = "Too many failed authentications from this address"
+        self._check(self._per_address, ("auth-address", address), False, failures)
         if key_id:
-            self._check(self._per_key, ("auth-key", key_id), False, f"{failures} for this key id")
+            self._check(self._per_key, ("auth-key", address, key_id), False, f"{failures} for this key id")
 
     def authentication_failed(self, key: str, key_id: str | None, address: str) -> None:
-        """Count a failure against the address and the key id (the next check refuses once over)."""
+        """Count a failure against the address, and against the address with the key id (the next check
+        refuses once over)."""
         self._good.pop(self._digest(key), None)
         counted = [(self._per_address, ("auth-address", address))]
         if key_id:
-            counted.append((self._per_key, ("auth-key", key_id)))
+            counted.append((self._per_key, ("auth-key", address, key_id)))
         for rule, keys in counted:  # already over: this request is answered 401, the next one 429
             with contextlib.suppress(TooManyRequests):
                 self._check(rule, keys, True, "Too many failed authentications")

@@ -9,7 +9,8 @@ consistent; every verdict of a kind that has one, 0 included). HTTP
 latency histograms per route template, method and status (`http_request_duration_seconds`, …) come from
 prometheus-fastapi-instrumentator in this process. Labels stay low-cardinality: kind, state, route
 template, method, status — never an audit id, tenant or free-form audit label (those are in the logs and
-webhooks). Operator-level and tenant-free; keep the path off the public ingress.
+webhooks). Operator-level and tenant-free: with authentication on it needs ICLAUDIT_METRICS_TOKEN (403 while
+none is set).
 """
 
 from __future__ import annotations
@@ -92,8 +93,16 @@ class AuditCollector(Collector):
 
 @router.get("/metrics", include_in_schema=False)
 def metrics(request: Request) -> Response:
-    """Open, or behind `Authorization: Bearer <ICLAUDIT_METRICS_TOKEN>` when that is set."""
-    token = request.app.state.settings.metrics_token
+    """Behind `Authorization: Bearer <ICLAUDIT_METRICS_TOKEN>` when that is set; without it, closed (403)
+    when authentication is on (the figures span every tenant), open when it is off (a local server)."""
+    settings = request.app.state.settings
+    token = settings.metrics_token
+    if not token and settings.auth_enabled:
+        raise ApiError(
+            403,
+            "GET /metrics is closed: authentication is on and no ICLAUDIT_METRICS_TOKEN is set; an operator "
+            "sets one and scrapes with `Authorization: Bearer <token>`.",
+        )
     if token:
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):

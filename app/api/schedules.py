@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Response
 from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
 from app.api.strict_json import StrictJSONRoute
+from app.db import audits as audit_rows
 from app.db import schedules as schedule_rows
 from app.db.models import Audit, Schedule, utcnow
 from app.integrations import schedules, sweeps
@@ -24,6 +25,7 @@ from app.schemas.schedules import (
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"], route_class=StrictJSONRoute)
 
+SCHEDULE_RETRY_SECONDS = 60  # Retry-After at ICLAUDIT_MAX_SCHEDULES: a polling hint (deleting one frees room)
 _ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "No or an unknown API key."},
     404: {"model": ErrorResponse, "description": "No such schedule for this API key."},
@@ -49,9 +51,14 @@ def create_schedule(
     body: ScheduleCreate, response: Response, session: SessionDep, tenant: TenantDep, settings: SettingsDep
 ) -> ScheduleResource:
     """Checked now as a submit would be (dataset, model, limits, every sweep point); the first run is at the
-    next cron time (or one interval from now)."""
-    if body.cron is not None and (message := schedules.cron_problem(body.cron)) is not None:
+    next cron time (or one interval from now). Runs at least ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS apart
+    (422 naming `cron` or `interval_seconds`); at most ICLAUDIT_MAX_SCHEDULES per tenant (429)."""
+    least = settings.schedule_min_interval_seconds
+    if body.cron is not None and (message := schedules.cron_problem(body.cron, min_interval=least)):
         raise ApiError(422, message, [FieldViolation(path="$.cron", message=message)])
+    if body.interval_seconds is not None and body.interval_seconds < least:
+        message = f"interval_seconds {schedules.too_often(body.interval_seconds, least)}"
+        raise ApiError(422, message, [FieldViolation(path="$.interval_seconds", message=message)])
     if body.request is not None:
         check_request(session, tenant_id=tenant.id, request=body.request, settings=settings)
         target, stored = "audit", body.request.model_dump(mode="json")
@@ -61,6 +68,14 @@ def create_schedule(
         for _, _, child in sweeps.expand(body.sweep, max_audits=settings.sweep_max_audits):
             check_request(session, tenant_id=tenant.id, request=child, settings=settings)
         target, stored = "sweep", body.sweep.model_dump(mode="json")
+    audit_rows.lock_tenant(session, tenant_id=tenant.id)  # counted and inserted as one step
+    if (held := schedule_rows.count_schedules(session, tenant_id=tenant.id)) >= settings.max_schedules:
+        raise ApiError(
+            429,
+            f"This tenant has {held} schedules; at most {settings.max_schedules} may be (ICLAUDIT_MAX_SCHEDULES). "
+            "Delete one, then retry.",
+            headers={"Retry-After": str(SCHEDULE_RETRY_SECONDS)},
+        )
     row = schedule_rows.add_schedule(
         session,
         tenant_id=tenant.id,

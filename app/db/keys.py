@@ -87,10 +87,28 @@ def remembered_tenant_id(key: str) -> str | None:
         return hit[1]
 
 
-def authenticated_tenant_id(session: Session, key: str) -> str | None:
-    """The id of the tenant owning a live key, or None. A key verified here in the last
-    VERIFIED_TTL_SECONDS answers from memory; after that its row is read again (revoked → None), and
-    scrypt(secret, salt) is compared (in constant time) only for a key not verified before."""
+_decoy: tuple[bytes, bytes] | None = None
+
+
+def _decoy_hash() -> tuple[bytes, bytes]:
+    """(salt, hash) of a random secret no key has: what an unknown or revoked key id is compared against,
+    so that it costs the same scrypt as a known one (no timing oracle on key ids)."""
+    global _decoy
+    if _decoy is None:
+        salt = secrets.token_bytes(16)
+        _decoy = (salt, _hash_secret(secrets.token_urlsafe(32), salt))
+    return _decoy
+
+
+def authenticated_tenant_id(
+    session: Session, key: str, *, max_age: float = VERIFIED_TTL_SECONDS
+) -> str | None:
+    """The id of the tenant owning a live key, or None. A key verified here in the last `max_age` seconds
+    (VERIFIED_TTL_SECONDS; 0 for a re-check that must see a revocation made elsewhere) answers from
+    memory; after that its row is read again (revoked → None), and scrypt(secret, salt) is compared (in
+    constant time) only for a key not verified before. The cost does not depend on whether the key id
+    exists: an unknown or revoked id is compared against a decoy hash with the same scrypt, and the
+    answer is decided after it (one path, no early return)."""
     parsed = parse_api_key(key)
     if parsed is None:
         return None
@@ -101,14 +119,18 @@ def authenticated_tenant_id(session: Session, key: str) -> str | None:
         hit = _verified.get(digest)
         if hit is not None:
             _verified.move_to_end(digest)
-    if hit is not None and now - hit[2] < VERIFIED_TTL_SECONDS:
+    if hit is not None and now - hit[2] < min(max_age, VERIFIED_TTL_SECONDS):
         return hit[1]
     row = session.get(ApiKey, key_id)
-    if row is None or row.revoked_at is not None:
+    live = row is not None and row.revoked_at is None
+    if hit is None:  # never verified here: scrypt, against the row's hash or the decoy's
+        salt, expected = (row.salt, row.secret_hash) if live and row is not None else _decoy_hash()
+        matched = hmac.compare_digest(expected, _hash_secret(secret, salt))
+    else:  # this exact key passed scrypt here before: only its row's state can have changed
+        matched = True
+    if not (live and matched) or row is None:
         with _verified_lock:
             _verified.pop(digest, None)
-        return None
-    if hit is None and not hmac.compare_digest(row.secret_hash, _hash_secret(secret, row.salt)):
         return None
     with _verified_lock:
         _verified[digest] = (key_id, row.tenant_id, now)

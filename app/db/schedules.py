@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import Schedule, ScheduleRun
@@ -18,6 +18,11 @@ def add_schedule(session: Session, **fields: Any) -> Schedule:
     session.add(row)
     session.flush()
     return row
+
+
+def count_schedules(session: Session, *, tenant_id: str) -> int:
+    """The tenant's schedules (ICLAUDIT_MAX_SCHEDULES caps them)."""
+    return int(session.scalar(select(func.count()).where(Schedule.tenant_id == tenant_id)) or 0)
 
 
 def get_schedule(session: Session, *, tenant_id: str, schedule_id: str) -> Schedule | None:

@@ -12,6 +12,7 @@ the table. A time missed while no process ran fires once, then the schedule move
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime, timedelta
 
 from croniter import CroniterError, croniter
@@ -37,15 +38,50 @@ def next_time(*, cron: str | None, interval_seconds: float | None, after: dateti
     return after + timedelta(seconds=interval_seconds)
 
 
-def cron_problem(cron: str, *, after: datetime | None = None) -> str | None:
-    """Why `cron` cannot drive a schedule (not a cron expression, or one that never fires, such as
-    "0 0 31 2 *": February has no 31st), or None."""
+GAP_RUNS = 64
+"""How many of a cron's next times `shortest_gap` looks at: a cron is a product of sets of values, so its
+closest two times show within the first few dozen (the finest field's values, then a wrap)."""
+
+
+def shortest_gap(cron: str, *, after: datetime, below: float = 0.0) -> float:
+    """The shortest time in seconds between two consecutive times of `cron` among its next GAP_RUNS (stops
+    early once under `below`); inf when it fires once or not at all in that search."""
+    times = croniter(cron, after)
+    gap = math.inf
+    try:
+        previous = times.get_next(datetime)
+        for _ in range(GAP_RUNS - 1):
+            current = times.get_next(datetime)
+            gap = min(gap, (current - previous).total_seconds())
+            if gap < below:
+                break
+            previous = current
+    except (CroniterError, ValueError, OverflowError):  # no further time: the gaps seen so far
+        pass
+    return gap
+
+
+def too_often(seconds: float, min_interval: float) -> str:
+    return (
+        f"runs {seconds:g} s apart, more often than this service allows: at least {min_interval:g} s "
+        "between two runs (ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS)."
+    )
+
+
+def cron_problem(cron: str, *, after: datetime | None = None, min_interval: float = 0.0) -> str | None:
+    """Why `cron` cannot drive a schedule (not a cron expression, one that never fires, such as
+    "0 0 31 2 *": February has no 31st, or one whose closest two times are under `min_interval` seconds
+    apart: ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS), or None."""
     if not croniter.is_valid(cron):
         return f"cron {cron!r} is not a cron expression (five fields, or six with seconds last)."
     try:
         croniter(cron, after or utcnow()).get_next(datetime)
     except (CroniterError, ValueError, OverflowError):
         return f"cron {cron!r} never fires (no date matches it); give a time that exists."
+    if min_interval > 0:
+        gap = shortest_gap(cron, after=after or utcnow(), below=min_interval)
+        if gap < min_interval:
+            return f"cron {cron!r} {too_often(gap, min_interval)}"
     return None
 
 

@@ -32,6 +32,7 @@ def settings(database_url: str, tmp_path: Path, data_dir: Path) -> Settings:  # 
         sweep_seconds=60,
         preload_models=False,
         max_trials=8_000_000,  # the polling tests hold the single inline worker with a long audit
+        metrics_token="test-metrics-token",  # /metrics is closed with auth on and no token (issue 20 L4)
     )
 
 

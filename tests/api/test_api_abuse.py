@@ -9,6 +9,7 @@ cannot set Host. Each test prints what it measured."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -476,6 +477,7 @@ def test_dashboard_download_csv_escapes_formula_cells() -> None:
 # --- M2: sweep children and scheduled runs count in the active-audit cap, enforced atomically -------------
 
 CAP = 6  # ICLAUDIT_MAX_ACTIVE_AUDITS of the `tight` server
+MAX_SCHEDULES = 3  # its ICLAUDIT_MAX_SCHEDULES
 
 
 @pytest.fixture(scope="module")
@@ -491,6 +493,10 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 "ICLAUDIT_MAX_TRIALS": "8000000",
                 "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
                 "ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS": "1",
+                "ICLAUDIT_MAX_SCHEDULES": str(MAX_SCHEDULES),
+                "ICLAUDIT_KEY_RECHECK_SECONDS": "1",
+                "ICLAUDIT_AUTH_FAILURE_LIMIT": "1000/minute",  # the timing test fails on purpose
+                "ICLAUDIT_AUTH_FAILURE_ADDRESS_LIMIT": "1000/minute",
                 "ICLAUDIT_LOG_FORMAT": "text",
             },
         )
@@ -607,3 +613,160 @@ def test_scheduled_sweeps_and_audits_count_in_the_cap(held: Live) -> None:
     assert peak == CAP and sweeps_started == 0 and audits_started == 1
     assert len(runs[sweep["id"]]) >= 3 and len(runs[audit["id"]]) >= 3
     assert "Traceback" not in held.log()
+
+
+# --- L4: authentication and operations ---------------------------------------------------------------------
+
+
+def test_metrics_is_closed_with_auth_on_and_no_token(live: Live) -> None:
+    response = httpx.get(f"{live.url}/metrics")
+    print(f"GET /metrics, auth on, no ICLAUDIT_METRICS_TOKEN: {response.status_code}")
+    assert response.status_code == 403 and "ICLAUDIT_METRICS_TOKEN" in response.json()["error"]["message"]
+    assert "iclaudit_audits" not in response.text
+
+
+def _from(address: str, url: str, key: str) -> httpx.Client:
+    """A client whose connections leave from `address` (any 127/8 address is the loopback on Linux)."""
+    return httpx.Client(
+        base_url=url,
+        headers={"Authorization": f"Bearer {key}"},
+        transport=httpx.HTTPTransport(local_address=address),
+        timeout=30,
+    )
+
+
+def test_guessing_a_key_ids_secret_cannot_lock_its_owner_out(live: Live) -> None:
+    """The red team's case: a key not yet used since the server started, 12 wrong secrets for its id from
+    another address. The guesser is throttled (429); the owner's right key from its own address is 200."""
+    victim = live.key("l4-victim")
+    key_id = victim.split("_")[1]
+    with _from("127.0.0.2", live.url, f"ica_{key_id}_wrong-secret") as guesser:
+        codes = [guesser.get("/v1/audits").status_code for _ in range(12)]
+        guesser.headers["Authorization"] = f"Bearer {victim}"
+        from_guesser = guesser.get("/v1/audits")
+    with _from("127.0.0.1", live.url, victim) as owner:
+        answer = owner.get("/v1/audits")
+    print(
+        f"12 wrong secrets from 127.0.0.2: {codes}; the right key from there: {from_guesser.status_code}, "
+        f"from 127.0.0.1: {answer.status_code}"
+    )
+    assert codes == [401] * 10 + [429] * 2
+    assert from_guesser.status_code == 429 and "ICLAUDIT_AUTH_FAILURE_LIMIT" in from_guesser.text
+    assert answer.status_code == 200, answer.text
+
+
+def test_an_unknown_key_id_costs_as_long_as_a_known_one(tight: Live) -> None:
+    """A key-id timing oracle (about 100 against 260 ms): the wrong secret of a known key id ran scrypt, an
+    unknown id answered at once. Now both run it (median of 15 interleaved requests each)."""
+    known_id = tight.key("l4-timing").split("_")[1]
+    timings: dict[str, list[float]] = {"unknown": [], "known": []}
+    with httpx.Client(base_url=tight.url, timeout=30) as api:
+        for i in range(15):
+            for which, key_id in (("unknown", f"{i:012x}"), ("known", known_id)):
+                start = time.perf_counter()
+                response = api.get("/v1/audits", headers={"Authorization": f"Bearer ica_{key_id}_wrong"})
+                timings[which].append(time.perf_counter() - start)
+                assert response.status_code == 401
+    unknown, known = (sorted(t)[len(t) // 2] * 1000 for t in (timings["unknown"], timings["known"]))
+    print(f"median 401: unknown key id {unknown:.1f} ms, known key id with a wrong secret {known:.1f} ms")
+    assert unknown > 0.75 * known and known > 5  # scrypt (n=2^14) takes tens of ms either way
+
+
+def _revoke(live: Live, key: str) -> None:
+    """What `iclaudit keys revoke` does: in the database, from another process."""
+    from app.db import keys
+    from app.db.engine import make_engine, make_session_factory
+
+    engine = make_engine(f"sqlite:///{live.state / 'iclaudit.db'}")
+    try:
+        with make_session_factory(engine).begin() as session:
+            assert keys.revoke_api_key(session, key.split("_")[1])
+    finally:
+        engine.dispose()
+
+
+def test_a_revoked_keys_event_stream_ends(held: Live) -> None:
+    """An SSE stream of an audit that stays PENDING (the worker is held), its key revoked one second in:
+    the stream ends within ICLAUDIT_KEY_RECHECK_SECONDS (1 s here) instead of streaming on."""
+    key = held.key("l4-sse")
+    with _from("127.0.0.1", held.url, key) as api:
+        audit = api.post("/v1/audits", json=bound_request()).json()
+        ended = threading.Event()
+        lines: list[str] = []
+
+        def read() -> None:
+            with (
+                contextlib.suppress(httpx.HTTPError),
+                api.stream("GET", f"/v1/audits/{audit['id']}/events") as stream,
+            ):
+                lines.extend(stream.iter_lines())
+            ended.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        time.sleep(1.0)
+        revoked = time.perf_counter()
+        _revoke(held, key)
+        stopped = ended.wait(10)
+        seconds = time.perf_counter() - revoked
+    events = [line for line in lines if line.startswith("event:")]
+    print(
+        f"key revoked: stream {'ended' if stopped else 'still open'} after {seconds:.1f} s, {len(events)} event(s)"
+    )
+    assert stopped and seconds < 4 and len(events) == 1
+
+
+def test_a_revoked_keys_long_poll_answers_401(held: Live) -> None:
+    key = held.key("l4-poll")
+    with _from("127.0.0.1", held.url, key) as api:
+        audit = api.post("/v1/audits", json=bound_request()).json()
+        etag = api.get(f"/v1/audits/{audit['id']}").headers["ETag"]
+        threading.Timer(1.0, _revoke, (held, key)).start()
+        start = time.perf_counter()
+        response = api.get(
+            f"/v1/audits/{audit['id']}", params={"wait": "20s"}, headers={"If-None-Match": etag}
+        )
+        seconds = time.perf_counter() - start
+    print(f"?wait=20s, key revoked 1 s in: {response.status_code} after {seconds:.1f} s")
+    assert response.status_code == 401 and seconds < 5
+
+
+def test_a_schedule_firing_every_second_is_422_naming_cron(live: Live) -> None:
+    """Default ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS (60): 21 schedules made 169 audits in 20 s."""
+    with live.client("l4-cron") as api:
+        for body, path in (
+            ({"cron": "* * * * * *"}, "$.cron"),  # six fields, seconds last: every second
+            ({"cron": "* * * * * */30"}, "$.cron"),
+            ({"cron": "0 * * * * 0,1"}, "$.cron"),  # twice a minute, one second apart
+            ({"interval_seconds": 1}, "$.interval_seconds"),
+        ):
+            response = api.post("/v1/schedules", json={"request": bound_request(), **body})
+            print(f"{body}: {response.status_code} {response.json()['error']['message']}")
+            assert response.status_code == 422 and response.json()["error"]["details"][0]["path"] == path
+            assert "ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS" in response.json()["error"]["message"]
+        assert api.get("/v1/schedules").json()["schedules"] == []
+        for body in ({"cron": "* * * * *"}, {"interval_seconds": 60}):
+            created = api.post("/v1/schedules", json={"request": bound_request(), **body})
+            assert created.status_code == 201, created.text
+            api.delete(f"/v1/schedules/{created.json()['id']}")
+
+
+def test_schedules_per_tenant_are_capped_under_concurrency(tight: Live) -> None:
+    key = tight.key("l4-schedules")
+    start = threading.Barrier(8)
+
+    def create(_: int) -> httpx.Response:
+        with _from("127.0.0.1", tight.url, key) as api:
+            start.wait()
+            return api.post("/v1/schedules", json={"request": bound_request(), "cron": "0 3 * * *"})
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(create, range(8)))
+    codes = [a.status_code for a in answers]
+    with tight.client("l4-schedules") as api:
+        held = api.get("/v1/schedules").json()["schedules"]
+    print(f"8 concurrent creates, ICLAUDIT_MAX_SCHEDULES={MAX_SCHEDULES}: {codes}; {len(held)} held")
+    assert codes.count(201) == MAX_SCHEDULES and codes.count(429) == 8 - MAX_SCHEDULES
+    assert len(held) == MAX_SCHEDULES
+    refused = next(a for a in answers if a.status_code == 429)
+    assert "ICLAUDIT_MAX_SCHEDULES" in refused.json()["error"]["message"] and refused.headers["Retry-After"]

@@ -158,5 +158,8 @@ def test_metrics_behind_an_optional_token(app_client) -> None:
             )
         ok = client.get("/metrics", headers={"Authorization": "Bearer s3cret-metrics"})
         assert ok.status_code == 200 and "iclaudit_audits" in ok.text
-    with app_client() as client:  # no token set: open, for a scrape on a private network
+    with app_client(metrics_token=None) as client:  # no token with auth on: closed (issue 20 L4)
+        response = client.get("/metrics")
+        assert response.status_code == 403 and "ICLAUDIT_METRICS_TOKEN" in response.json()["error"]["message"]
+    with app_client(metrics_token=None, auth_enabled=False) as client:  # auth off: a local server, open
         assert client.get("/metrics").status_code == 200

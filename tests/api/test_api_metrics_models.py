@@ -8,7 +8,8 @@ from service.client import bound_request, wait_for
 def test_metrics_count_audits_by_kind_and_state(client) -> None:
     audit_id = client.post("/v1/audits", json=bound_request()).json()["id"]
     wait_for(client.get, audit_id, ("SUCCEEDED",))
-    text = client.get("/metrics").text
+    token = client.app.state.settings.metrics_token
+    text = client.get("/metrics", headers={"Authorization": f"Bearer {token}"}).text
     assert 'iclaudit_audits{kind="bound",state="SUCCEEDED"} 1.0' in text
     assert 'iclaudit_audits{kind="bound",state="PENDING"} 0.0' in text
     assert "iclaudit_oldest_pending_audit_seconds 0.0" in text

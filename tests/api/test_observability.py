@@ -47,7 +47,8 @@ def test_request_id_is_echoed_or_made_and_reaches_the_audit_log(client) -> None:
 
 
 def _families(client) -> dict:
-    text = client.get("/metrics").text
+    token = client.app.state.settings.metrics_token
+    text = client.get("/metrics", headers={"Authorization": f"Bearer {token}"}).text
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 

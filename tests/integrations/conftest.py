@@ -101,6 +101,7 @@ def settings(database_url: str, tmp_path: Path, data_dir: Path, receiver: Receiv
         webhook_tick_seconds=0.1,
         webhook_backoff_seconds=0.2,
         webhook_allowlist=[f"http://127.0.0.1:{receiver.port}/"],
+        schedule_min_interval_seconds=1,  # schedules firing every second or two
     )
 
 
