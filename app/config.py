@@ -127,6 +127,18 @@ class Settings(BaseSettings):
         default="50/second;1500/minute",
         description="POST/PUT/PATCH/DELETE requests per tenant, on top of rate_limit. Empty: no limit.",
     )
+    list_max_bytes: int = Field(
+        default=8 * 2**20,
+        ge=1024,
+        description="GET /v1/audits?view=full stops a page early (with next_page_token) once its audits' "
+        "stored request and result bodies add up past this many bytes; a page holds at least one audit.",
+    )
+    sweep_max_bytes: int = Field(
+        default=16 * 2**20,
+        ge=1024,
+        description="Largest base request × number of child audits a sweep (or a scheduled sweep) may store; "
+        "larger is 413.",
+    )
     max_active_audits: int = Field(
         default=100, ge=1, description="PENDING + RUNNING audits a tenant may have; a submit past it is 429."
     )

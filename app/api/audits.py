@@ -145,6 +145,7 @@ def submit_audit(
 def list_audits(
     session: SessionDep,
     tenant: TenantDep,
+    settings: SettingsDep,
     state: AuditState | None = None,
     kind: str | None = None,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
@@ -153,7 +154,9 @@ def list_audits(
         Literal["summary", "full"],
         Query(
             description="`summary` (default): each audit without its request body and result, with the "
-            "claimed ε and a verdict digest. `full`: each audit whole, as `GET /v1/audits/{id}` (AIP-157)."
+            "claimed ε and a verdict digest. `full`: each audit whole, as `GET /v1/audits/{id}` (AIP-157); "
+            "a full page stops early, with `next_page_token`, once its audits' request and result bodies add "
+            "up past ICLAUDIT_LIST_MAX_BYTES (at least one audit per page)."
         ),
     ] = "summary",
     label: Annotated[
@@ -180,7 +183,9 @@ def list_audits(
         "verdict": verdict,
     }
     if view == "full":
-        page = audit_rows.list_audits(session, **filters, page_size=page_size, page_token=page_token)
+        page = audit_rows.list_audits(
+            session, **filters, page_size=page_size, page_token=page_token, max_bytes=settings.list_max_bytes
+        )
         audits = [AuditResource.of(a) for a in page.items]
         return _json(AuditList(audits=audits, next_page_token=page.next_page_token))
     page = polling.summary_page(session, **filters, page_size=page_size, page_token=page_token)

@@ -20,7 +20,7 @@ from app.api.limits import QUOTA_RETRY_SECONDS, TooManyRequests
 from app.audit.kinds.registry import KINDS
 from app.db.retry import is_transient, short_reason
 from app.db.scoping import InvalidPageToken
-from app.jobs.service import Conflict, QuotaExceeded, Rejected
+from app.jobs.service import Conflict, QuotaExceeded, Rejected, TooLarge
 from app.schemas.errors import ErrorBody, ErrorResponse, FieldViolation
 
 log = logging.getLogger(__name__)
@@ -238,6 +238,10 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _too_many(_: Request, exc: TooManyRequests) -> JSONResponse:
         return error_response(429, exc.message, **{"Retry-After": str(exc.retry_after)})
 
+    @app.exception_handler(TooLarge)
+    async def _too_large(_: Request, exc: TooLarge) -> JSONResponse:
+        return error_response(413, exc.message, [FieldViolation(path=exc.path, message=exc.message)])
+
     @app.exception_handler(QuotaExceeded)
     async def _quota(_: Request, exc: QuotaExceeded) -> JSONResponse:
         return error_response(429, str(exc), **{"Retry-After": str(QUOTA_RETRY_SECONDS)})
@@ -252,7 +256,8 @@ _DOCUMENTED = {
     401: "No valid API key: send `Authorization: Bearer <key>`.",
     404: "No such resource (for this API key).",
     413: "The request body is larger than this route's limit: ICLAUDIT_MAX_REQUEST_BYTES (audits), "
-    "ICLAUDIT_UPLOAD_MAX_BYTES (uploads) or ICLAUDIT_MAX_SMALL_REQUEST_BYTES (every other route).",
+    "ICLAUDIT_UPLOAD_MAX_BYTES (uploads) or ICLAUDIT_MAX_SMALL_REQUEST_BYTES (every other route); or a "
+    "sweep would store more than ICLAUDIT_SWEEP_MAX_BYTES.",
     422: "Bad input: `details` gives the JSON path of each bad field.",
     429: "Over ICLAUDIT_RATE_LIMIT, ICLAUDIT_WRITE_RATE_LIMIT, the failed-authentication throttle, "
     "ICLAUDIT_MAX_ACTIVE_AUDITS or ICLAUDIT_MAX_SCHEDULES; retry after `Retry-After` seconds.",

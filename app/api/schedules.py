@@ -65,7 +65,10 @@ def create_schedule(
     else:
         assert body.sweep is not None
         sweeps.check_notify(body.sweep, settings)
-        for _, _, child in sweeps.expand(body.sweep, max_audits=settings.sweep_max_audits):
+        children = sweeps.expand(
+            body.sweep, max_audits=settings.sweep_max_audits, max_bytes=settings.sweep_max_bytes
+        )
+        for _, _, child in children:
             check_request(session, tenant_id=tenant.id, request=child, settings=settings)
         target, stored = "sweep", body.sweep.model_dump(mode="json")
     audit_rows.lock_tenant(session, tenant_id=tenant.id)  # counted and inserted as one step

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import Text, and_, cast, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import TERMINAL_STATES, Audit, AuditState, Tenant, utcnow
-from app.db.scoping import Page, keyset_page, owned
+from app.db.scoping import Page, keyset_page, keyset_page_by_bytes, owned
 
 # --- tenant-facing ----------------------------------------------------------------------------------
 
@@ -73,9 +73,11 @@ def list_audits(
     page_token: str | None = None,
     where: Sequence[Any] = (),
     verdict: str | None = None,
+    max_bytes: int | None = None,
 ) -> Page:
     """`where`: further conditions on `Audit` (e.g. app.db.labels.having_labels); `verdict`: only audits
-    whose stored result has this `verdict` (`with_verdict`)."""
+    whose stored result has this `verdict` (`with_verdict`); `max_bytes`: the page stops early once the
+    audits' stored request and result add up past it (`stored_bytes`; the next page goes on from there)."""
     query = owned(Audit, tenant_id).where(*where)
     if state:
         query = query.where(Audit.state == state)
@@ -83,7 +85,25 @@ def list_audits(
         query = query.where(Audit.kind == kind)
     if verdict:
         query = query.where(with_verdict(verdict))
+    if max_bytes is not None:
+        return keyset_page_by_bytes(
+            session, query, Audit, page_size, page_token, size=stored_bytes(), max_bytes=max_bytes
+        )
     return keyset_page(session, query, Audit, page_size, page_token)
+
+
+ROW_BYTES = 1024
+"""What an audit's answer holds besides its request and result (ids, states, progress, times, error)."""
+
+
+def stored_bytes() -> Any:
+    """An audit's size as the full view answers it, computed in the database without loading the row: the
+    length of its stored request and result as JSON text, plus ROW_BYTES."""
+    return (
+        func.coalesce(func.length(cast(Audit.request, Text)), 0)
+        + func.coalesce(func.length(cast(Audit.result, Text)), 0)
+        + ROW_BYTES
+    )
 
 
 def verdict_of_result() -> Any:

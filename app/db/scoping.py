@@ -59,15 +59,52 @@ def decode_page_token(token: str) -> tuple[datetime, str]:
     return when, row_id
 
 
+def _after(query: Select[Any], model: Any, page_token: str | None) -> Select[Any]:
+    """`query` restricted to the rows after the token's (created_at, id), newest first."""
+    if not page_token:
+        return query
+    created_at, row_id = decode_page_token(page_token)
+    return query.where(
+        or_(model.created_at < created_at, and_(model.created_at == created_at, model.id < row_id))
+    )
+
+
+def keyset_page_by_bytes(
+    session: Session,
+    query: Select[Any],
+    model: Any,
+    page_size: int,
+    page_token: str | None,
+    *,
+    size: Any,
+    max_bytes: int,
+) -> Page:
+    """`keyset_page`, stopped early where the rows' `size` (an SQL expression: their stored bodies' length,
+    computed in the database) adds up past `max_bytes`. The sizes are read first in one narrow query, then
+    only the rows that fit are loaded, so a page of large rows never holds more than about `max_bytes` in
+    memory. A page holds at least one row (however large), so paging always moves on."""
+    narrow = _after(query, model, page_token).with_only_columns(model.id, model.created_at, size)
+    marks = session.execute(
+        narrow.order_by(model.created_at.desc(), model.id.desc()).limit(page_size + 1)
+    ).all()
+    taken, total = [], 0
+    for row_id, created_at, row_size in marks[:page_size]:
+        total += int(row_size or 0)
+        if taken and total > max_bytes:
+            break
+        taken.append((row_id, created_at))
+    more = len(marks) > len(taken)
+    token = encode_page_token(taken[-1][1], taken[-1][0]) if more and taken else None
+    ids = [row_id for row_id, _ in taken]
+    loaded = {row.id: row for row in session.scalars(select(model).where(model.id.in_(ids)))} if ids else {}
+    return Page(items=[loaded[i] for i in ids if i in loaded], next_page_token=token)
+
+
 def keyset_page(
     session: Session, query: Select[Any], model: Any, page_size: int, page_token: str | None
 ) -> Page:
     """Newest first; the token is the (created_at, id) of the last row shown (keyset pagination)."""
-    if page_token:
-        created_at, row_id = decode_page_token(page_token)
-        query = query.where(
-            or_(model.created_at < created_at, and_(model.created_at == created_at, model.id < row_id))
-        )
+    query = _after(query, model, page_token)
     rows = list(
         session.scalars(query.order_by(model.created_at.desc(), model.id.desc()).limit(page_size + 1))
     )

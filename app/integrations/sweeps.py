@@ -31,7 +31,7 @@ from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
 from app.egress import EgressRefused, check_url
 from app.integrations.verdict import verdict_of
 from app.jobs.executors import Executor, enqueue
-from app.jobs.service import Rejected, check_active_quota, check_request, reserve_active
+from app.jobs.service import Rejected, TooLarge, check_active_quota, check_request, reserve_active
 from app.schemas.audits import request_adapter
 from app.schemas.sweeps import (
     SweepChildResource,
@@ -86,6 +86,21 @@ def check_size(request: SweepRequest, *, max_audits: int) -> int:
     return total
 
 
+def check_bytes(request: SweepRequest, *, audits: int, max_bytes: int) -> int:
+    """The bytes the sweep's children would store (its base as JSON × `audits`, before anything is
+    expanded); TooLarge (413) at `$.base` above ICLAUDIT_SWEEP_MAX_BYTES."""
+    base = len(request.base.model_dump_json())
+    total = base * audits
+    if total > max_bytes:
+        raise TooLarge(
+            "$.base",
+            f"base: the sweep would store {audits} audits of {base} bytes each ({total} bytes), above this "
+            f"service's limit of {max_bytes} bytes (ICLAUDIT_SWEEP_MAX_BYTES); make the base smaller or the "
+            "grid coarser.",
+        )
+    return total
+
+
 def check_notify(request: SweepRequest, settings: Settings) -> None:
     """The sweep's own `notify` passes the webhook egress policy (app/egress.py), as an audit's does."""
     if request.notify is not None:
@@ -95,11 +110,16 @@ def check_notify(request: SweepRequest, settings: Settings) -> None:
             raise Rejected("$.notify", f"notify: {exc.reason}.") from exc
 
 
-def expand(request: SweepRequest, *, max_audits: int) -> list[tuple[dict[str, Any], int, Any]]:
+def expand(
+    request: SweepRequest, *, max_audits: int, max_bytes: int | None = None
+) -> list[tuple[dict[str, Any], int, Any]]:
     """(point, seed, validated child request) for every point and seed; Rejected names the bad grid key.
-    The size is checked arithmetically first (`check_size`), so an oversized grid costs nothing."""
+    The size is checked arithmetically first (`check_size`, and with `max_bytes` `check_bytes`), so an
+    oversized grid costs nothing."""
     grid = request.grid
-    check_size(request, max_audits=max_audits)
+    total = check_size(request, max_audits=max_audits)
+    if max_bytes is not None:
+        check_bytes(request, audits=total, max_bytes=max_bytes)
     if "seed" in grid and request.seeds > 1:
         raise Rejected("$.seeds", "the grid sets `seed` itself; leave seeds at 1.")
     base = request.base.model_dump(mode="json")
@@ -138,7 +158,7 @@ def submit_sweep(
     children count in the tenant's ICLAUDIT_MAX_ACTIVE_AUDITS as a whole, under the tenant's lock
     (`reserve_active`): a sweep that would pass the cap is refused (429), none of it stored."""
     check_notify(request, settings)
-    children = expand(request, max_audits=settings.sweep_max_audits)
+    children = expand(request, max_audits=settings.sweep_max_audits, max_bytes=settings.sweep_max_bytes)
     quota = {"tenant_id": tenant_id, "settings": settings, "adding": len(children), "what": "this sweep"}
     check_active_quota(session, **quota)
     for point, _, child in children:

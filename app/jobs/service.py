@@ -29,6 +29,16 @@ class Rejected(Exception):
         self.message = message
 
 
+class TooLarge(Exception):
+    """What a request would store is over a size limit (`message` names its setting); answered 413 at
+    `path`, nothing stored."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.message = message
+
+
 class Conflict(Exception):
     """The operation does not apply to the resource in its current state."""
 

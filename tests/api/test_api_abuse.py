@@ -478,6 +478,7 @@ def test_dashboard_download_csv_escapes_formula_cells() -> None:
 
 CAP = 6  # ICLAUDIT_MAX_ACTIVE_AUDITS of the `tight` server
 MAX_SCHEDULES = 3  # its ICLAUDIT_MAX_SCHEDULES
+LIST_MAX_BYTES = 2 * 2**20  # its ICLAUDIT_LIST_MAX_BYTES
 
 
 @pytest.fixture(scope="module")
@@ -494,6 +495,7 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
                 "ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS": "1",
                 "ICLAUDIT_MAX_SCHEDULES": str(MAX_SCHEDULES),
+                "ICLAUDIT_LIST_MAX_BYTES": str(LIST_MAX_BYTES),
                 "ICLAUDIT_KEY_RECHECK_SECONDS": "1",
                 "ICLAUDIT_AUTH_FAILURE_LIMIT": "1000/minute",  # the timing test fails on purpose
                 "ICLAUDIT_AUTH_FAILURE_ADDRESS_LIMIT": "1000/minute",
@@ -770,3 +772,66 @@ def test_schedules_per_tenant_are_capped_under_concurrency(tight: Live) -> None:
     assert len(held) == MAX_SCHEDULES
     refused = next(a for a in answers if a.status_code == 429)
     assert "ICLAUDIT_MAX_SCHEDULES" in refused.json()["error"]["message"] and refused.headers["Retry-After"]
+
+
+# --- H4: amplification: full lists capped by bytes, sweeps by base × points ------------------------------
+
+
+def _scored_request(n: int, seed: int) -> dict:
+    """A real `bound` audit from n + n scores (about 10 n bytes as JSON each side)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return bound_request(
+        counts=None,
+        scores_in=[round(x, 6) for x in rng.normal(1.0, 1.0, n).tolist()],
+        scores_out=[round(x, 6) for x in rng.normal(0.0, 1.0, n).tolist()],
+    )
+
+
+def test_full_list_pages_stop_at_the_byte_limit(tight: Live) -> None:
+    """10 audits of ~0.5 MB: `view=full` with page_size 50 answered them all in one page (80 such audits:
+    135 MiB); now a page stops past ICLAUDIT_LIST_MAX_BYTES (2 MiB here) with next_page_token, and paging
+    on lists each audit once."""
+    with tight.client("h4-list") as api:
+        ids = []
+        for i in range(10):
+            audit = api.post("/v1/audits", json=_scored_request(25_000, i)).json()
+            wait_for(api.get, audit["id"], timeout=120)
+            ids.append(audit["id"])
+        pages, seen, token = [], [], None
+        while True:
+            params = {"view": "full", "page_size": 50, **({"page_token": token} if token else {})}
+            response = api.get("/v1/audits", params=params)
+            assert response.status_code == 200, response.text
+            pages.append(len(response.content))
+            body = response.json()
+            seen += [a["id"] for a in body["audits"]]
+            token = body["next_page_token"]
+            if token is None:
+                break
+    print(f"10 audits of ~0.5 MB, view=full: {len(pages)} pages of {[f'{b / 2**20:.2f}' for b in pages]} MiB")
+    assert sorted(seen) == sorted(ids) and len(seen) == len(set(seen))
+    assert len(pages) > 1 and max(pages) <= LIST_MAX_BYTES
+
+
+@pytest.mark.parametrize("route", ["/v1/sweeps", "/v1/schedules"])
+def test_a_sweep_storing_base_times_points_past_the_limit_is_413(live: Live, route: str) -> None:
+    """A ~0.6 MB base × 32 points would store ~19 MB (1.9 MiB × 64 was +577 MB RAM, +122 MB in the
+    database): over ICLAUDIT_SWEEP_MAX_BYTES (16 MiB), 413 at $.base before a child is built."""
+    sweep = {"base": _scored_request(30_000, 0), "grid": {"labels.x": [str(i) for i in range(32)]}}
+    body = sweep if route == "/v1/sweeps" else {"sweep": sweep, "cron": "0 3 * * *"}
+    raw = json.dumps(body).encode()
+    with live.client("h4-sweep") as api:
+        start = time.perf_counter()
+        response = api.post(route, content=raw, headers={"Content-Type": "application/json"})
+        seconds = time.perf_counter() - start
+        print(
+            f"{route}: {len(raw):,}-byte base × 32: {response.status_code} after {seconds * 1000:.0f} ms; "
+            f"{response.json()['error']['message'] if response.is_error else ''}"
+        )
+        assert response.status_code == 413, response.text[:300]
+        error = response.json()["error"]
+        assert "ICLAUDIT_SWEEP_MAX_BYTES" in error["message"] and error["details"][0]["path"] == "$.base"
+        assert api.get("/v1/sweeps").json()["sweeps"] == [] and api.get("/v1/audits").json()["audits"] == []
+        assert api.get("/v1/schedules").json()["schedules"] == []
