@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.audit.attacks import released_text  # noqa: E402
 from app.audit.attacks.likelihood import collect, run_audit  # noqa: E402
+from app.audit.attacks.registry import attack_module  # noqa: E402
 from app.audit.kinds.mia import Request  # noqa: E402
 from app.audit.local import local_context  # noqa: E402
 from app.audit.mechanisms.registry import build_mechanism  # noqa: E402
@@ -98,8 +99,9 @@ def run(name: str, ctx, small: bool) -> dict:
     seeds = SeedTree.from_seed(request.seed)
     row: dict = {"name": name, "request": body}
     if name in GENERATED:
-        trials = released_text.collect(request, ctx, mechanism, seeds)
-        result = released_text.run_generated(request, ctx, trials)
+        build_query = attack_module(request.attack.name).build_query
+        trials = released_text.collect(request, ctx, mechanism, seeds, build_query)
+        result = released_text.run_generated(request, ctx, build_query, trials)
         fpr, tpr = roc(trials.decisions_in, trials.decisions_out)
         row["roc_black_box"] = {"fpr": fpr, "tpr": tpr}
     else:

@@ -82,7 +82,7 @@ HEADER = (
 
 def independent_pools_cell(ctx, n: int, partitions: int, llm_calls: int) -> dict:
     """The old behaviour, for contrast: C1 and C0 pools drawn from independent streams."""
-    from app.audit.bounds import per_test_confidence
+    from app.audit.auditor import Auditor
     from app.audit.trials import bootstrap_trials
 
     flags = {"any": 0, "black_box": 0, "white_box": 0}
@@ -111,7 +111,10 @@ def independent_pools_cell(ctx, n: int, partitions: int, llm_calls: int) -> dict
             n_trials=TRIALS,
             rngs=(setup.seeds.rng("noise_in"), setup.seeds.rng("noise_out")),
         )
-        bounds = mia._trial_bounds(setup, trials, ctx, per_test_confidence(0.95, 2), "gdp")
+        auditor = Auditor.for_request(
+            request, gaussian=True, claimed=1.0, seeds=setup.seeds
+        )  # gdp, 0.975 each
+        bounds = mia._trial_bounds(setup, trials, ctx, auditor)
         hit = {tm: b["epsilon_empirical"] > 1.0 for tm, b in bounds.items()}
         flags["any"] += any(hit.values())
         for tm, h in hit.items():

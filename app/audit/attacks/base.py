@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+import numpy as np
 
 from app.audit.contexts import format_context
 from app.audit.prompts import SYSTEM_CONTEXT, fill
-from app.datasets.types import Example
+from app.datasets.types import Dataset, Example
 from app.engines.protocol import Prompt
 
 
@@ -56,3 +58,11 @@ class AuditQuery:
                 continuation=self.prefill_ids,
             )
         return Prompt(fill(self.template, context=context, **self.fields), continuation=self.prefill_ids)
+
+
+class BuildQuery(Protocol):
+    """An attack's `build_query`: the audit query for one canary (each attack module defines one)."""
+
+    def __call__(
+        self, *, canary: Example, dataset: Dataset, spec: Any, rng: np.random.Generator
+    ) -> AuditQuery: ...

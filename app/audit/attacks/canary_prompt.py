@@ -96,4 +96,4 @@ def owns_audit(request: Any) -> bool:
 def run_audit(request: Any, ctx: Any) -> dict:
     from app.audit.attacks.released_text import run_generated
 
-    return run_generated(request, ctx)
+    return run_generated(request, ctx, build_query)

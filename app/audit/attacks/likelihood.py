@@ -38,23 +38,19 @@ from-scratch count (every scored sequence its own pass over all its tokens).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
-from app.audit.attacks.repeat import split_canary
-from app.audit.contexts import NeighbouringContexts
+from app.audit.attacks.several_canaries import Cost, bounded_result, record_contexts, split_canary
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, draw_votes, label_distribution
 from app.audit.mechanisms.plain import PlainICL
 from app.audit.prompts import MISLABEL, REPEAT, REPEAT_NOT_FOUND
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
 from app.datasets.types import Dataset, Example
-from app.engines.protocol import Prompt
 
 MECHANISMS = frozenset({"none", "prompt_defense", "private_voting"})
 SECRETS = ("continuation", "label", "code")
@@ -97,41 +93,6 @@ def build_query(
     return AuditQuery(REPEAT, answers, positive=0, negative=None, fields={"prefix": prefix})
 
 
-@dataclass
-class Cost:
-    """Engine work beside the from-scratch count: every scored (prompt, answer) sequence its own pass
-    over all of its tokens (a single-token answer set shares the prompt's pass)."""
-
-    forward_passes: int = 0
-    prompt_tokens: int = 0
-    scratch_forward_passes: int = 0
-    scratch_tokens: int = 0
-    sequences: set = field(default_factory=set)
-
-    def count(self, llm: Any, prompts: Sequence[Prompt], answers: Sequence[str]) -> None:
-        format_ids, encode = getattr(llm, "format_ids", None), getattr(llm, "encode", None)
-        for p in prompts:
-            if (p, tuple(answers)) in self.sequences:
-                continue
-            self.sequences.add((p, tuple(answers)))
-            lengths = [len(encode(a)) for a in answers] if encode else [1] * len(answers)
-            n = len(format_ids(p)) if format_ids else 0
-            multi = [k for k in lengths if k > 1]
-            single = len(multi) < len(lengths)
-            self.scratch_forward_passes += int(single) + len(multi)
-            self.scratch_tokens += n * int(single) + sum(n + k - 1 for k in multi)
-
-    def as_dict(self) -> dict:
-        reuse = 1 - self.prompt_tokens / self.scratch_tokens if self.scratch_tokens else None
-        return {
-            "forward_passes": self.forward_passes,
-            "prompt_tokens": self.prompt_tokens,
-            "from_scratch_forward_passes": self.scratch_forward_passes,
-            "from_scratch_tokens": self.scratch_tokens or None,
-            "tokens_saved": reuse,
-        }
-
-
 @dataclass(frozen=True)
 class LikelihoodTrials:
     """Per-trial outputs; trial t of C1 and trial t of C0 come from the same (record, context, call)."""
@@ -144,17 +105,6 @@ class LikelihoodTrials:
     records: list[dict]  # {"record_id", "text", "secret"}
     cost: Cost
     distinct_prompts: int
-
-
-def _contexts(
-    train: Sequence[Example], pool: np.ndarray, canary: Example, n: int, rng: np.random.Generator
-) -> NeighbouringContexts:
-    chosen = rng.choice(pool, size=n, replace=False)
-    without = tuple(train[int(i)] for i in chosen)
-    position = int(rng.integers(n))
-    return NeighbouringContexts(
-        without, (*without[:position], canary, *without[position + 1 :]), canary, position
-    )
 
 
 def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree) -> LikelihoodTrials:
@@ -196,7 +146,7 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
         pairs = []
         for _ in range(spec.contexts):
             parts_in, parts_out = mechanism.partition(
-                _contexts(train, others, canary, n_exemplars, rng_contexts), rng_parts
+                record_contexts(train, others, canary, n_exemplars, rng_contexts), rng_parts
             )
             pairs.append((mechanism.audit_inputs(query, parts_in), mechanism.audit_inputs(query, parts_out)))
         reference = [mechanism.wrap(query.prompt(()))] if spec.reference else []
@@ -248,20 +198,6 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
     )
 
 
-def tpr_at(scores_in: np.ndarray, scores_out: np.ndarray, fprs: Sequence[float] = (1e-3, 1e-2)) -> dict:
-    """TPR at FPR = each of `fprs` (threshold = the C0 scores' (1 − FPR) quantile, strictly above), the
-    low-FPR operating points the membership-inference literature reports (Carlini et al. 2022). None
-    when there are fewer than 1/FPR C0 trials (the point is not resolved)."""
-    out = {}
-    for fpr in fprs:
-        if scores_out.size < 1 / fpr:
-            out[f"{fpr:g}"] = None
-            continue
-        threshold = np.quantile(scores_out, 1 - fpr, method="higher")
-        out[f"{fpr:g}"] = float(np.mean(scores_in > threshold))
-    return out
-
-
 def run_audit(request: Any, ctx: RunContext, trials: LikelihoodTrials | None = None) -> dict:
     """The likelihood audit: trials (`collect`, unless given: a report that also plots them) → both
     bounds per threat model → verdict, + the per-record table (app/audit/records.py)."""
@@ -279,91 +215,4 @@ def run_audit(request: Any, ctx: RunContext, trials: LikelihoodTrials | None = N
         "contexts_per_canary": request.attack.contexts,
         "cost": trials.cost.as_dict(),
     }
-    return result
-
-
-def bounded_result(request: Any, ctx: RunContext, mechanism: Mechanism, trials: Any, seeds: SeedTree) -> dict:
-    """Both bounds per threat model of multi-canary trials (`scores_*` white box, `decisions_*` black
-    box, which may be a continuous score of the released output) → verdict, + the per-record table.
-    Shared by the likelihood attack and the generated-text attacks (attacks/released_text.py)."""
-    from app.audit.bounds import per_test_confidence, verdict_epsilon
-    from app.audit.kinds.mia import _assumption, _bound_dict, _lower_bounds
-    from app.audit.records import record_table
-    from app.audit.thresholds import Split, bound_from_scores, strategy_from_name
-
-    assumption = _assumption(request, mechanism)
-    tm = request.attack.threat_model
-    models = ("black_box", "white_box") if tm == "both" else (tm,)
-    per_test = per_test_confidence(request.confidence, len(models))
-    strategy = strategy_from_name(request.threshold_strategy)
-    if isinstance(strategy, Split):
-        strategy = Split(fraction=strategy.fraction, seed=seeds.integer("threshold"))
-    theory = mechanism.theory
-    claimed = theory.epsilon if theory is not None else None
-    result: dict = {"estimator": "direct"}
-    for i, name in enumerate(models):
-        ctx.progress("bound", 0.9 + 0.05 * i / len(models), f"{name} lower bound")
-        if name == "black_box":
-            s_in, s_out = trials.decisions_in.astype(float), trials.decisions_out.astype(float)
-        else:
-            s_in, s_out = trials.scores_in, trials.scores_out
-        bound = _bound_dict(
-            bound_from_scores(
-                s_in,
-                s_out,
-                strategy=strategy,
-                confidence=per_test,
-                delta=request.delta,
-                assumption=assumption,
-            )
-        )
-        bound["assumption"], bound["confidence"] = assumption, per_test
-        lower = verdict_epsilon(_lower_bounds(bound), assumption)
-        bound["epsilon_lower"] = lower if math.isfinite(lower) else None
-        if not math.isfinite(lower):
-            bound["epsilon_lower_unbounded"] = True
-        bound["violation"] = claimed is not None and lower > claimed
-        bound["tpr_at_fpr"] = tpr_at(s_in, s_out)
-        result[name] = bound
-    if theory is not None:
-        result.update(theory.as_dict())
-    else:
-        result.update(epsilon_theory=None, mu_theory=None, epsilon_ceiling=None)
-    result["violation"] = any(result[m]["violation"] for m in models)
-    result["assumption"] = assumption
-    result["confidence"] = {
-        "stated": request.confidence,
-        "per_test": per_test,
-        "tests": list(models),
-        "correction": "bonferroni" if len(models) > 1 else "none",
-    }
-    result["theory_violation"] = result.get("calibration_valid") is False
-    result["llm_forward_passes"] = trials.cost.forward_passes
-    result["distinct_prompts"] = trials.distinct_prompts
-    result["llm_calls"] = request.llm_calls if not isinstance(mechanism, PlainICL) else 1
-    result["trials"] = int(trials.scores_in.size)
-    result["canary"] = None
-    result["mechanism"] = {
-        "name": request.mechanism.name,
-        "partitions": mechanism.n_partitions,
-        "bug": None,
-        "gaussian": mechanism.gaussian,
-        "canary_included": mechanism.canary_included,  # every record in a partition of each of its pairs
-    }
-    result["utility"] = None
-    white = "white_box" in models
-    scores_in = trials.scores_in if white else trials.decisions_in.astype(float)
-    scores_out = trials.scores_out if white else trials.decisions_out.astype(float)
-    result["records"] = record_table(
-        trials.records,
-        scores_in,
-        scores_out,
-        trials.record,
-        confidence=request.confidence,
-        delta=request.delta,
-        assumption=assumption,
-    )
-    if ctx.on_counters is not None:
-        ctx.on_counters(ctx.engines.llm(request.model or "oracle").counters.as_dict())  # type: ignore[union-attr]
-    ctx.progress("bound", 1.0, "done")
     return result

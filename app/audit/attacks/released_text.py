@@ -46,9 +46,8 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.attacks.base import AuditQuery
-from app.audit.attacks.likelihood import Cost, _contexts, bounded_result
-from app.audit.attacks.registry import attack_module
+from app.audit.attacks.base import AuditQuery, BuildQuery
+from app.audit.attacks.several_canaries import Cost, bounded_result, record_contexts
 from app.audit.mechanisms.base import CleanSource, Mechanism
 from app.audit.mechanisms.esa import ESA
 from app.audit.mechanisms.ksa import KSA, keywords
@@ -209,7 +208,9 @@ def _synthetic_side(
     return scorer(released), released, steps
 
 
-def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree) -> GeneratedTrials:
+def collect(
+    request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree, build_query: BuildQuery
+) -> GeneratedTrials:
     """All trials of the audit (module docstring); progress "collect" per record."""
     spec = request.attack
     if ctx.datasets is None or ctx.engines is None:
@@ -241,14 +242,13 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
             f"synthetic_generation needs a language model with a tokenizer; {request.model!r} has none"
         )
     max_new = request.mechanism.max_new_tokens
-    module = attack_module(spec.name)
     out: dict[str, list] = {k: [] for k in ("d_in", "d_out", "s_in", "s_out", "record")}
     records, examples = [], []
     steps = np.zeros(2, dtype=np.int64)
     for r, index in enumerate(canaries):
         ctx.progress("collect", 0.9 * r / len(canaries), f"record {r + 1} of {len(canaries)}")
         canary = train[int(index)]
-        query = module.build_query(canary=canary, dataset=dataset, spec=spec, rng=seeds.rng("attack"))
+        query = build_query(canary=canary, dataset=dataset, spec=spec, rng=seeds.rng("attack"))
         query = _with_prefill(query, llm)
         secret = query.answers[query.positive]
         scorer = _Scorer(spec.score, secret)
@@ -261,7 +261,7 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
                 at = {w: i for i, w in enumerate(mechanism.vocabulary)}
                 secret_words = [at[w] for w in keywords(secret) if w in at]
         for c in range(spec.contexts):
-            pair = _contexts(train, others, canary, n_exemplars, rng_contexts)
+            pair = record_contexts(train, others, canary, n_exemplars, rng_contexts)
             if synthetic:  # remove-one: C0 = C1 without the record's one-shot prompt, still divided by s
                 batch = [generation_prompt(e.text, e.label) for e in pair.with_canary]
                 without = batch[: pair.canary_position] + batch[pair.canary_position + 1 :]
@@ -315,12 +315,14 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
     )
 
 
-def run_generated(request: Any, ctx: RunContext, trials: GeneratedTrials | None = None) -> dict:
+def run_generated(
+    request: Any, ctx: RunContext, build_query: BuildQuery, trials: GeneratedTrials | None = None
+) -> dict:
     """The generated-text audit: trials (`collect`, unless given) → bounds, verdict, per-record table."""
     seeds = SeedTree.from_seed(request.seed)
     mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
     if trials is None:
-        trials = collect(request, ctx, mechanism, seeds)
+        trials = collect(request, ctx, mechanism, seeds, build_query)
     result = bounded_result(request, ctx, mechanism, trials, seeds)
     result.update(mechanism.result_extras())
     if trials.steps is not None:

@@ -19,20 +19,11 @@ from typing import Any
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
+from app.audit.attacks.several_canaries import split_canary
 from app.audit.prompts import REPEAT, REPEAT_NOT_FOUND
-from app.audit.runtime import AuditError
 from app.datasets.types import Dataset, Example
 
 MECHANISMS = frozenset({"esa", "ksa", "none", "prompt_defense", "synthetic_generation"})
-
-
-def split_canary(text: str) -> tuple[str, str]:
-    """(prefix, continuation): the first ⌊n/2⌋ words of the canary and the rest, whitespace normalized."""
-    words = text.split()
-    if len(words) < 2:
-        raise AuditError("attack repeat: the canary needs at least two words (a prefix and its continuation)")
-    cut = len(words) // 2
-    return " ".join(words[:cut]), " ".join(words[cut:])
 
 
 def build_query(
@@ -62,4 +53,4 @@ def owns_audit(request: Any) -> bool:
 def run_audit(request: Any, ctx: Any) -> dict:
     from app.audit.attacks.released_text import run_generated
 
-    return run_generated(request, ctx)
+    return run_generated(request, ctx, build_query)

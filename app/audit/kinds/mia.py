@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any, Literal
 
 import numpy as np
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
+from app.audit.auditor import THREAT_MODELS, Auditor
 from app.audit.contexts import NeighbouringContexts, build_contexts
 from app.audit.kinds.base import (
     PUBLIC_TEMPERATURE,
@@ -46,8 +46,6 @@ from app.audit.mechanisms.bugs import BUGS
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
-
-THREAT_MODELS = ("black_box", "white_box")
 
 
 class EndpointSpec(BaseModel):
@@ -309,11 +307,6 @@ class Setup:
     llm: Any
     dataset: Any
 
-    @property
-    def threat_models(self) -> tuple[str, ...]:
-        tm = self.request.attack.threat_model
-        return THREAT_MODELS if tm == "both" else (tm,)
-
     def release(self, batch: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """One batch of private releases → (black-box decision, white-box score)."""
         return self.mechanism.binary_view(self.mechanism.release(batch, rng), self.target)
@@ -355,14 +348,7 @@ def _setup(request: Request, ctx: RunContext) -> Setup:
     )
 
 
-def _assumption(request: Request, mechanism: Mechanism) -> str:
-    """The bound the verdict uses: GDP only for a known Gaussian mechanism, unless the request says none."""
-    if request.assumption == "auto":
-        return "gdp" if mechanism.gaussian else "none"
-    return request.assumption
-
-
-def _exact(setup: Setup, ctx: RunContext) -> dict[str, dict]:
+def _exact(setup: Setup, ctx: RunContext, threat_models: tuple[str, ...]) -> dict[str, dict]:
     """`exact`: population TPR/FPR from the engine's label distributions (private voting only).
 
     Both ε come from exact.py, which takes FNR and TNR from their own tails (1 − TPR cancels at large ε and
@@ -385,7 +371,7 @@ def _exact(setup: Setup, ctx: RunContext) -> dict[str, dict]:
         delta=request.delta,
     )
     bounds: dict[str, dict] = {}
-    for tm in setup.threat_models:
+    for tm in threat_models:
         if tm == "black_box":
             bounds[tm] = {"tpr": exact.tpr_black_box, "fpr": exact.fpr_black_box}
             mu, eps, free = (
@@ -409,53 +395,17 @@ def _exact(setup: Setup, ctx: RunContext) -> dict[str, dict]:
     return bounds
 
 
-def _trial_bounds(setup: Setup, trials, ctx: RunContext, confidence: float, assumption: str) -> dict:
-    """Both lower bounds per threat model from the trials, each test at `confidence` (its Bonferroni
-    share); progress is reported before each threat model's threshold search (the cancel point)."""
-    from app.audit.thresholds import Split, bound_from_scores, strategy_from_name
-
-    request = setup.request
-    strategy = strategy_from_name(request.threshold_strategy)
-    if isinstance(strategy, Split):
-        strategy = Split(fraction=strategy.fraction, seed=setup.seeds.integer("threshold"))
+def _trial_bounds(setup: Setup, trials, ctx: RunContext, auditor: Auditor) -> dict:
+    """Both lower bounds per threat model from the trials (`auditor.bound`); progress is reported before
+    each threat model's threshold search (the cancel point)."""
     bounds = {}
-    for i, tm in enumerate(setup.threat_models):
-        ctx.progress("bound", 0.95 + 0.05 * i / len(setup.threat_models), f"{tm} lower bound")
+    for i, tm in enumerate(auditor.threat_models):
+        ctx.progress("bound", 0.95 + 0.05 * i / len(auditor.threat_models), f"{tm} lower bound")
         if tm == "black_box":
-            s_in, s_out = trials.decisions_in.astype(float), trials.decisions_out.astype(float)
+            bounds[tm] = auditor.bound(trials.decisions_in.astype(float), trials.decisions_out.astype(float))
         else:
-            s_in, s_out = trials.scores_in, trials.scores_out
-        bound = bound_from_scores(
-            s_in, s_out, strategy=strategy, confidence=confidence, delta=request.delta, assumption=assumption
-        )
-        bounds[tm] = _bound_dict(bound)
+            bounds[tm] = auditor.bound(trials.scores_in, trials.scores_out)
     return bounds
-
-
-def _bound_dict(bound) -> dict:
-    """The per-threat-model fields (+ `*_unbounded` flags and the counts behind them)."""
-    full = bound.as_dict()
-    keep = (
-        "tpr",
-        "fpr",
-        "mu_lower",
-        "epsilon_empirical",
-        "epsilon_empirical_assumption_free",
-        "epsilon_point",
-        "threshold",
-        "auc",
-        "accuracy",
-    )
-    out = {k: full[k] for k in keep}
-    out.update({k: v for k, v in full.items() if k.endswith("_unbounded")})
-    out["threshold_strategy"] = bound.threshold_strategy
-    out["counts"] = {
-        "tp": bound.counts.tp,
-        "fn": bound.counts.fn,
-        "fp": bound.counts.fp,
-        "tn": bound.counts.tn,
-    }
-    return out
 
 
 def _simulation_progress(ctx: RunContext, start: float) -> Callable[[float], None]:
@@ -585,34 +535,21 @@ def judged(request: Request, result: dict) -> dict:
 
 def _run_trials(request: Request, ctx: RunContext) -> dict:
     """The membership audit of one canary: contexts → clean statistics → trials → both bounds."""
-    from app.audit.bounds import per_test_confidence, verdict_epsilon
-
     setup = _setup(request, ctx)
     mechanism, llm = setup.mechanism, setup.llm
     passes_before = llm.counters.forward_passes if llm is not None else 0
-    assumption = _assumption(request, mechanism)
-    n_tests = len(setup.threat_models)
-    if request.estimator == "exact":
-        bounds = _exact(setup, ctx)
-        confidence = {"stated": request.confidence, "per_test": None, "tests": list(bounds)}
-    else:
-        trials = ESTIMATORS[request.estimator](setup, ctx)
-        per_test = per_test_confidence(request.confidence, n_tests)
-        bounds = _trial_bounds(setup, trials, ctx, per_test, assumption)
-        confidence = {"stated": request.confidence, "per_test": per_test, "tests": list(bounds)}
-    confidence["correction"] = "bonferroni" if n_tests > 1 and request.estimator != "exact" else "none"
-
     theory = mechanism.theory
-    claimed = theory.epsilon if theory is not None else None
-    for bound in bounds.values():
-        bound["assumption"] = assumption
-        bound["confidence"] = confidence["per_test"]
-        lower = verdict_epsilon(_lower_bounds(bound), assumption)  # the verdict's bound
-        bound["epsilon_lower"] = lower if math.isfinite(lower) else None
-        if not math.isfinite(lower):
-            bound["epsilon_lower_unbounded"] = True
-        slack = 1e-9 if request.estimator == "exact" else 0.0  # exact: population values, float noise only
-        bound["violation"] = claimed is not None and lower > claimed + slack
+    auditor = Auditor.for_request(
+        request,
+        gaussian=mechanism.gaussian,
+        claimed=theory.epsilon if theory is not None else None,
+        seeds=setup.seeds,
+    )
+    if request.estimator == "exact":
+        exact = _exact(setup, ctx, auditor.threat_models)
+        bounds = {tm: auditor.judge(fields) for tm, fields in exact.items()}
+    else:
+        bounds = _trial_bounds(setup, ESTIMATORS[request.estimator](setup, ctx), ctx, auditor)
 
     result: dict = {"estimator": request.estimator, **bounds}
     if theory is not None:
@@ -620,8 +557,8 @@ def _run_trials(request: Request, ctx: RunContext) -> dict:
     else:
         result.update(epsilon_theory=None, mu_theory=None, epsilon_ceiling=None)
     result["violation"] = any(b["violation"] for b in bounds.values())
-    result["assumption"] = assumption
-    result["confidence"] = confidence
+    result["assumption"] = auditor.assumption
+    result["confidence"] = {"stated": request.confidence, **auditor.confidence_split}
     result["theory_violation"] = result.get("calibration_valid") is False
     result["llm_forward_passes"] = llm.counters.forward_passes - passes_before if llm is not None else None
     result.update(mechanism.result_extras())
@@ -652,12 +589,6 @@ def _run_trials(request: Request, ctx: RunContext) -> dict:
         ctx.on_counters(llm.counters.as_dict())
     ctx.progress("bound", 1.0, "done")
     return result
-
-
-def _lower_bounds(bound: dict) -> SimpleNamespace:
-    """A bound dict read back as its two lower bounds (∞ where reported unbounded), for `verdict_epsilon`."""
-    keys = ("epsilon_empirical", "epsilon_empirical_assumption_free")
-    return SimpleNamespace(**{k: math.inf if bound.get(k) is None else float(bound[k]) for k in keys})
 
 
 if __name__ == "__main__":
