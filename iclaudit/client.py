@@ -9,7 +9,7 @@ HTTP code path in the CLI).
         print(audit.headline or audit.error)                # "Measured ε ≥ 3.45 (95 %) against a claimed 1: violation"
         leaks = client.list(verdict="leak").audits          # violation, leak, inconclusive or consistent
 
-The verdict (app/audit/verdict.py) is on every audit the client returns, list pages included:
+The verdict (app/audit/stats/verdict.py) is on every audit the client returns, list pages included:
 `audit.outcome` (violation, leak, inconclusive, consistent; None until SUCCEEDED, or for a kind that
 measures no leakage), `audit.headline`, `audit.epsilon_detectable` (the audit's power), `audit.failing`
 (what fails a CI gate: a violation or a leak) and `audit.digest`, the server's typed summary.

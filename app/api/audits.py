@@ -37,7 +37,7 @@ from app.api.watch import (
     watch_of,
 )
 from app.audit.kinds.base import MAX_LABELS
-from app.audit.verdict import Outcome
+from app.audit.stats.verdict import Outcome
 from app.db import audits as audit_rows
 from app.db import polling
 from app.db.labels import having_labels

@@ -26,7 +26,7 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.api.errors import ApiError
-from app.audit.verdict import OUTCOMES
+from app.audit.stats.verdict import OUTCOMES
 from app.db import audits as audit_rows
 from app.db import stats
 from app.db.models import AuditState, utcnow

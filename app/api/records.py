@@ -1,4 +1,4 @@
-"""/v1/audits/{id}/records: the per-record risk table of an audit over several canaries (app/audit/records.py),
+"""/v1/audits/{id}/records: the per-record risk table of an audit over several canaries (app/audit/stats/records.py),
 riskiest first, paged (`offset`, `limit`) as JSON or the whole table as CSV (`format=csv`). Tenant-scoped:
 another tenant's audit is a 404."""
 
@@ -11,8 +11,8 @@ from pydantic import BaseModel, Field
 
 from app.api.deps import SessionDep, TenantDep
 from app.api.errors import ApiError
-from app.audit.records import records_csv
 from app.audit.results.mia import RecordRisk
+from app.audit.stats.records import records_csv
 from app.csv_cells import safe_row
 from app.db import audits as audit_rows
 from app.db.models import AuditState

@@ -2,7 +2,7 @@
 iclaudit.client.IclauditClient (one HTTP code path).
 
 Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate), from the result's `verdict`
-(app/audit/verdict.py):
+(app/audit/stats/verdict.py):
   0  the audit SUCCEEDED and its verdict is `consistent`: it could have seen a violation and saw none;
      also a kind that measures no leakage and so has no verdict (iclinf: influence, not ε)
   1  the audit SUCCEEDED and its verdict is `violation` (a measured lower bound exceeds the claimed ε) or

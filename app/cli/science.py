@@ -18,7 +18,7 @@ from rich.table import Table
 from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE
 from app.audit.accounting.gaussian import gaussian_calibration
 from app.audit.accounting.rdp import synthetic_generation_parameters
-from app.audit.bounds import ASSUMPTIONS, Counts, gdp_bound_from_counts
+from app.audit.stats.bounds import ASSUMPTIONS, Counts, gdp_bound_from_counts
 
 console = Console()
 accounting = typer.Typer(name="accounting", help="Privacy accounting calculators.", no_args_is_help=True)

@@ -114,7 +114,7 @@ def verdict_of_result() -> Any:
 
 def with_verdict(verdict: str) -> Any:
     """The condition "a SUCCEEDED audit whose result's `verdict` is `verdict`" (violation, leak,
-    inconclusive, consistent; app/audit/verdict.py)."""
+    inconclusive, consistent; app/audit/stats/verdict.py)."""
     return and_(Audit.state == AuditState.SUCCEEDED, verdict_of_result() == verdict)
 
 

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from app.audit import prompts as texts
+from app.audit.icl import prompts as texts
 from app.audit.runtime import AuditError
 from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
 

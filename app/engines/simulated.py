@@ -30,7 +30,7 @@ from typing import Literal
 
 import numpy as np
 
-from app.audit import prompts as texts
+from app.audit.icl import prompts as texts
 from app.engines.oracle import _PATTERNS, OracleRefusal, _normal
 from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
 

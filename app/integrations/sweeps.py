@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
-from app.audit.verdict import OUTCOMES
+from app.audit.stats.verdict import OUTCOMES
 from app.config import Settings
 from app.csv_cells import safe_cell
 from app.db import audits, labels

@@ -1,5 +1,5 @@
 """The verdict fields of a result for a sweep's table, a schedule's run and a webhook: the result's own
-`verdict`, `headline` and `epsilon_detectable` (app/audit/verdict.py), with the measured and claimed ε of
+`verdict`, `headline` and `epsilon_detectable` (app/audit/stats/verdict.py), with the measured and claimed ε of
 its typed verdict rows (app/audit/results, `verdicts()`) folded into one — ε_lower the largest bound a
 verdict used. The `calibration` row (the noise's exact ε against the claim: theory, no measurement) is not a
 measured bound and is left out; it is reported apart, in the audit's own result."""
@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.audit.kinds.registry import validate_result
-from app.audit.verdict import FAILING
+from app.audit.stats.verdict import FAILING
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
 (fonts, text layout) are not guaranteed thread-safe. Curves drawn on the ROC panels are Gaussian-DP
 trade-off curves TPR = Φ(Φ⁻¹(FPR) + μ) (003 §2): a μ-GDP mechanism admits no test above its curve.
 
-A result with a verdict (app/audit/verdict.py) is titled by its headline, coloured as the dashboard's badge
+A result with a verdict (app/audit/stats/verdict.py) is titled by its headline, coloured as the dashboard's badge
 (red for violation or leak, amber for inconclusive, green for consistent). A chart never headlines a bound the
 verdict did not use: the ε bars are the verdict's `epsilon_lower`; the other figures (the Gaussian-DP reading
 under assumption none, the assumption-free bound under gdp, the point estimate) are listed in small grey text.
@@ -27,9 +27,9 @@ from matplotlib.figure import Figure
 from pydantic import ValidationError
 from scipy import special
 
-from app.audit.bounds import clopper_pearson_lower, clopper_pearson_upper
 from app.audit.kinds.registry import validate_result
 from app.audit.results.base import ResultBase
+from app.audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper
 
 DPI = 110
 _LOCK = threading.Lock()

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.kinds.registry import KINDS, kind_module, result_model, validate_result
 from app.audit.results.base import ResultBase
-from app.audit.verdict import OUTCOMES
+from app.audit.stats.verdict import OUTCOMES
 from app.db.constants import CLAIM_FIELDS, AuditState
 
 if TYPE_CHECKING:

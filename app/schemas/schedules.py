@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.audit.verdict import Outcome
+from app.audit.stats.verdict import Outcome
 from app.db.constants import AuditState
 from app.schemas.audits import request_union
 from app.schemas.sweeps import SweepRequest

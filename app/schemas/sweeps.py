@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.audit.kinds.base import Labels
-from app.audit.verdict import Outcome
+from app.audit.stats.verdict import Outcome
 from app.db.constants import AuditState
 from app.schemas.audits import request_union
 

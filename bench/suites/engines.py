@@ -2,7 +2,7 @@
 
 1. audit workload — the prompt calls of a private-voting audit: 32 calls × T = 4 partitions × 2 sides
    (C0, C1) = 256 prompts; AG News, 2 shots per partition, the Inquiry query (003 Prompt 1,
-   `app.audit.prompts.INQUIRY`), contexts fixed across calls as in the audit. Baseline: the naive loop
+   `app.audit.icl.prompts.INQUIRY`), contexts fixed across calls as in the audit. Baseline: the naive loop
    003 describes, one uncached `generate` call per prompt (sampling at temperature 1, 3 new tokens,
    no prefix reuse). Engine path: one `label_logprobs(prompts, ["Yes", "No"])` call on a fresh engine
    (result cache: 5 distinct prompts; batched; the shared instruction prefix run once). Target ≥ 5×.
@@ -40,8 +40,8 @@ def _engine(cache_dir: Path | None = None, **options):
 
 def _partition_prompts(dataset, rng: np.random.Generator) -> tuple[list[str], list[str]]:
     """The T partition prompts of C0 and of C1 (they differ only in the canary's partition)."""
-    from app.audit.contexts import build_contexts, format_context, partition_disjoint
-    from app.audit.prompts import INQUIRY
+    from app.audit.icl.contexts import build_contexts, format_context, partition_disjoint
+    from app.audit.icl.prompts import INQUIRY
 
     contexts = build_contexts(dataset, PARTITIONS * SHOTS, rng)
     blocks = partition_disjoint(PARTITIONS * SHOTS, PARTITIONS, rng)

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from app.audit.accounting.gaussian import VOTE_SENSITIVITY, classic_sigma
-from app.audit.bounds import Counts, gdp_bound_from_counts
-from app.audit.exact import exact_vote_audit
-from app.audit.thresholds import Split, bound_from_scores
-from app.audit.trials import bootstrap_trials, noisy_vote_release
+from app.audit.stats.bounds import Counts, gdp_bound_from_counts
+from app.audit.stats.exact import exact_vote_audit
+from app.audit.stats.thresholds import Split, bound_from_scores
+from app.audit.stats.trials import bootstrap_trials, noisy_vote_release
 
 TRIALS = 400_000
 LOOP_TRIALS = 20_000

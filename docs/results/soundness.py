@@ -82,8 +82,8 @@ HEADER = (
 
 def independent_pools_cell(ctx, n: int, partitions: int, llm_calls: int) -> dict:
     """The old behaviour, for contrast: C1 and C0 pools drawn from independent streams."""
-    from app.audit.auditor import Auditor
-    from app.audit.trials import bootstrap_trials
+    from app.audit.stats.auditor import Auditor
+    from app.audit.stats.trials import bootstrap_trials
 
     flags = {"any": 0, "black_box": 0, "white_box": 0}
     eps = []
@@ -377,7 +377,7 @@ Test: tests/audit/mia/test_exact_large_epsilon.py.
 as c/s (ρ = ½(c/(sτ))², ε_EM = 2c/(sτ)) and on the SVT query as 1/s. That holds when a removed record's
 sum is still divided by the batch size s, i.e. the record's clipped logits are zeroed out (Amin et al.
 normalise by the expected batch size). The audit divided the record-removed sum by s − 1 instead: in the
-kind's per-step neighbours (app/audit/synthetic.py) and in the generated-text attack's C0 run
+kind's per-step neighbours (app/audit/icl/synthetic.py) and in the generated-text attack's C0 run
 (app/audit/attacks/released_text.py). That moves z̄ up to twice as far. Measured worst-case per-step RDP
 over seeded random and extreme (±c) logits:
 

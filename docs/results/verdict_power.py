@@ -9,7 +9,7 @@ Three checks, seeds 5000 and up, every audit `app.audit.local.run_request` on a 
 2. power: every planted bug (app/audit/mechanisms/bugs.py) in its setting, 100 audits each: `violation`
    in ≥ 95 %;
 3. calibration of `epsilon_detectable`: in three settings, audits of a correct mechanism at the claim
-   predict (app.audit.verdict.detection_rate, from each audit's own η and trials) how often a mechanism
+   predict (app.audit.stats.verdict.detection_rate, from each audit's own η and trials) how often a mechanism
    whose true ε is k × the claim is flagged; audits of such mechanisms (honest at k × claim, judged
    against the claim) measure it. Predicted and measured agree within 10 points.
 `--quick` runs a tenth of the audits and prints, without writing the doc.
@@ -36,7 +36,7 @@ from app.audit.local import local_context  # noqa: E402
 from app.audit.mechanisms.bugs import BUGS  # noqa: E402
 from app.audit.runtime import RunContext, no_progress  # noqa: E402
 from app.audit.seeds import SeedTree  # noqa: E402
-from app.audit.verdict import detection_rate, membership_test, power_uniforms  # noqa: E402
+from app.audit.stats.verdict import detection_rate, membership_test, power_uniforms  # noqa: E402
 
 DOC = ROOT / "docs" / "results" / "soundness.md"
 BEGIN, END = "<!-- verdict_power.py: begin -->", "<!-- verdict_power.py: end -->"
@@ -246,7 +246,7 @@ def render(null_rows, bug_rows, power_rows, worst: float, minutes: float) -> str
 ## What a pass is worth: the four-outcome verdict and its power
 
 Made by `docs/results/verdict_power.py` ({minutes:.0f} min on 2 cores; seeds {SEED0} and up). The rule
-(app/audit/verdict.py): `violation` when a bound exceeds the claimed ε, `leak` when nothing is claimed
+(app/audit/stats/verdict.py): `violation` when a bound exceeds the claimed ε, `leak` when nothing is claimed
 and a bound exceeds `max_epsilon`; otherwise `consistent` only when the audit's power,
 `epsilon_detectable` — the smallest true ε it flags with probability ≥ ½ — is at most 2 × the claim
 (or `max_epsilon`), and `inconclusive` when it is not, when the threshold was chosen in-sample, or when no

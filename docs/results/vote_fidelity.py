@@ -3,7 +3,7 @@
     nice -n 10 env OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \\
         .venv/bin/python docs/results/vote_fidelity.py      # → docs/results/vote-fidelity.json + table on stdout
 
-For each prompt and τ ∈ {0, 0.5, 1}: `app.audit.vote_fidelity.compare` — DRAWS simulated votes from
+For each prompt and τ ∈ {0, 0.5, 1}: `app.audit.icl.vote_fidelity.compare` — DRAWS simulated votes from
 the mechanism (`PlainICL(temperature=τ).collect`, the code every voting mechanism draws from) and DRAWS
 real generations of the packaged SmolLM2-135M-Instruct at τ, parsed into votes; the predicted
 probabilities now (mechanisms/decoding.py) and before (τ = 1 label mass as the valid share); exact
@@ -35,7 +35,7 @@ CASES = {
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from app.audit.vote_fidelity import compare
+    from app.audit.icl.vote_fidelity import compare
     from app.engines.protocol import Prompt
     from app.engines.registry import load_llm
 

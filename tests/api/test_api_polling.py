@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from service.client import bound_request, long_mia_request, sse_events, verdict_request, wait_for
 
-from app.audit.verdict import OUTCOMES
+from app.audit.stats.verdict import OUTCOMES
 
 
 def _sqlite_only(settings, why: str) -> None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from app.audit.accounting.gdp import epsilon_for_mu
-from app.audit.bounds import (
+from app.audit.stats.bounds import (
     Counts,
     auditor_accuracy,
     clopper_pearson_lower,

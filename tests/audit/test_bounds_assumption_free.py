@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from app.audit.accounting.gdp import epsilon_for_mu
-from app.audit.bounds import (
+from app.audit.stats.bounds import (
     Counts,
     assumption_free_epsilon,
     assumption_free_epsilon_lower,
@@ -22,7 +22,7 @@ from app.audit.bounds import (
     per_test_confidence,
     verdict_epsilon,
 )
-from app.audit.thresholds import Bonferroni, InSample, Split, bound_from_scores
+from app.audit.stats.thresholds import Bonferroni, InSample, Split, bound_from_scores
 
 
 def _reference_epsilon(counts: Counts, confidence: float, delta: float) -> float:

@@ -10,9 +10,9 @@ import pytest
 from scipy import integrate, special, stats
 
 from app.audit.accounting.gaussian import VOTE_SENSITIVITY, classic_sigma, gaussian_mu
-from app.audit.bounds import Counts, gdp_bound_from_counts
-from app.audit.exact import exact_vote_audit, log_prob_argmax, vote_distribution
-from app.audit.trials import bootstrap_trials, noisy_vote_release
+from app.audit.stats.bounds import Counts, gdp_bound_from_counts
+from app.audit.stats.exact import exact_vote_audit, log_prob_argmax, vote_distribution
+from app.audit.stats.trials import bootstrap_trials, noisy_vote_release
 
 SIGMA = classic_sigma(1.0, 1e-5, VOTE_SENSITIVITY)  # 003's private voting at ε = 1
 
@@ -68,7 +68,7 @@ def test_bootstrap_sees_a_bug_in_the_release_code() -> None:
     mu_theory = gaussian_mu(VOTE_SENSITIVITY, SIGMA)
     honest = bootstrap_trials(clean_in, clean_out, noisy_vote_release(SIGMA, 0, 1), n_trials=50_000, seed=2)
     broken = bootstrap_trials(clean_in, clean_out, buggy, n_trials=50_000, seed=2)
-    from app.audit.thresholds import bound_from_scores
+    from app.audit.stats.thresholds import bound_from_scores
 
     assert bound_from_scores(honest.scores_in, honest.scores_out).mu_lower <= mu_theory
     assert bound_from_scores(broken.scores_in, broken.scores_out).mu_lower > 5 * mu_theory

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.audit.thresholds import (
+from app.audit.stats.thresholds import (
     Bonferroni,
     InSample,
     Split,
@@ -61,7 +61,7 @@ def test_in_sample_is_labelled_biased_and_at_least_the_split_bound() -> None:
     assert biased.mu_lower >= honest.mu_lower  # more data and the optimistic threshold choice
     assert 1.1 < biased.mu_lower < 1.5 and 0.9 < honest.mu_lower < 1.5
     # The in-sample threshold is the argmax of μ_lower over every C1 score (checked exhaustively here).
-    from app.audit.bounds import gdp_mu_lower
+    from app.audit.stats.bounds import gdp_mu_lower
 
     candidates = np.unique(s_in)
     tp = (s_in[None, :] >= candidates[:, None]).sum(axis=1)
@@ -93,7 +93,7 @@ def test_bonferroni_bound_is_corrected_but_reports_the_requested_confidence() ->
     s_in, s_out = _gaussian_pair(rng, 2.0, 2000)
     b = bound_from_scores(s_in, s_out, strategy=Bonferroni(max_thresholds=50))
     assert b.confidence == 0.95 and b.threshold_strategy == "bonferroni"
-    from app.audit.bounds import gdp_bound_from_counts
+    from app.audit.stats.bounds import gdp_bound_from_counts
 
     assert b.mu_lower < gdp_bound_from_counts(b.counts).mu_lower  # stricter than one uncorrected bound
 

@@ -1,4 +1,4 @@
-"""The four-outcome verdict (app/audit/verdict.py) and its power, on real audits (oracle, SmolLM2) and by
+"""The four-outcome verdict (app/audit/stats/verdict.py) and its power, on real audits (oracle, SmolLM2) and by
 seeded simulation (seeds ≥ 5000). The full-size checks are docs/results/verdict_power.py's."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from app.audit.kinds import bound as bound_kind
 from app.audit.local import run_request
 from app.audit.runtime import RunContext
 from app.audit.seeds import SeedTree
-from app.audit.verdict import (
+from app.audit.stats.verdict import (
     POWER_FACTOR,
     MembershipTest,
     certifiable_max,

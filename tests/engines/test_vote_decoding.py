@@ -1,4 +1,4 @@
-"""Simulated votes vs real SmolLM2 decoding (app/audit/mechanisms/decoding.py, app/audit/vote_fidelity.py).
+"""Simulated votes vs real SmolLM2 decoding (app/audit/mechanisms/decoding.py, app/audit/icl/vote_fidelity.py).
 
 The fast tests check the decoding equations on hand-made distributions; the slow one compares the
 mechanism's own simulated votes with 200 real SmolLM2 generations per temperature τ ∈ {0, 0.5, 1}
@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.audit.icl.vote_fidelity import compare
 from app.audit.mechanisms.base import CleanSource, label_distribution
 from app.audit.mechanisms.decoding import (
     longest_match,
@@ -18,7 +19,6 @@ from app.audit.mechanisms.decoding import (
     tempered_token_logprobs,
 )
 from app.audit.mechanisms.plain import PlainICL
-from app.audit.vote_fidelity import compare
 from app.engines.protocol import Prompt
 
 # "Yes"/"No" (capitalized) and "yes"/"no": the greedy answer "No." is a label; at τ = 0.5 the valid share

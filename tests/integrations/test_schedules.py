@@ -24,7 +24,7 @@ from service.servers import _die_with_parent, free_port, wait_for_port
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
-from app.audit.prompts import CONTEXTLEAK_CANARY
+from app.audit.icl.prompts import CONTEXTLEAK_CANARY
 from app.config import Settings
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, ScheduleRun

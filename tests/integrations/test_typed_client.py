@@ -172,7 +172,7 @@ def test_the_client_shows_each_verdict_and_lists_by_it(api: IclauditClient) -> N
     assert done["leak"].digest.violation is None and done["leak"].request["epsilon"] == 1
     assert done["violation"].headline.endswith("against a claimed 1: violation")
     assert "25 trials per side" in done["inconclusive"].headline
-    # the rule (app/audit/verdict.py): consistent needs ε_detectable ≤ 2 × the claim; inconclusive misses it
+    # the rule (app/audit/stats/verdict.py): consistent needs ε_detectable ≤ 2 × the claim; inconclusive misses it
     # (None: no true ε up to 100 would be flagged)
     assert done["inconclusive"].epsilon_detectable is None or done["inconclusive"].epsilon_detectable > 2 * 2
     assert 1 <= done["consistent"].epsilon_detectable <= 2 and done["consistent"].epsilon_claimed == 1

@@ -16,7 +16,7 @@ from service.client import bound_request, long_mia_request, verdict_request, wai
 from service.servers import free_port
 from standardwebhooks import Webhook
 
-from app.audit.verdict import OUTCOMES
+from app.audit.stats.verdict import OUTCOMES
 from app.integrations.webhooks import EVENT_TYPES
 
 # the outage the receiver has in test_a_delivery_survives_a_receiver_outage; the 30 s case is run as

@@ -16,7 +16,7 @@ def bound_request(**changes: Any) -> dict[str, Any]:
     return {**kind_module("bound").EXAMPLE, **changes}
 
 
-# `bound` requests (counts in, no model) whose verdict is each of the four outcomes (app/audit/verdict.py):
+# `bound` requests (counts in, no model) whose verdict is each of the four outcomes (app/audit/stats/verdict.py):
 # the example claims nothing and shows ε ≥ 0.40 (leak); a claim of 0.05 is below that (violation); 25
 # trials per side cannot certify a claim of 2 even when perfectly separated (inconclusive); randomized
 # response at exactly ε = 1 measured over 100,000 trials per side, claiming 1, is seen and found within it

@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app.audit.contexts import format_context
-from app.audit.prompts import SYSTEM_CONTEXT, fill
+from app.audit.icl.contexts import format_context
+from app.audit.icl.prompts import SYSTEM_CONTEXT, fill
 from app.datasets.types import Dataset, Example
 from app.engines.protocol import Prompt
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
-from app.audit.prompts import (
+from app.audit.icl.prompts import (
     CANARY_BINARY,
     CANARY_BINARY_ANSWERS,
     CANARY_LIST,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
-from app.audit.prompts import MISLABEL
+from app.audit.icl.prompts import MISLABEL
 from app.audit.runtime import AuditError
 from app.datasets.types import Dataset, Example
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
-from app.audit.prompts import INQUIRY, INQUIRY_ANSWERS
+from app.audit.icl.prompts import INQUIRY, INQUIRY_ANSWERS
 from app.datasets.types import Dataset, Example
 
 MECHANISMS = frozenset({"private_voting", "none", "prompt_defense"})

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
-from app.audit.prompts import SIGNAL_BLACK_BOX
+from app.audit.icl.prompts import SIGNAL_BLACK_BOX
 from app.datasets.types import Dataset, Example
 
 MECHANISMS = frozenset({"ksa"})

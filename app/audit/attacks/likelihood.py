@@ -45,9 +45,9 @@ import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
 from app.audit.attacks.several_canaries import Cost, bounded_result, record_contexts, split_canary
+from app.audit.icl.prompts import MISLABEL, REPEAT, REPEAT_NOT_FOUND
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, draw_votes, label_distribution
 from app.audit.mechanisms.plain import PlainICL
-from app.audit.prompts import MISLABEL, REPEAT, REPEAT_NOT_FOUND
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
 from app.datasets.types import Dataset, Example
@@ -200,7 +200,7 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
 
 def run_audit(request: Any, ctx: RunContext, trials: LikelihoodTrials | None = None) -> dict:
     """The likelihood audit: trials (`collect`, unless given: a report that also plots them) → both
-    bounds per threat model → verdict, + the per-record table (app/audit/records.py)."""
+    bounds per threat model → verdict, + the per-record table (app/audit/stats/records.py)."""
     from app.audit.mechanisms.registry import build_mechanism
 
     seeds = SeedTree.from_seed(request.seed)

@@ -13,11 +13,11 @@ tokenizer), so the model continues the record. The mechanism releases text:
 - `synthetic_generation`: one DP synthetic text per call (001 App. C.1 Alg. 1 over s one-shot prompts,
   mechanisms/synthetic_generation.py) continuing the prefill; C0 is C1 without the record's prompt, its
   sums still divided by the batch size s (remove-one at a fixed denominator, the neighbour its accounting
-  covers: app/audit/synthetic.py), black box only. With `mechanism.svt`, Amin et al.'s full
+  covers: app/audit/icl/synthetic.py), black box only. With `mechanism.svt`, Amin et al.'s full
   algorithm: the public prompt (instruction and the record's label, the same in C1 and C0) and the sparse
   vector test decide which tokens are private.
 
-Black-box score s = overlap(released text, secret) (app/audit/overlap.py: ROUGE-L F1 or exact match),
+Black-box score s = overlap(released text, secret) (app/audit/icl/overlap.py: ROUGE-L F1 or exact match),
 a function of the release only. White box (ESA, KSA only): ESA −‖ẽ − emb(secret)‖ (003 Prompt 5's
 distance), KSA the mean noisy count of the secret's keywords in W.
 
@@ -48,17 +48,17 @@ import numpy as np
 
 from app.audit.attacks.base import AuditQuery, BuildQuery
 from app.audit.attacks.several_canaries import Cost, bounded_result, record_contexts
+from app.audit.icl.overlap import SCORES
+from app.audit.icl.synthetic import generate_private_sequence
+from app.audit.icl.templates import generation_prompt, public_generation_prompt
 from app.audit.mechanisms.base import CleanSource, Mechanism
 from app.audit.mechanisms.esa import ESA
 from app.audit.mechanisms.ksa import KSA, keywords
 from app.audit.mechanisms.plain import PlainICL
 from app.audit.mechanisms.registry import build_mechanism
 from app.audit.mechanisms.synthetic_generation import SyntheticGeneration
-from app.audit.overlap import SCORES
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
-from app.audit.synthetic import generate_private_sequence
-from app.audit.templates import generation_prompt, public_generation_prompt
 from app.engines.protocol import Prompt
 
 MECHANISMS = frozenset({"none", "prompt_defense", "esa", "ksa", "synthetic_generation"})

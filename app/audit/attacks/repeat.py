@@ -20,7 +20,7 @@ import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
 from app.audit.attacks.several_canaries import split_canary
-from app.audit.prompts import REPEAT, REPEAT_NOT_FOUND
+from app.audit.icl.prompts import REPEAT, REPEAT_NOT_FOUND
 from app.datasets.types import Dataset, Example
 
 MECHANISMS = frozenset({"esa", "ksa", "none", "prompt_defense", "synthetic_generation"})

@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.auditor import Auditor
-from app.audit.contexts import NeighbouringContexts
+from app.audit.icl.contexts import NeighbouringContexts
 from app.audit.mechanisms.base import Mechanism
 from app.audit.mechanisms.plain import PlainICL
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
+from app.audit.stats.auditor import Auditor
 from app.datasets.types import Example
 from app.engines.protocol import Prompt
 
@@ -97,7 +97,7 @@ def bounded_result(request: Any, ctx: RunContext, mechanism: Mechanism, trials: 
     """Both bounds per threat model of multi-canary trials (`scores_*` white box, `decisions_*` black
     box, which may be a continuous score of the released output) → verdict, + the per-record table.
     Shared by the likelihood attack and the generated-text attacks (attacks/released_text.py)."""
-    from app.audit.records import record_table
+    from app.audit.stats.records import record_table
 
     theory = mechanism.theory
     auditor = Auditor.for_request(

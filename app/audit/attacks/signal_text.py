@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
-from app.audit.prompts import DEFAULT_SIGNAL_TEXTS, SIGNAL_BLACK_BOX, SIGNAL_WHITE_BOX
+from app.audit.icl.prompts import DEFAULT_SIGNAL_TEXTS, SIGNAL_BLACK_BOX, SIGNAL_WHITE_BOX
 from app.datasets.types import Dataset, Example
 
 MECHANISMS = frozenset({"esa", "private_voting", "none", "prompt_defense"})

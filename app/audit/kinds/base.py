@@ -22,7 +22,7 @@ Labels = Annotated[
     ),
 ]
 
-# The sparse vector test of Amin et al. (app/audit/synthetic.py): one definition of its parameters for the
+# The sparse vector test of Amin et al. (app/audit/icl/synthetic.py): one definition of its parameters for the
 # synthetic_generation kind and the synthetic_generation mechanism of a mia audit (`mechanism.svt`).
 SVT_THRESHOLD, SVT_NOISE, PUBLIC_TEMPERATURE = 0.5, 0.2, 1.5  # defaults
 SvtThreshold = Annotated[

@@ -3,7 +3,7 @@
 Give either `counts` {tp, fn, fp, tn} (C1 trials split into true positives / false negatives, C0 into false
 positives / true negatives), or the test's raw `scores_in` (C1) and `scores_out` (C0) — higher means
 "canary present"; 0/1 values are read as black-box decisions — plus a `threshold_strategy`. The result has
-both lower bounds of app/audit/bounds.py at joint confidence γ: `epsilon_empirical` (the Gaussian-DP route
+both lower bounds of app/audit/stats/bounds.py at joint confidence γ: `epsilon_empirical` (the Gaussian-DP route
 of 003 §2, via μ_lower) and `epsilon_empirical_assumption_free` (ε ≥ ln((TPR_lower − δ)/FPR_upper) and its
 mirror), the point estimate log(TPR/FPR), and AUC when scores were given.
 
@@ -22,12 +22,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA
-from app.audit.bounds import Assumption, Counts, gdp_bound_from_counts
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import RunContext
 from app.audit.seeds import SeedTree
-from app.audit.thresholds import bound_from_scores, strategy_from_name
-from app.audit.verdict import judge, membership_test, power_uniforms
+from app.audit.stats.bounds import Assumption, Counts, gdp_bound_from_counts
+from app.audit.stats.thresholds import bound_from_scores, strategy_from_name
+from app.audit.stats.verdict import judge, membership_test, power_uniforms
 
 MAX_SCORES = 2_000_000
 

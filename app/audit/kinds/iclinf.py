@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from app.audit.iclinf import (
+from app.audit.icl.iclinf import (
     CONTENT_FREE_INPUTS,
     calibrate,
     content_free_distribution,
@@ -28,9 +28,14 @@ from app.audit.iclinf import (
     renormalize,
     summarize,
 )
+from app.audit.icl.templates import (
+    BUILTIN_TEMPLATES,
+    ClassificationTemplate,
+    custom_template,
+    resolve_template,
+)
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import AuditError, RunContext
-from app.audit.templates import BUILTIN_TEMPLATES, ClassificationTemplate, custom_template, resolve_template
 from app.datasets.types import Dataset, Example
 from app.engines.protocol import LLMEngine
 

@@ -30,8 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
-from app.audit.auditor import THREAT_MODELS, Auditor
-from app.audit.contexts import NeighbouringContexts, build_contexts
+from app.audit.icl.contexts import NeighbouringContexts, build_contexts
 from app.audit.kinds.base import (
     PUBLIC_TEMPERATURE,
     SVT_NOISE,
@@ -46,6 +45,7 @@ from app.audit.mechanisms.bugs import BUGS
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
+from app.audit.stats.auditor import THREAT_MODELS, Auditor
 
 
 class EndpointSpec(BaseModel):
@@ -65,7 +65,7 @@ class EndpointSpec(BaseModel):
 
 
 class SvtSpec(BaseModel):
-    """`synthetic_generation` with Amin et al.'s public logits and sparse vector test (app/audit/synthetic.py):
+    """`synthetic_generation` with Amin et al.'s public logits and sparse vector test (app/audit/icl/synthetic.py):
     only tokens whose private and public predictions differ by more than the noisy threshold spend budget."""
 
     model_config = ConfigDict(extra="forbid")
@@ -354,7 +354,7 @@ def _exact(setup: Setup, ctx: RunContext, threat_models: tuple[str, ...]) -> dic
     Both ε come from exact.py, which takes FNR and TNR from their own tails (1 − TPR cancels at large ε and
     overstated ε_af); a value that is still not finite is stored as null with its `*_unbounded` flag, the
     way the trial bounds report one, so a result is always valid JSON."""
-    from app.audit.exact import exact_vote_audit
+    from app.audit.stats.exact import exact_vote_audit
 
     request, mechanism, query = setup.request, setup.mechanism, setup.query
     ctx.progress("collect C1", 0.0, "label distributions with the canary")
@@ -419,7 +419,7 @@ def _bootstrap(setup: Setup, ctx: RunContext):
     """`bootstrap` (003 Alg. 1): n_llm clean statistics per context — C1 and C0 from generators in the same
     state (common random numbers: a partition with the same prompt in both casts the same votes in call
     i) — then `trials` resampled releases per context."""
-    from app.audit.trials import bootstrap_trials
+    from app.audit.stats.trials import bootstrap_trials
 
     request, mechanism, answers = setup.request, setup.mechanism, setup.query.answers
     n_clean = request.llm_calls
@@ -441,7 +441,7 @@ def _bootstrap(setup: Setup, ctx: RunContext):
 def _direct(setup: Setup, ctx: RunContext):
     """`direct`: every trial a fresh mechanism call — a new clean statistic from the engine's (cached)
     answer distributions, then the release — in chunks, no resampling."""
-    from app.audit.trials import MAX_CHUNK, run_trials
+    from app.audit.stats.trials import MAX_CHUNK, run_trials
 
     request, mechanism, answers = setup.request, setup.mechanism, setup.query.answers
     pool_in, pool_out = setup.seeds.rng("pool"), setup.seeds.rng("pool")  # same state: common numbers
@@ -483,9 +483,9 @@ SUBJECTS = {
 
 
 def judged(request: Request, result: dict) -> dict:
-    """The result with its verdict (app/audit/verdict.py): `violation` against a claim, `leak` above
+    """The result with its verdict (app/audit/stats/verdict.py): `violation` against a claim, `leak` above
     `max_epsilon` without one, `inconclusive` without the power to see either, else `consistent`."""
-    from app.audit.verdict import judge, membership_test, power_uniforms
+    from app.audit.stats.verdict import judge, membership_test, power_uniforms
 
     claimed = result.get("epsilon_theory")
     tests = []
@@ -575,7 +575,7 @@ def _run_trials(request: Request, ctx: RunContext) -> dict:
     }
     result["utility"] = None
     if request.utility_queries:
-        from app.audit.utility import utility
+        from app.audit.icl.utility import utility
 
         result["utility"] = utility(
             mechanism,

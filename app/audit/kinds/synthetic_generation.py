@@ -9,7 +9,7 @@ at every order of a grid, summed over the private tokens (Thm C.7): the curve `r
 theory's `rdp_theory`, converted to ε_empirical by dp_accounting's RDP → (ε, δ) conversion (Balle et al. 2020
 Thm 21 / Canonne-Kamath-Steinke Prop. 12, the formula of 001 Thm C.8) minimized over the orders. Both curves
 are for remove-one neighbours, so nothing is doubled (001's ×2 of Thm C.9 is a pure-DP theorem): the batch
-without one prompt, its sum still divided by s (app/audit/synthetic.py), the neighbour whose sensitivity c/s
+without one prompt, its sum still divided by s (app/audit/icl/synthetic.py), the neighbour whose sensitivity c/s
 the theory assumes.
 
 `variant: "svt"` runs Amin et al.'s full algorithm: public (context-free) logits and the sparse vector test;
@@ -27,6 +27,8 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE, rdp
+from app.audit.icl.synthetic import SparseVectorTest, generate_private_sequence
+from app.audit.icl.templates import generation_prompt, public_generation_prompt
 from app.audit.kinds.base import (
     PUBLIC_TEMPERATURE,
     SVT_NOISE,
@@ -37,9 +39,7 @@ from app.audit.kinds.base import (
     SvtThreshold,
 )
 from app.audit.runtime import AuditError, RunContext
-from app.audit.synthetic import SparseVectorTest, generate_private_sequence
-from app.audit.templates import generation_prompt, public_generation_prompt
-from app.audit.verdict import judge_accounting
+from app.audit.stats.verdict import judge_accounting
 
 SOLVABLE = ("temperature", "clip", "batch_size")
 

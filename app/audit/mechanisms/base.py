@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from app.audit.contexts import PARTITIONERS, NeighbouringContexts, holds
+from app.audit.icl.contexts import PARTITIONERS, NeighbouringContexts, holds
 from app.audit.mechanisms.decoding import (
     label_distribution,
     label_prefixes,

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.contexts import format_exemplar
+from app.audit.icl.contexts import format_exemplar
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, claimed_theory
 from app.audit.runtime import AuditError
 from app.datasets.types import Example

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from app.audit.icl.prompts import DEFENSES
 from app.audit.mechanisms.plain import PlainICL
-from app.audit.prompts import DEFENSES
 from app.audit.runtime import AuditError
 from app.engines.protocol import Prompt
 

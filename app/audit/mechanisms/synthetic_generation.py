@@ -6,7 +6,7 @@ private) over s = `partitions` one-shot prompts, one private exemplar each (001 
 Per call the mechanism releases ONE synthetic text of up to T = `max_new_tokens` tokens: per step the
 clipped next-token logits of the s prompts are averaged and the token is sampled,
 
-    z̄ = (1/s) Σ_p clip_c(z_p),      x ~ softmax(z̄ / τ)      (app/audit/synthetic.py),
+    z̄ = (1/s) Σ_p clip_c(z_p),      x ~ softmax(z̄ / τ)      (app/audit/icl/synthetic.py),
 
 continuing the attack's prefill (the record's prefix / the text before its secret) as the deployed
 generator does when asked to continue a given start. The claim (ε, δ) is for remove-one neighbours of the
@@ -15,7 +15,7 @@ text of T private tokens at clip c and batch size s meets it (001 Alg. 3, `rdp.s
 N_gen = 1); `mechanism.temperature` is not used. The audit's C1 is the batch of s prompts holding the record,
 C0 the same batch without it: s − 1 prompts whose clipped logits (and, with the SVT, probabilities) are still
 summed and divided by s, exactly the neighbour the accounting's sensitivity c/s (and 1/s) covers
-(app/audit/synthetic.py). The mean over the s − 1 would move the aggregate up to twice as far.
+(app/audit/icl/synthetic.py). The mean over the s − 1 would move the aggregate up to twice as far.
 
 With `mechanism.svt` the mechanism is Amin et al.'s full algorithm: each step also scores a public prompt
 (001 Table 3's instruction and the record's label, no private example, continuing the same prefill); the
@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from app.audit.accounting import rdp
+from app.audit.icl.synthetic import SparseVectorTest
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, claimed_theory
 from app.audit.runtime import AuditError
-from app.audit.synthetic import SparseVectorTest
 from app.engines.protocol import Prompt
 
 

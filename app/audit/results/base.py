@@ -27,7 +27,7 @@ class Verdict:
 class ResultBase(BaseModel):
     """Results accept fields the model does not declare yet (see app/audit/results/__init__.py).
 
-    The verdict fields (app/audit/verdict.py) are shared by every kind that measures leakage."""
+    The verdict fields (app/audit/stats/verdict.py) are shared by every kind that measures leakage."""
 
     model_config = ConfigDict(extra="allow")
 

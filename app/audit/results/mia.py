@@ -64,7 +64,7 @@ class ThreatModelResult(BaseModel):
 
 
 class RecordRisk(BaseModel):
-    """One record of an audit over several canaries (app/audit/records.py): its own evidence of leaking."""
+    """One record of an audit over several canaries (app/audit/stats/records.py): its own evidence of leaking."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -18,7 +18,7 @@ def test_draws_are_seeded_and_without_replacement(builtin_datasets):
 
 
 def test_leave_one_out_prompts_remove_each_position(builtin_datasets):
-    from app.audit.templates import resolve_template
+    from app.audit.icl.templates import resolve_template
 
     dataset = builtin_datasets.load("ag_news")
     template = resolve_template(None, "ag_news", dataset.labels)

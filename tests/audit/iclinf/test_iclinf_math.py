@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from app.audit.iclinf import (
+from app.audit.icl.iclinf import (
     calibrate,
     content_free_distribution,
     leave_one_out_losses,

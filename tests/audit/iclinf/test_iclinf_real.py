@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from app.audit.iclinf import calibrate, leave_one_out_losses, renormalize, summarize
+from app.audit.icl.iclinf import calibrate, leave_one_out_losses, renormalize, summarize
+from app.audit.icl.templates import resolve_template
 from app.audit.kinds import iclinf
-from app.audit.templates import resolve_template
 
 pytestmark = pytest.mark.slow
 

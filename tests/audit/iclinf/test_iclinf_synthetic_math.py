@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from app.audit.synthetic import (
+from app.audit.icl.synthetic import (
     aggregate,
     clip_logits,
     leave_one_out_aggregates,

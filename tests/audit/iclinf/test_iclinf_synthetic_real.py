@@ -10,9 +10,9 @@ import pytest
 from pydantic import ValidationError
 
 from app.audit.accounting import rdp
+from app.audit.icl.synthetic import aggregate, clip_logits, log_softmax, step_distributions
+from app.audit.icl.templates import generation_prompt
 from app.audit.kinds import synthetic_generation
-from app.audit.synthetic import aggregate, clip_logits, log_softmax, step_distributions
-from app.audit.templates import generation_prompt
 from app.engines.protocol import Prompt
 
 pytestmark = pytest.mark.slow

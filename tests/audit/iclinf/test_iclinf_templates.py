@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.audit.templates import (
+from app.audit.icl.templates import (
     BUILTIN_TEMPLATES,
     custom_template,
     generation_prompt,

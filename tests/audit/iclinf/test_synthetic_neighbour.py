@@ -18,10 +18,7 @@ from pydantic import ValidationError
 
 from app.audit.accounting import rdp
 from app.audit.attacks import released_text
-from app.audit.kinds import mia
-from app.audit.kinds import synthetic_generation as kind
-from app.audit.runtime import RunContext
-from app.audit.synthetic import (
+from app.audit.icl.synthetic import (
     aggregate,
     clip_logits,
     generate_private_sequence,
@@ -31,6 +28,9 @@ from app.audit.synthetic import (
     step_privacy_curve,
     svt_distances,
 )
+from app.audit.kinds import mia
+from app.audit.kinds import synthetic_generation as kind
+from app.audit.runtime import RunContext
 from app.engines.protocol import EngineCounters, Prompt, TokenDistribution
 
 ORDERS = sorted(rdp.EMPIRICAL_ORDERS)

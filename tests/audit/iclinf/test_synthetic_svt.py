@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from app.audit.accounting.rdp import symmetric_renyi
-from app.audit.synthetic import (
+from app.audit.icl.synthetic import (
     SparseVectorTest,
     clip_logits,
     step_distributions,

@@ -20,10 +20,10 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
 
-from app.audit.contexts import partition_disjoint
+from app.audit.icl.contexts import partition_disjoint
+from app.audit.icl.prompts import CANARY_BINARY_ANSWERS, CONTEXTLEAK_CANARY, SYSTEM_CONTEXT, fill
 from app.audit.mechanisms.base import CleanSource, calibrate, draw_votes
 from app.audit.mechanisms.private_voting import DEFAULT_SENSITIVITY, PrivateVoting
-from app.audit.prompts import CANARY_BINARY_ANSWERS, CONTEXTLEAK_CANARY, SYSTEM_CONTEXT, fill
 from app.engines.oracle import OracleEngine
 from app.engines.protocol import Prompt
 

@@ -14,9 +14,9 @@ import math
 import numpy as np
 import pytest
 
-from app.audit.bounds import assumption_free_epsilon
-from app.audit.exact import assumption_free_epsilon_log
 from app.audit.kinds import mia
+from app.audit.stats.bounds import assumption_free_epsilon
+from app.audit.stats.exact import assumption_free_epsilon_log
 
 EPSILONS = list(range(10, 101, 2))  # 46 claims
 

@@ -8,14 +8,14 @@ from conftest import read_dataset
 from rouge_score import rouge_scorer
 
 from app.audit.attacks.registry import attack_module
-from app.audit.contexts import build_contexts
+from app.audit.icl.contexts import build_contexts
+from app.audit.icl.prompts import MISLABEL
+from app.audit.icl.utility import utility
 from app.audit.kinds import mia
 from app.audit.kinds.mia import AttackSpec
 from app.audit.mechanisms.base import CleanSource, calibrate
 from app.audit.mechanisms.esa import ESA
 from app.audit.mechanisms.private_voting import PrivateVoting
-from app.audit.prompts import MISLABEL
-from app.audit.utility import utility
 from app.engines.oracle import OracleEngine
 from app.engines.protocol import Prompt
 

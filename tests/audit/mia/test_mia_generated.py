@@ -1,5 +1,5 @@
 """Generated-text attacks over several canaries (app/audit/attacks/released_text.py): the repeat attack
-scored by ROUGE-L, the ContextLeak secret query scored by exact match (app/audit/overlap.py)."""
+scored by ROUGE-L, the ContextLeak secret query scored by exact match (app/audit/icl/overlap.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 from pydantic import ValidationError
 
 from app.audit.attacks.canary_prompt import record_secret
+from app.audit.icl.overlap import exact, lcs_length, rouge_l
 from app.audit.kinds.mia import Request, run
 from app.audit.local import LocalDatasets, LocalEngines, default_data_dir
-from app.audit.overlap import exact, lcs_length, rouge_l
 from app.audit.runtime import AuditError, RunContext
 
 REPEAT = {"name": "repeat", "score": "rouge_l", "threat_model": "black_box"}

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.audit import prompts
 from app.audit.attacks.several_canaries import split_canary
+from app.audit.icl import prompts
 from app.audit.kinds import mia
 from app.audit.mechanisms.ksa import keywords
 from app.engines.oracle import OracleEngine

@@ -1,4 +1,4 @@
-"""The likelihood attack (app/audit/attacks/likelihood.py) and the per-record table (app/audit/records.py)."""
+"""The likelihood attack (app/audit/attacks/likelihood.py) and the per-record table (app/audit/stats/records.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pydantic import ValidationError
 
 from app.audit.kinds.mia import Request, run
 from app.audit.local import LocalDatasets, LocalEngines, default_data_dir
-from app.audit.records import paired_p_value, record_table, records_csv
 from app.audit.runtime import RunContext
+from app.audit.stats.records import paired_p_value, record_table, records_csv
 
 
 def _ctx() -> RunContext:

@@ -12,7 +12,7 @@ from dp_icl_server import randomized_response, serve
 from pydantic import ValidationError
 from scipy import stats
 
-from app.audit import prompts
+from app.audit.icl import prompts
 from app.audit.kinds import mia
 from app.audit.mechanisms.bugs import BUGS
 from app.audit.runtime import AuditCancelled

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.audit import prompts
-from app.audit.contexts import build_contexts, partition_disjoint, partition_disjoint_poisson
+from app.audit.icl import prompts
+from app.audit.icl.contexts import build_contexts, partition_disjoint, partition_disjoint_poisson
 from app.audit.mechanisms.base import draw_votes, label_distribution
 from app.engines.oracle import OracleEngine, OracleRefusal
 from app.engines.protocol import Prompt

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.audit.contexts import holds, partition_disjoint, partition_disjoint_poisson
+from app.audit.icl.contexts import holds, partition_disjoint, partition_disjoint_poisson
 from app.audit.kinds import mia
 from app.audit.results.mia import AuditedMechanism
 
@@ -99,7 +99,7 @@ def test_every_mia_result_reports_canary_included(oracle_ctx, body: dict) -> Non
 
 def test_a_partitioning_without_the_canary_is_reported(oracle_ctx, monkeypatch) -> None:
     """Were a partitioner to leave the canary out (Alg. 3 without `keep`), the result says so."""
-    from app.audit.contexts import PARTITIONERS
+    from app.audit.icl.contexts import PARTITIONERS
 
     def alg3_unconditioned(n, parts, rng, keep=None):
         blocks = partition_disjoint_poisson(n, parts, rng)

@@ -38,7 +38,7 @@ from scipy import special, stats
 
 from app.audit.accounting import MAX_EPSILON
 from app.audit.accounting.gdp import mu_for_epsilon
-from app.audit.bounds import Assumption, assumption_free_epsilon, mu_from_rates, rate_bounds
+from app.audit.stats.bounds import Assumption, assumption_free_epsilon, mu_from_rates, rate_bounds
 
 Outcome = Literal["violation", "leak", "inconclusive", "consistent"]
 OUTCOMES: tuple[str, ...] = ("violation", "leak", "inconclusive", "consistent")

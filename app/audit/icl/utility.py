@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from app.audit.attacks.base import AuditQuery
+from app.audit.icl.prompts import MISLABEL, SUMMARIZE
 from app.audit.mechanisms.base import CleanSource, Mechanism
 from app.audit.mechanisms.esa import ESA
-from app.audit.prompts import MISLABEL, SUMMARIZE
 from app.audit.runtime import AuditError
 from app.datasets.types import Dataset, Example
 

@@ -36,7 +36,7 @@ from typing import ClassVar
 import numpy as np
 from scipy import special
 
-from app.audit.bounds import (
+from app.audit.stats.bounds import (
     Assumption,
     Counts,
     PrivacyBound,

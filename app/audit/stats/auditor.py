@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from app.audit.bounds import Assumption, PrivacyBound, per_test_confidence, verdict_epsilon
 from app.audit.seeds import SeedTree
-from app.audit.thresholds import Split, ThresholdStrategy, bound_from_scores, strategy_from_name
+from app.audit.stats.bounds import Assumption, PrivacyBound, per_test_confidence, verdict_epsilon
+from app.audit.stats.thresholds import Split, ThresholdStrategy, bound_from_scores, strategy_from_name
 
 THREAT_MODELS = ("black_box", "white_box")
 _KEPT = (

@@ -68,8 +68,8 @@ def record_table(
     assumption: str,
 ) -> list[dict]:
     """One row per record (see the module docstring), riskiest first."""
-    from app.audit.bounds import verdict_epsilon
-    from app.audit.thresholds import Bonferroni, auc, bound_from_scores
+    from app.audit.stats.bounds import verdict_epsilon
+    from app.audit.stats.thresholds import Bonferroni, auc, bound_from_scores
 
     alpha = (1 - confidence) / max(1, len(records))
     rows = []
