@@ -139,6 +139,33 @@ class Settings(BaseSettings):
         description="Largest base request × number of child audits a sweep (or a scheduled sweep) may store; "
         "larger is 413.",
     )
+    max_concurrent_uploads: int = Field(
+        default=2,
+        ge=1,
+        description="Dataset uploads one tenant may stream into one API process at once; one more is 429.",
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="`iclaudit serve`: a connection that has not sent a request's whole headers within this long "
+        "(after it opened, or after its previous answer) is closed.",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest wait for the next piece of a request body; then 408 and the connection closes.",
+    )
+    keep_alive_seconds: int = Field(
+        default=5,
+        ge=1,
+        description="`iclaudit serve`: an idle keep-alive connection is closed after this long.",
+    )
+    max_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=1024,
+        description="`iclaudit serve`: largest request line and headers (h11's max incomplete event size); "
+        "more is 400 and the connection closes.",
+    )
     max_active_audits: int = Field(
         default=100, ge=1, description="PENDING + RUNNING audits a tenant may have; a submit past it is 429."
     )

@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await watch.stop()
+            datasets.close_checking_pool(app)  # the upload-checking processes, if any started
             integrations.stop()
             sweeper.stop()
             executor.close()

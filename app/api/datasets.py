@@ -3,18 +3,30 @@ read, delete. Parsed by app.datasets.validate; nothing is stored when a line is 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import hashlib
-import json
-from typing import Annotated, Any
+import multiprocessing
+import tempfile
+from collections.abc import AsyncIterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Annotated, Any, BinaryIO
 
-from fastapi import APIRouter, Query, Request, Response
-from pydantic import ValidationError
-from starlette.datastructures import UploadFile
+from anyio import to_thread
+from fastapi import APIRouter, Header, Query, Request, Response
+from python_multipart import parse_form
+from python_multipart.exceptions import FormParserError
+from sqlalchemy.orm import Session
 
-from app.api.deps import SessionDep, SettingsDep, TenantDep
+from app.api import upload_worker
+from app.api.deps import SessionDep, SettingsDep, TenantDep, caller_tenant_id, run_in_session
 from app.api.errors import ApiError, validation_details
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.strict_json import StrictJSONRoute
+from app.api.upload_worker import Checked
+from app.config import Settings
 from app.db import datasets as dataset_rows
 from app.schemas.datasets import BuiltinDataset, DatasetList, DatasetResource, DatasetRows
 from app.schemas.errors import ErrorResponse, FieldViolation
@@ -67,50 +79,201 @@ def _format_of(filename: str, given: str | None) -> str:
     return fmt
 
 
-async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, str]:
-    """(content, format, name) from a multipart file or a JSON body of rows."""
-    content_type = request.headers.get("content-type", "")
-    if content_type.startswith("multipart/form-data"):
-        form = await request.form()
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
-            raise ApiError(
-                422,
-                "Send the dataset as the multipart field `file`.",
-                [FieldViolation(path="file", message="required")],
-            )
-        content = await upload.read(max_bytes + 1)
-        filename = upload.filename or "upload"
-        given_format = form.get("format")
-        fmt = _format_of(filename, given_format if isinstance(given_format, str) else None)
-        given_name = form.get("name")
-        if isinstance(given_name, str) and len(given_name) > NAME_MAX:
-            message = f"name: at most {NAME_MAX} characters ({len(given_name)} given)."
-            raise ApiError(422, message, [FieldViolation(path="name", message=message)])
-        name = (
-            given_name
-            if isinstance(given_name, str) and given_name
-            else filename.rsplit(".", 1)[0][:NAME_MAX]
+SPOOL_MEMORY_BYTES = 2**20
+"""An upload is held in memory up to this size while it streams in, then on disk (a spooled temp file)."""
+WRITE_BYTES = 2**20
+"""Received body pieces are written to the spool in a worker thread once this many bytes are pending."""
+UPLOAD_RETRY_SECONDS = 5
+UPLOAD_CHECKERS = 2
+"""Processes that check uploads (spawned at the first upload); more uploads at once wait for one."""
+
+
+@dataclass(frozen=True)
+class _Upload:
+    content: bytes
+    fmt: str
+    name: str
+    from_rows: bool
+
+
+@contextlib.asynccontextmanager
+async def _upload_slot(request: Request, tenant_id: str) -> AsyncIterator[None]:
+    """One of the tenant's ICLAUDIT_MAX_CONCURRENT_UPLOADS in this process (counted on the event loop), or
+    429 at once with the body unread."""
+    state = request.app.state
+    streaming: dict[str, int] = getattr(state, "uploads_streaming", None) or {}
+    state.uploads_streaming = streaming
+    limit = state.settings.max_concurrent_uploads
+    held = streaming.get(tenant_id, 0)
+    if held >= limit:
+        raise ApiError(
+            429,
+            f"This tenant already has {held} dataset uploads in progress here; at most {limit} at once "
+            "(ICLAUDIT_MAX_CONCURRENT_UPLOADS). Retry when one has finished.",
+            headers={"Retry-After": str(UPLOAD_RETRY_SECONDS), "Connection": "close"},
         )
-    elif content_type.startswith("application/json"):
-        raw = await request.body()
+    streaming[tenant_id] = held + 1
+    try:
+        yield
+    finally:
+        streaming[tenant_id] -= 1
+        if not streaming[tenant_id]:
+            del streaming[tenant_id]
+
+
+async def _spool(request: Request, spool: BinaryIO) -> None:
+    """The request body into `spool`, written in a worker thread a megabyte at a time; no session or request
+    slot is held (app.api.limits.BodyLimit bounds its size and the wait for each piece)."""
+    pending: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= WRITE_BYTES:
+            await to_thread.run_sync(spool.write, b"".join(pending))
+            pending, size = [], 0
+    if pending:
+        await to_thread.run_sync(spool.write, b"".join(pending))
+
+
+def _parse_upload(spool: BinaryIO, content_type: str, max_bytes: int) -> _Upload:
+    """(content, format, name) of a multipart body with the file `file` (and `name`, `format`), or a JSON
+    body of rows (checked in the worker), read from `spool` in a worker thread."""
+    spool.seek(0)
+    if content_type.startswith("application/json"):
+        raw = spool.read()
         if len(raw) > max_bytes:
-            content = raw
-        else:
-            try:
-                rows = DatasetRows.model_validate_json(raw)
-            except ValidationError as exc:
-                details = validation_details([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()])
-                raise ApiError(422, details[0].message, details) from exc
-            content = "\n".join(json.dumps(row, ensure_ascii=False) for row in rows.rows).encode()
-            fmt, name = "jsonl", rows.name
-    else:
+            raise ApiError(413, f"The dataset is larger than {max_bytes} bytes (ICLAUDIT_UPLOAD_MAX_BYTES).")
+        return _Upload(raw, "jsonl", "", from_rows=True)
+    if not content_type.startswith("multipart/form-data"):
         raise ApiError(
             415, "Send multipart/form-data with a `file`, or application/json with `name` and `rows`."
         )
+    fields: dict[str, str] = {}
+    files: dict[str, tuple[str, bytes]] = {}
+
+    def on_field(part: Any) -> None:
+        fields[part.field_name.decode("utf-8", "replace")] = (part.value or b"").decode("utf-8", "replace")
+
+    def on_file(part: Any) -> None:
+        part.file_object.seek(0)
+        filename = (part.file_name or b"upload").decode("utf-8", "replace")
+        files[part.field_name.decode("utf-8", "replace")] = (filename, part.file_object.read(max_bytes + 1))
+
+    try:
+        parse_form({"Content-Type": content_type.encode("latin-1")}, spool, on_field, on_file)
+    except (FormParserError, ValueError) as exc:
+        raise ApiError(
+            422,
+            f"The multipart body could not be parsed ({type(exc).__name__}).",
+            [FieldViolation(path="file", message="not a multipart/form-data body")],
+        ) from exc
+    if "file" not in files:
+        raise ApiError(
+            422,
+            "Send the dataset as the multipart field `file`.",
+            [FieldViolation(path="file", message="required")],
+        )
+    filename, content = files["file"]
     if len(content) > max_bytes:
         raise ApiError(413, f"The dataset is larger than {max_bytes} bytes (ICLAUDIT_UPLOAD_MAX_BYTES).")
-    return content, fmt, name
+    fmt = _format_of(filename, fields.get("format"))
+    given_name = fields.get("name")
+    if given_name is not None and len(given_name) > NAME_MAX:
+        message = f"name: at most {NAME_MAX} characters ({len(given_name)} given)."
+        raise ApiError(422, message, [FieldViolation(path="name", message=message)])
+    return _Upload(content, fmt, given_name or filename.rsplit(".", 1)[0][:NAME_MAX], from_rows=False)
+
+
+def _checking_pool(app: Any) -> ProcessPoolExecutor:
+    """The app's pool of UPLOAD_CHECKERS spawned processes that check uploads (made on first use, on the
+    event loop; shut down with the app: `close_checking_pool`)."""
+    pool = getattr(app.state, "upload_checkers", None)
+    if pool is None:
+        pool = ProcessPoolExecutor(UPLOAD_CHECKERS, mp_context=multiprocessing.get_context("spawn"))
+        app.state.upload_checkers = pool
+    return pool
+
+
+def close_checking_pool(app: Any) -> None:
+    pool = getattr(app.state, "upload_checkers", None)
+    if pool is not None:
+        pool.shutdown(wait=False, cancel_futures=True)
+        app.state.upload_checkers = None
+
+
+async def _checked(app: Any, upload: _Upload, settings: Settings) -> Checked:
+    """The upload validated in a checking process (app.api.upload_worker), or its refusal raised."""
+    job = functools.partial(
+        upload_worker.check,
+        upload.content,
+        from_rows=upload.from_rows,
+        fmt=upload.fmt,
+        name=upload.name,
+        max_rows=settings.upload_max_rows,
+        max_bytes=settings.upload_max_bytes,
+    )
+    answer = await asyncio.get_running_loop().run_in_executor(_checking_pool(app), job)
+    if isinstance(answer, Checked):
+        return answer
+    if answer.errors:
+        details = validation_details(answer.errors)
+        raise ApiError(422, details[0].message, details)
+    if answer.path is not None:
+        raise ApiError(
+            answer.status, answer.message, [FieldViolation(path=answer.path, message=answer.detail)]
+        )
+    raise ApiError(answer.status, answer.message)
+
+
+def _store(
+    session: Session,
+    tenant_id: str,
+    content: bytes,
+    fmt: str,
+    checked: Checked,
+    settings: Settings,
+    response: Response,
+    idempotency_key: str | None,
+) -> DatasetResource:
+    """Store the checked upload (once per Idempotency-Key) and answer it: the only step under a session."""
+
+    def create(remember: Remember | None) -> str:
+        row = dataset_rows.add_dataset(
+            session,
+            tenant_id=tenant_id,
+            name=checked.name,
+            format=fmt,
+            task=checked.task,
+            labels=list(checked.labels),
+            n_train=checked.n_train,
+            n_test=checked.n_test,
+            size_bytes=len(content),
+            content=content,
+        )
+        if remember is not None:
+            remember(session, row.id)
+        session.commit()
+        return row.id
+
+    dataset_id = create_once(
+        session=session,
+        tenant_id=tenant_id,
+        key=idempotency_key,
+        operation="uploadDataset",
+        body={"name": checked.name, "format": fmt, "sha256": hashlib.sha256(content).hexdigest()},
+        status_code=201,
+        settings=settings,
+        response=response,
+        create=create,
+    )
+    row = dataset_rows.get_dataset(session, tenant_id=tenant_id, dataset_id=dataset_id)
+    if row is None:  # the key's first upload was deleted since
+        raise ApiError(
+            404, f"Dataset {dataset_id} made with this Idempotency-Key was deleted; send a new key."
+        )
+    response.headers["Location"] = f"/v1/datasets/{row.id}"
+    return DatasetResource.model_validate(row)
 
 
 @router.post(
@@ -122,67 +285,38 @@ async def _read_upload(request: Request, max_bytes: int) -> tuple[bytes, str, st
         404: {"model": ErrorResponse, "description": "A replayed key whose dataset was deleted since."},
         413: {"model": ErrorResponse},
         422: {"model": ErrorResponse},
+        429: {
+            "model": ErrorResponse,
+            "description": "Over ICLAUDIT_MAX_CONCURRENT_UPLOADS, or a rate limit.",
+        },
     },
 )
 async def upload_dataset(
     request: Request,
     response: Response,
-    session: SessionDep,
-    tenant: TenantDep,
     settings: SettingsDep,
     idempotency_key: IdempotencyKeyHeader = None,
+    authorization: Annotated[
+        str | None, Header(description="`Bearer ica_…` (from `iclaudit keys create`).")
+    ] = None,
 ) -> DatasetResource:
-    from app.datasets.validate import DatasetValidationError, parse_dataset
-
-    content, fmt, name = await _read_upload(request, settings.upload_max_bytes)
-    from_rows = request.headers.get("content-type", "").startswith("application/json")
-    try:
-        dataset = parse_dataset(content, fmt=fmt, name=name, max_rows=settings.upload_max_rows)
-    except DatasetValidationError as exc:
-        if from_rows and exc.line:  # JSON rows: line N is rows[N-1]
-            path = f"$.rows[{exc.line - 1}]" + (f".{exc.field}" if exc.field else "")
-        else:
-            path = "file" + (f":{exc.line}" if exc.line else "")
-        raise ApiError(
-            422, f"The dataset was not stored: {exc}.", [FieldViolation(path=path, message=str(exc))]
-        ) from exc
-
-    def create(remember: Remember | None) -> str:
-        row = dataset_rows.add_dataset(
-            session,
-            tenant_id=tenant.id,
-            name=name,
-            format=fmt,
-            task=dataset.task,
-            labels=list(dataset.labels),
-            n_train=len(dataset.train),
-            n_test=len(dataset.test),
-            size_bytes=len(content),
-            content=content,
-        )
-        if remember is not None:
-            remember(session, row.id)
-        session.commit()
-        return row.id
-
-    dataset_id = create_once(
-        session=session,
-        tenant_id=tenant.id,
-        key=idempotency_key,
-        operation="uploadDataset",
-        body={"name": name, "format": fmt, "sha256": hashlib.sha256(content).hexdigest()},
-        status_code=201,
-        settings=settings,
-        response=response,
-        create=create,
+    """The caller is known before a byte of the body is read (app/api/gate.py); the body then streams into a
+    spooled temp file with no database session or request slot held (at most ICLAUDIT_MAX_CONCURRENT_UPLOADS
+    per tenant at once, else 429), its multipart is read in a worker thread and its rows are checked in a
+    separate process (app/api/upload_worker.py), so the event loop parses nothing; only storing it takes a
+    session."""
+    tenant_id = await caller_tenant_id(request, authorization)
+    content_type = request.headers.get("content-type", "")
+    async with _upload_slot(request, tenant_id):
+        with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
+            await _spool(request, spool)  # type: ignore[arg-type]
+            upload = await to_thread.run_sync(_parse_upload, spool, content_type, settings.upload_max_bytes)
+        checked = await _checked(request.app, upload, settings)
+    content = checked.content if checked.content is not None else upload.content
+    fmt = "jsonl" if upload.from_rows else upload.fmt
+    return await run_in_session(
+        request, _store, tenant_id, content, fmt, checked, settings, response, idempotency_key
     )
-    row = dataset_rows.get_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id)
-    if row is None:  # the key's first upload was deleted since
-        raise ApiError(
-            404, f"Dataset {dataset_id} made with this Idempotency-Key was deleted; send a new key."
-        )
-    response.headers["Location"] = f"/v1/datasets/{row.id}"
-    return DatasetResource.model_validate(row)
 
 
 @router.get("", response_model=DatasetList)

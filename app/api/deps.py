@@ -129,6 +129,21 @@ def verified_tenant_id(session: Session, request: Request, authorization: str | 
     return found
 
 
+def _tenant_step(session: Session, request: Request, authorization: str | None) -> str:
+    return tenant_id_of(request, session, authorization)
+
+
+async def caller_tenant_id(request: Request, authorization: str | None) -> str:
+    """`tenant_id_of` for a route that must not hold a session while it reads its body (an upload): from
+    memory for a key verified moments ago (app.api.gate verifies a caller that sends a body), else in one
+    brief session under a request slot, given back before the route goes on."""
+    remembered = remembered_tenant_id(request, authorization)
+    if remembered is not None:
+        count_remembered(request, authorization, remembered)
+        return remembered
+    return await run_in_session(request, _tenant_step, request, authorization)
+
+
 def recheck_key(session: Session, request: Request, authorization: str | None) -> str:
     """The caller's tenant again, its key's row read afresh (a revocation made by any process is seen; no
     scrypt for the key verified at the start): what a long-poll or an event stream does at least every

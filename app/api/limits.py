@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import anyio
 from limits import RateLimitItem, parse_many
 from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
@@ -51,6 +52,15 @@ class RequestTooLarge(HTTPException):
         )
 
 
+class RequestTimeout(HTTPException):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            408,
+            f"The request body stopped arriving: nothing for {seconds:g} s (ICLAUDIT_BODY_TIMEOUT_SECONDS).",
+            headers={"Connection": "close"},
+        )
+
+
 class TooManyRequests(Exception):
     """Answered 429 with `Retry-After: seconds`; `message` says which limit and its setting."""
 
@@ -63,9 +73,12 @@ class TooManyRequests(Exception):
 class BodyLimit:
     """413 for a request body over `limit_for(scope)` = (bytes, setting name); see the module docstring."""
 
-    def __init__(self, app: ASGIApp, limit_for: Callable[[Scope], tuple[int, str]]) -> None:
+    def __init__(
+        self, app: ASGIApp, limit_for: Callable[[Scope], tuple[int, str]], body_timeout: float = 30.0
+    ) -> None:
         self.app = app
         self.limit_for = limit_for
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -80,14 +93,24 @@ class BodyLimit:
             await response(scope, receive, send)
             return
         received = 0
+        whole = False  # the body has been read to its end (or the client left): no more timeouts
 
         async def counted() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, whole
+            if whole:  # e.g. a streaming answer waiting for the disconnect
+                return await receive()
+            try:
+                with anyio.fail_after(self.body_timeout):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestTimeout(self.body_timeout) from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise RequestTooLarge(limit, setting)
+                whole = not message.get("more_body", False)
+            else:
+                whole = True
             return message
 
         started = False
@@ -99,12 +122,12 @@ class BodyLimit:
 
         try:
             await self.app(scope, counted, tracked)
-        except RequestTooLarge as exc:  # raised outside the routes (a middleware buffering the body)
+        except (RequestTooLarge, RequestTimeout) as exc:  # outside the routes (a middleware reading the body)
             if started:
                 raise
             from app.api.errors import error_response
 
-            await error_response(413, exc.detail, Connection="close")(scope, receive, send)
+            await error_response(exc.status_code, exc.detail, Connection="close")(scope, receive, send)
 
 
 @dataclass(frozen=True)
@@ -240,5 +263,7 @@ def install_limits(app: FastAPI, settings: Settings) -> None:
     app.state.guard = Guard.from_settings(settings)
     app.add_middleware(StrictJSON)
     app.add_middleware(AuthenticateFirst)
-    app.add_middleware(BodyLimit, limit_for=body_limit_for(settings))
+    app.add_middleware(
+        BodyLimit, limit_for=body_limit_for(settings), body_timeout=settings.body_timeout_seconds
+    )
     app.add_middleware(SecurityHeaders)

@@ -36,8 +36,18 @@ def serve(
     """Run the HTTP API (uvicorn). With no URLs set: SQLite in ./var and the in-process executor."""
     import uvicorn
 
+    from app.api.connections import serve_options
+    from app.config import get_settings
+
     _logging()
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_config=None)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        log_config=None,
+        **serve_options(get_settings()),  # header deadline and size, keep-alive (issue 20)
+    )
 
 
 def worker(

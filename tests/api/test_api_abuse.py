@@ -835,3 +835,155 @@ def test_a_sweep_storing_base_times_points_past_the_limit_is_413(live: Live, rou
         assert "ICLAUDIT_SWEEP_MAX_BYTES" in error["message"] and error["details"][0]["path"] == "$.base"
         assert api.get("/v1/sweeps").json()["sweeps"] == [] and api.get("/v1/audits").json()["audits"] == []
         assert api.get("/v1/schedules").json()["schedules"] == []
+
+
+# --- H3, M6 and slow connections: uploads stream before a slot is taken, and are parsed off the loop -------
+
+SLOTS = 4  # ICLAUDIT_API_CONCURRENCY of the `uploads` server
+UPLOADS = 2  # its ICLAUDIT_MAX_CONCURRENT_UPLOADS
+BODY_TIMEOUT = 6  # its ICLAUDIT_BODY_TIMEOUT_SECONDS
+HEADER_TIMEOUT = 2  # its ICLAUDIT_HEADER_TIMEOUT_SECONDS
+
+
+@pytest.fixture(scope="module")
+def uploads(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """A server with few request slots and short queue, body and header deadlines."""
+    state = tmp_path_factory.mktemp("uploads")
+    proc, url, _ = serve(
+        state,
+        auth=True,
+        extra_env={
+            "ICLAUDIT_API_CONCURRENCY": str(SLOTS),
+            "ICLAUDIT_API_QUEUE_SECONDS": "2",
+            "ICLAUDIT_MAX_CONCURRENT_UPLOADS": str(UPLOADS),
+            "ICLAUDIT_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
+            "ICLAUDIT_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT),
+            "ICLAUDIT_LOG_FORMAT": "text",
+        },
+    )
+    try:
+        yield Live(url, proc, state, 0, [])
+    finally:
+        stop(proc)
+
+
+def _stalled_upload(live: Live, key: str) -> socket.socket:
+    """A multipart upload that sends its headers and first row, then nothing more (1 MB declared)."""
+    host, port = live.url.removeprefix("http://").split(":")
+    part = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="d.jsonl"\r\n'
+        b'Content-Type: application/octet-stream\r\n\r\n{"text": "slow", "label": "a"}\n'
+    )
+    head = (
+        f"POST /v1/datasets HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {key}\r\n"
+        "Content-Type: multipart/form-data; boundary=XyZ\r\nContent-Length: 1000000\r\n\r\n"
+    ).encode()
+    sock = socket.create_connection((host, int(port)), timeout=BODY_TIMEOUT + 10)
+    sock.sendall(head + part)
+    return sock
+
+
+def _status_line(sock: socket.socket, deadline: float | None = None) -> str:
+    """The answer's status line, or "no answer" by `deadline` (time.monotonic())."""
+    if deadline is not None:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
+    try:
+        return sock.recv(4096).split(b"\r\n", 1)[0].decode()
+    except TimeoutError:
+        return "no answer"
+
+
+def test_slow_uploads_hold_no_request_slot(uploads: Live) -> None:
+    """Three tenants each stall two uploads (6 > the 4 request slots): another tenant's requests are
+    answered at once (32 such uploads gave every other tenant 503); a third upload of one tenant is 429
+    (ICLAUDIT_MAX_CONCURRENT_UPLOADS) before its body is read; the stalled uploads are 408 once their body
+    stops for ICLAUDIT_BODY_TIMEOUT_SECONDS."""
+    keys = [uploads.key(f"h3-{i}") for i in range(3)]
+    stalled = [_stalled_upload(uploads, key) for key in keys for _ in range(UPLOADS)]
+    opened = time.perf_counter()
+    try:
+        time.sleep(0.5)
+        third = _stalled_upload(uploads, keys[0])
+        third_status = _status_line(third)
+        third.close()
+        latencies, codes = [], []
+        with uploads.client("h3-well-behaved") as api:
+            for _ in range(10):
+                start = time.perf_counter()
+                codes.append(api.get("/v1/audits").status_code)
+                latencies.append(time.perf_counter() - start)
+        deadline = time.monotonic() + BODY_TIMEOUT + 5
+        answers = [_status_line(sock, deadline) for sock in stalled]
+        waited = time.perf_counter() - opened
+    finally:
+        for sock in stalled:
+            sock.close()
+    print(
+        f"{len(stalled)} stalled uploads, {SLOTS} slots: another tenant's GETs {codes}, max "
+        f"{max(latencies) * 1000:.0f} ms; a third upload of one tenant: {third_status!r}; the stalled ones "
+        f"after {waited:.1f} s: {set(answers)}"
+    )
+    assert codes == [200] * 10 and max(latencies) < 1.0
+    assert third_status == "HTTP/1.1 429 Too Many Requests"
+    assert answers == ["HTTP/1.1 408 Request Timeout"] * len(stalled) and waited < BODY_TIMEOUT + 5
+
+
+def test_half_open_connections_are_closed_after_the_header_deadline(uploads: Live) -> None:
+    """200 connections that send half a request line (1,500 were all open after 60 s): closed by the server
+    within ICLAUDIT_HEADER_TIMEOUT_SECONDS; /healthz answers meanwhile."""
+    host, port = uploads.url.removeprefix("http://").split(":")
+    socks = []
+    for _ in range(200):
+        sock = socket.create_connection((host, int(port)), timeout=HEADER_TIMEOUT + 8)
+        sock.sendall(b"GET /healthz HTT")
+        socks.append(sock)
+    start = time.perf_counter()
+    healthz = httpx.get(f"{uploads.url}/healthz", timeout=5).status_code
+    closed = 0
+    deadline = time.monotonic() + HEADER_TIMEOUT + 4
+    try:
+        for sock in socks:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            with contextlib.suppress(TimeoutError, ConnectionResetError):
+                if sock.recv(1) == b"":
+                    closed += 1
+    finally:
+        for sock in socks:
+            sock.close()
+    seconds = time.perf_counter() - start
+    print(
+        f"200 half-open connections: {closed} closed by the server after {seconds:.1f} s; /healthz {healthz}"
+    )
+    assert healthz == 200 and closed == 200 and seconds < HEADER_TIMEOUT + 4
+
+
+def test_a_large_upload_is_parsed_off_the_event_loop(uploads: Live) -> None:
+    """A ~40 MB JSONL upload (a 47 MB one stalled /healthz for 6.2 s): /healthz stays under 250 ms while it
+    is sent, parsed, checked and stored."""
+    rows = "".join(
+        json.dumps({"text": f"row {i} " + "lorem ipsum dolor sit amet " * 6, "label": "ab"[i % 2]}) + "\n"
+        for i in range(200_000)
+    ).encode()
+    with uploads.client("m6") as api:
+        assert api.get("/v1/datasets").status_code == 200  # the key is verified
+        done = threading.Event()
+        probe: list[list[float]] = []
+        prober = threading.Thread(target=lambda: probe.append(_probe_healthz(uploads.url, done)))
+        prober.start()
+        time.sleep(0.3)
+        start = time.perf_counter()
+        try:
+            response = api.post("/v1/datasets", files={"file": ("big.jsonl", rows)}, timeout=120)
+        finally:
+            elapsed = time.perf_counter() - start
+            time.sleep(0.3)
+            done.set()
+            prober.join()
+    latencies = probe[0]
+    print(
+        f"{len(rows) / 2**20:.1f} MiB upload: {response.status_code} after {elapsed:.1f} s; /healthz "
+        f"{len(latencies)} probes, max {max(latencies) * 1000:.0f} ms"
+    )
+    assert response.status_code == 201, response.text[:300]
+    assert response.json()["n_train"] + response.json()["n_test"] == 200_000
+    assert max(latencies) < 0.25

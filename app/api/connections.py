@@ -1,0 +1,67 @@
+"""How `iclaudit serve` runs uvicorn against slow or half-open connections (issue 20 L4/H3).
+
+uvicorn closes an idle keep-alive connection after `timeout_keep_alive`, but a connection that opens and
+never completes its request headers is kept for ever (1,500 half-open connections were all open after
+60 s). `HeaderTimeoutH11Protocol` is uvicorn's h11 protocol with a deadline for the headers: a connection
+that has not sent a whole request line and headers within ICLAUDIT_HEADER_TIMEOUT_SECONDS of opening (or
+of its previous answer) is closed. h11 also bounds the headers' size (`h11_max_incomplete_event_size`,
+ICLAUDIT_MAX_HEADER_BYTES: more is 400). The body is bounded apart, per route, in time and size
+(app.api.limits.BodyLimit: ICLAUDIT_BODY_TIMEOUT_SECONDS between two pieces, the routes' byte limits).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+if TYPE_CHECKING:
+    from app.config import Settings
+
+
+class HeaderTimeoutH11Protocol(H11Protocol):
+    """H11Protocol that closes a connection whose request headers do not arrive within `header_timeout`."""
+
+    header_timeout: float = 10.0
+    _header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_header_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_header_timer()  # the next request on this connection gets the same deadline
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+        super().connection_lost(exc)
+
+    def _arm_header_timer(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_timed_out)
+
+    def _headers_timed_out(self) -> None:
+        self._header_timer = None
+        waiting = self.cycle is None or self.cycle.response_complete  # no request in progress
+        if waiting and not self.transport.is_closing():
+            self.transport.close()
+
+
+def serve_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn.run keyword arguments: the h11 protocol with the header deadline, the header size limit and
+    the keep-alive timeout from the settings."""
+    protocol = type(
+        "HeaderTimeoutH11Protocol",
+        (HeaderTimeoutH11Protocol,),
+        {"header_timeout": settings.header_timeout_seconds},
+    )
+    return {
+        "http": protocol,
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "timeout_keep_alive": settings.keep_alive_seconds,
+    }
