@@ -6,7 +6,7 @@ data the bound is computed from makes the bound optimistic, so three strategies:
 - `InSample()`: t maximizes μ_lower on all the data (003's choice). Biased upward; labelled so.
 - `Split(fraction, seed)` (default): t is chosen on a seeded `fraction` of each side; the bound is
   computed on the held-out rest, so it keeps its stated confidence. The choice maximizes μ_lower on the
-  selection part at a 100× smaller α (`_SELECTION_PENALTY`): a tail threshold resting on a handful of
+  selection part at a 100× smaller α (`SELECTION_PENALTY`): a tail threshold resting on a handful of
   false positives must earn its place, otherwise the winner's curse picks a lucky tail whose held-out
   FPR is several times larger (seen: ε_emp/ε fell to 0.5 on one seed in five at μ = 0.27). Any rule
   that looks only at the selection part keeps the bound valid; this one is just less often unlucky.
@@ -47,7 +47,7 @@ from app.audit.stats.bounds import (
 )
 
 _SCREENED = 64
-_SELECTION_PENALTY = 100.0
+SELECTION_PENALTY = 100.0
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def bound_from_scores(
         rng = np.random.default_rng(strategy.seed)
         pick_in, rest_in = _split_sorted(sorted_in, strategy.fraction, rng)
         pick_out, rest_out = _split_sorted(sorted_out, strategy.fraction, rng)
-        t = _best_threshold(pick_in, pick_out, alpha / _SELECTION_PENALTY, objective)
+        t = _best_threshold(pick_in, pick_out, alpha / SELECTION_PENALTY, objective)
         counts = _counts_at(rest_in, rest_out, t)
     elif isinstance(strategy, Bonferroni):
         candidates = _bonferroni_candidates(sorted_out, strategy.max_thresholds)

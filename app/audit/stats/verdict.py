@@ -39,6 +39,7 @@ from scipy import special, stats
 from app.audit.accounting import MAX_EPSILON
 from app.audit.accounting.gdp import mu_for_epsilon
 from app.audit.stats.bounds import Assumption, assumption_free_epsilon, mu_from_rates, rate_bounds
+from app.audit.stats.thresholds import SELECTION_PENALTY
 
 Outcome = Literal["violation", "leak", "inconclusive", "consistent"]
 OUTCOMES: tuple[str, ...] = ("violation", "leak", "inconclusive", "consistent")
@@ -70,6 +71,7 @@ class MembershipTest:
     efficiency: float
     epsilon_lower: float
     biased: bool = False
+    selection_penalty: float = 1.0  # the α divisor its threshold was chosen at (Split: SELECTION_PENALTY)
 
 
 @dataclass(frozen=True)
@@ -143,9 +145,10 @@ def _operating_points(test: MembershipTest, mu: float) -> tuple[np.ndarray, np.n
 
 
 def _best_point(test: MembershipTest, mu: float) -> tuple[float, float]:
-    """The operating point whose expected counts give the largest bound (the attack's best threshold)."""
+    """The operating point the audit's threshold search would pick: the largest bound of the expected
+    counts, at the α its strategy chooses with (Split penalises the selection 100×, thresholds.py)."""
     fpr, tpr = _operating_points(test, mu)
-    alpha = (1 - test.confidence) / 2
+    alpha = (1 - test.confidence) / 2 / test.selection_penalty
     if test.n_in is None or test.n_out is None:
         fnr_ub, fpr_ub = 1.0 - tpr, fpr
     else:
@@ -333,6 +336,7 @@ def membership_test(
         efficiency=efficiency,
         epsilon_lower=float(lower),
         biased=bound.get("threshold_strategy") == "in_sample",
+        selection_penalty=SELECTION_PENALTY if bound.get("threshold_strategy") == "split" else 1.0,
     )
 
 
