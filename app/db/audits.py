@@ -55,6 +55,11 @@ def lock_tenant(session: Session, *, tenant_id: str) -> None:
         session.execute(select(Tenant.id).where(Tenant.id == tenant_id).with_for_update(key_share=True))
 
 
+def tenant_of(session: Session, *, audit_id: str) -> str | None:
+    """The tenant id of an audit (the inline executor's fair queue), or None."""
+    return session.scalar(select(Audit.tenant_id).where(Audit.id == audit_id))
+
+
 def count_active(session: Session, *, tenant_id: str) -> int:
     """The tenant's PENDING + RUNNING audits (ICLAUDIT_MAX_ACTIVE_AUDITS caps them)."""
     query = select(func.count()).where(

@@ -17,9 +17,9 @@ import logging
 import os
 import threading
 import uuid
+from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -60,27 +60,95 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
+class FairQueue:
+    """Waiting work per tenant, handed out to the tenant served least recently (thread-safe). A tenant
+    that arrives with nothing waiting goes first, and a tenant with a backlog of hundreds gets one turn in
+    each round like a tenant with one audit: another tenant's audit waits for the ones running, not the
+    backlog. (When a tenant was last served is kept for REMEMBERED tenants, the longest idle forgotten.)"""
+
+    REMEMBERED = 4096
+
+    def __init__(self) -> None:
+        self._queues: dict[str, deque[Any]] = {}
+        self._served_at: dict[str, int] = {}
+        self._turns = 0
+        self._ready = threading.Condition()
+
+    def put(self, tenant_id: str, item: Any) -> None:
+        with self._ready:
+            self._queues.setdefault(tenant_id, deque()).append(item)
+            self._ready.notify()
+
+    def get(self, stopping: threading.Event, poll: float = 0.5) -> Any | None:
+        """The next item in turn, waiting for one; None once `stopping` is set."""
+        with self._ready:
+            while not self._queues:
+                if stopping.is_set():
+                    return None
+                self._ready.wait(poll)
+            if stopping.is_set():
+                return None
+            tenant_id = min(self._queues, key=lambda t: self._served_at.get(t, -1))
+            queue = self._queues[tenant_id]
+            item = queue.popleft()
+            self._turns += 1
+            self._served_at[tenant_id] = self._turns
+            if not queue:
+                del self._queues[tenant_id]
+            if len(self._served_at) > self.REMEMBERED:  # forget the longest-idle tenants with nothing waiting
+                idle = sorted((t for t in self._served_at if t not in self._queues), key=self._served_at.get)
+                for tenant in idle[: len(idle) // 2]:
+                    del self._served_at[tenant]
+            return item
+
+    def wake_all(self) -> None:
+        with self._ready:
+            self._ready.notify_all()
+
+    def __len__(self) -> int:
+        with self._ready:
+            return sum(len(q) for q in self._queues.values())
+
+
 class InlineExecutor:
-    """Threads in this process; on close, running audits stop at their next progress call and go back to
-    PENDING (re-run at the next start)."""
+    """`inline_workers` threads in this process taking audits from a `FairQueue` (the tenant served least
+    recently first: one tenant's backlog does not hold up another tenant's audit); on close, running audits stop at their
+    next progress call and go back to PENDING (re-run at the next start)."""
 
     def __init__(self, *, session_factory: sessionmaker[Session], settings: Settings) -> None:
         self._sessions = session_factory
         self._settings = settings
         self._stopping = threading.Event()
-        self._pool = ThreadPoolExecutor(
-            max_workers=settings.inline_workers,
-            thread_name_prefix="audit",
-            initializer=_lower_thread_priority,
-        )
+        self._queue = FairQueue()
+        self._workers = [
+            threading.Thread(target=self._work, name=f"audit-{i}", daemon=True)
+            for i in range(settings.inline_workers)
+        ]
+        for worker in self._workers:
+            worker.start()
         self._epoch = f"inline-{uuid.uuid4().hex}"
 
     def epoch(self) -> str:
         return self._epoch
 
+    def _tenant_of(self, audit_id: str) -> str:
+        """The audit's tenant, for its turn in the queue ("" if it cannot be read now: a shared turn)."""
+        try:
+            with self._sessions() as session:
+                return audits.tenant_of(session, audit_id=audit_id) or ""
+        except Exception as exc:
+            log.warning("audit %s: tenant unknown for its queue turn (%s)", audit_id, short_reason(exc))
+            return ""
+
     def submit(self, audit_id: str) -> None:
         # in a copy of the caller's context: the submitting request's id reaches the audit's log lines
-        self._pool.submit(contextvars.copy_context().run, self._run, audit_id)
+        self._queue.put(self._tenant_of(audit_id), (contextvars.copy_context(), audit_id))
+
+    def _work(self) -> None:
+        _lower_thread_priority()
+        while (item := self._queue.get(self._stopping)) is not None:
+            context, audit_id = item
+            context.run(self._run, audit_id)
 
     def _run(self, audit_id: str) -> None:
         """run_audit, tried again every 2 s while the database keeps its claim from being made."""
@@ -101,7 +169,9 @@ class InlineExecutor:
 
     def close(self) -> None:
         self._stopping.set()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._queue.wake_all()
+        for worker in self._workers:
+            worker.join()
 
 
 class CeleryExecutor:

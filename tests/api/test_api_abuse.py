@@ -987,3 +987,39 @@ def test_a_large_upload_is_parsed_off_the_event_loop(uploads: Live) -> None:
     assert response.status_code == 201, response.text[:300]
     assert response.json()["n_train"] + response.json()["n_test"] == 200_000
     assert max(latencies) < 0.25
+
+
+# --- M3: the inline executor takes audits round robin over tenants -----------------------------------------
+
+
+def _when(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def test_another_tenants_audit_waits_for_one_audit_not_a_backlog(live: Live) -> None:
+    """One tenant queues 16 audits of about half a second (the red team: 320, and another tenant's trivial
+    audit stayed PENDING for the whole 56 s watched); another tenant's audit submitted behind them starts
+    after the one running, before any of the backlog that was waiting."""
+    with live.client("m3-flood") as flood, live.client("m3-well") as well:
+        backlog = [
+            flood.post("/v1/audits", json=long_mia_request(trials=150_000, seed=i)).json() for i in range(16)
+        ]
+        wait_for(flood.get, backlog[0]["id"], states=("RUNNING", "SUCCEEDED"))
+        submitted = time.time()
+        mine = well.post("/v1/audits", json=bound_request()).json()
+        done = wait_for(well.get, mine["id"], timeout=120)
+        waited = time.time() - submitted
+        flood_audits = [flood.get(f"/v1/audits/{a['id']}").json() for a in backlog]
+        for audit in flood_audits:
+            if audit["state"] in ("PENDING", "RUNNING"):
+                flood.post(f"/v1/audits/{audit['id']}/cancel")
+    started = _when(done["started_at"])
+    overtaking = [a for a in flood_audits if a["started_at"] and submitted < _when(a["started_at"]) < started]
+    finished = sum(1 for a in flood_audits if a["state"] == "SUCCEEDED")
+    print(
+        f"16 queued audits of another tenant: this one done after {waited:.1f} s, {len(overtaking)} of the "
+        f"backlog started between its submit and its start ({finished} of 16 finished by then)"
+    )
+    assert done["state"] == "SUCCEEDED" and overtaking == [] and finished < 16
