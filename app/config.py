@@ -104,6 +104,12 @@ class Settings(BaseSettings):
     )
     webhook_max_attempts: int = Field(default=12, ge=1, description="Attempts before a delivery is FAILED.")
     webhook_timeout_seconds: float = Field(default=10.0, gt=0, description="Timeout of one delivery request.")
+    webhook_tenant_concurrency: int = Field(
+        default=2,
+        ge=1,
+        description="Deliveries of one tenant in flight at once in an API process (embedded default: of its 4 "
+        "delivery threads), so one tenant's slow receivers leave the others room.",
+    )
     max_request_bytes: int = Field(
         default=24 * 2**20,
         ge=1024,

@@ -115,6 +115,65 @@ def claim_due(
     return [(delivery_id, attempts) for delivery_id, attempts in rows.tuples()]
 
 
+def claim_due_fairly(
+    session: Session,
+    *,
+    now: datetime,
+    lease_until: datetime,
+    room: int,
+    per_tenant: int,
+    busy: dict[str, int],
+    scan: int = 500,
+) -> list[tuple[str, int, str]]:
+    """(id, attempt, tenant id) of at most `room` due PENDING deliveries this caller now holds until
+    `lease_until`, taken round robin over tenants (oldest due first within each), none for a tenant that
+    already has `per_tenant` in flight (`busy`, this sender's own count): one tenant's backlog of slow
+    receivers cannot take every delivery thread, and what is claimed can start at once (no lease runs out
+    while it waits)."""
+    if room <= 0:
+        return []
+    due = session.execute(
+        select(WebhookDelivery.id, WebhookDelivery.tenant_id)
+        .where(WebhookDelivery.state == PENDING, WebhookDelivery.next_attempt_at <= now)
+        .order_by(WebhookDelivery.next_attempt_at)
+        .limit(scan)
+    ).all()
+    by_tenant: dict[str, list[str]] = {}
+    for delivery_id, tenant_id in due:
+        by_tenant.setdefault(tenant_id, []).append(delivery_id)
+    counts = dict(busy)
+    picked: list[tuple[str, str]] = []
+    while len(picked) < room:
+        progressed = False
+        for tenant_id, waiting in by_tenant.items():
+            if waiting and counts.get(tenant_id, 0) < per_tenant and len(picked) < room:
+                picked.append((waiting.pop(0), tenant_id))
+                counts[tenant_id] = counts.get(tenant_id, 0) + 1
+                progressed = True
+        if not progressed:
+            break
+    claimed = {}
+    for delivery_id, tenant_id in picked:
+        result = session.execute(
+            update(WebhookDelivery)
+            .where(
+                WebhookDelivery.id == delivery_id,
+                WebhookDelivery.state == PENDING,
+                WebhookDelivery.next_attempt_at <= now,
+            )
+            .values(attempts=WebhookDelivery.attempts + 1, next_attempt_at=lease_until)
+            .execution_options(synchronize_session=False)
+        )
+        if result.rowcount == 1:  # type: ignore[attr-defined]
+            claimed[delivery_id] = tenant_id
+    if not claimed:
+        return []
+    rows = session.execute(
+        select(WebhookDelivery.id, WebhookDelivery.attempts).where(WebhookDelivery.id.in_(list(claimed)))
+    )
+    return [(delivery_id, attempts, claimed[delivery_id]) for delivery_id, attempts in rows.tuples()]
+
+
 def record_attempt(
     session: Session,
     *,

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Protocol
 
 from sqlalchemy import exists, or_, select
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import idempotency as idempotency_rows
+from app.db import webhooks as webhook_rows
 from app.db.models import Audit, Schedule, Sweep, WebhookDelivery, utcnow
 from app.integrations import webhooks
 from app.jobs.executors import Executor
@@ -27,6 +29,8 @@ log = logging.getLogger(__name__)
 WEBHOOK_TASK = "iclaudit.deliver_webhook"
 WEBHOOK_QUEUE = "webhooks"
 _PURGE_EVERY_SECONDS = 600.0
+WEBHOOK_THREADS = 4
+"""Delivery threads of the embedded default (each delivery waits at most ICLAUDIT_WEBHOOK_TIMEOUT_SECONDS)."""
 
 
 class Sender(Protocol):
@@ -38,21 +42,38 @@ class Sender(Protocol):
 
 
 class InlineSender:
-    """Deliveries on a small thread pool of this process."""
+    """Deliveries on WEBHOOK_THREADS threads of this process, at most ICLAUDIT_WEBHOOK_TENANT_CONCURRENCY of
+    them for one tenant: the tick claims only what can start now (`room`, `claim_due_fairly`), round robin
+    over tenants, so one tenant's slow receivers cannot hold up another tenant's deliveries."""
 
     def __init__(self, *, sessions: sessionmaker[Session], settings: Settings) -> None:
         self._sessions, self._settings = sessions, settings
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook")
+        self._pool = ThreadPoolExecutor(max_workers=WEBHOOK_THREADS, thread_name_prefix="webhook")
         self.lease_seconds = 2 * settings.webhook_timeout_seconds + 10
+        self.per_tenant = min(settings.webhook_tenant_concurrency, WEBHOOK_THREADS)
+        self._busy: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-    def send(self, delivery_id: str, attempt: int) -> None:
-        self._pool.submit(self._deliver, delivery_id, attempt)
+    def room(self) -> tuple[int, dict[str, int]]:
+        """(threads free now, deliveries in flight per tenant)."""
+        with self._lock:
+            return WEBHOOK_THREADS - sum(self._busy.values()), dict(self._busy)
 
-    def _deliver(self, delivery_id: str, attempt: int) -> None:
+    def send(self, delivery_id: str, attempt: int, tenant_id: str = "") -> None:
+        with self._lock:
+            self._busy[tenant_id] = self._busy.get(tenant_id, 0) + 1
+        self._pool.submit(self._deliver, delivery_id, attempt, tenant_id)
+
+    def _deliver(self, delivery_id: str, attempt: int, tenant_id: str = "") -> None:
         try:
             webhooks.deliver(delivery_id, attempt, sessions=self._sessions, settings=self._settings)
         except Exception:  # the lease expires and the tick hands it out again
             log.exception("webhook %s attempt %d crashed", delivery_id, attempt)
+        finally:
+            with self._lock:
+                self._busy[tenant_id] -= 1
+                if not self._busy[tenant_id]:
+                    del self._busy[tenant_id]
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
@@ -101,6 +122,21 @@ def tick(*, sessions: sessionmaker[Session], settings: Settings, sender: Sender,
         return 0
     webhooks.write_due_events(sessions)
     schedules.fire_due(sessions=sessions, settings=settings, executor=executor)
+    if isinstance(sender, InlineSender):  # only what can start now, fairly over tenants
+        free, busy = sender.room()
+        now = utcnow()
+        with sessions.begin() as session:
+            fair = webhook_rows.claim_due_fairly(
+                session,
+                now=now,
+                lease_until=now + timedelta(seconds=sender.lease_seconds),
+                room=free,
+                per_tenant=sender.per_tenant,
+                busy=busy,
+            )
+        for delivery_id, attempt, tenant_id in fair:
+            sender.send(delivery_id, attempt, tenant_id)
+        return len(fair)
     claimed = webhooks.claim_due(sessions, lease_seconds=sender.lease_seconds)
     for delivery_id, attempt in claimed:
         sender.send(delivery_id, attempt)

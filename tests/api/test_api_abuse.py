@@ -1023,3 +1023,38 @@ def test_another_tenants_audit_waits_for_one_audit_not_a_backlog(live: Live) -> 
         f"backlog started between its submit and its start ({finished} of 16 finished by then)"
     )
     assert done["state"] == "SUCCEEDED" and overtaking == [] and finished < 16
+
+
+# --- M4: webhook deliveries per tenant ---------------------------------------------------------------------
+
+
+def test_one_tenants_slow_receivers_leave_room_for_anothers_deliveries(live: Live) -> None:
+    """8 webhooks of one tenant whose receiver takes 3 s, 2 audits (32 slow deliveries; the red team's 16
+    slow receivers raised another tenant's delay from 0.5 s to 90 s): another tenant's delivery arrives
+    within a couple of ticks, since one tenant holds at most ICLAUDIT_WEBHOOK_TENANT_CONCURRENCY (2) of the
+    4 delivery threads."""
+    port = live.hooks_port
+    with live.client("m4-slow") as slow, live.client("m4-well") as well:
+        hooks = [
+            slow.post("/v1/webhooks", json={"url": f"http://127.0.0.1:{port}/hooks/slow/{i}"}).json()
+            for i in range(8)
+        ]
+        well.post("/v1/webhooks", json={"url": f"http://127.0.0.1:{port}/hooks/m4-well"})
+        for _ in range(2):
+            wait_for(slow.get, slow.post("/v1/audits", json=bound_request()).json()["id"])
+        time.sleep(1.0)  # the slow deliveries are claimed and in flight
+        audit = well.post("/v1/audits", json=bound_request()).json()
+        wait_for(well.get, audit["id"])
+        finished = time.monotonic()
+        while not any(h.startswith("/hooks/m4-well") for h in live.hits):
+            assert time.monotonic() - finished < 90, "no delivery of the well-behaved tenant"
+            time.sleep(0.05)
+        delay = time.monotonic() - finished
+        slow_done = sum(1 for h in live.hits if h.startswith("/hooks/slow"))
+        for hook in hooks:
+            slow.delete(f"/v1/webhooks/{hook['id']}")
+    print(
+        f"32 slow deliveries queued: another tenant's delivery arrived {delay:.1f} s after its audit ended "
+        f"({slow_done} slow ones had arrived)"
+    )
+    assert delay < 2.0

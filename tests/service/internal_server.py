@@ -1,15 +1,18 @@
 """A real "internal" HTTP service on 127.0.0.1 for the SSRF tests: it records every path that reaches it.
 
-/secret answers 200 with SECRET, /error 500 with SECRET, /redirect 302 to /secret."""
+/secret answers 200 with SECRET, /error 500 with SECRET, /redirect 302 to /secret; a path under /hooks/slow
+answers after SLOW_SECONDS (a slow webhook receiver)."""
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SECRET = "internal-secret-7f3a"
+SLOW_SECONDS = 3.0
 
 
 class _Internal(BaseHTTPRequestHandler):
@@ -19,6 +22,8 @@ class _Internal(BaseHTTPRequestHandler):
         self.hits.append(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
+        if self.path.startswith("/hooks/slow"):
+            time.sleep(SLOW_SECONDS)
         if self.path.startswith("/redirect"):
             self.send_response(302)
             self.send_header("Location", f"http://127.0.0.1:{self.server.server_port}/secret")
