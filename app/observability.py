@@ -6,6 +6,9 @@
 - The id travels with the audit it created: the inline executor runs the audit in a copy of the submitting
   request's context, the Celery executor sends it as the task's `request_id` keyword, and the runner binds
   it with the audit's id (`bind(audit_id=…, request_id=…)`), so every log line of that audit carries both.
+- Query strings are never logged: the access log's request lines, httpx's `HTTP Request:` lines (webhook
+  deliveries, endpoint calls) and any other URL or path in a message keep `?[redacted]` in place of the
+  query (a `notify` or endpoint URL may carry a token there; `RedactQueries`).
 - Log lines are JSON objects on stderr (`ICLAUDIT_LOG_FORMAT=json`, the default; `text` for people):
   time, level, logger, message, and `request_id`, `audit_id`, `tenant` whenever they are known.
 """
@@ -13,6 +16,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -42,6 +46,29 @@ class ContextFilter(logging.Filter):
         return True
 
 
+# A URL (scheme://...) or an absolute path (after a space, a quote or `(`) followed by a query string.
+_QUERY = re.compile(r"""((?:[A-Za-z][A-Za-z0-9+.-]*://|(?<=[\s"'(])/)[^\s?#"']*)\?[^\s#"']*""")
+REDACTED = "?[redacted]"
+
+
+def redact_queries(text: str) -> str:
+    """`text` with every URL's or path's query string replaced by `?[redacted]`."""
+    return _QUERY.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+class RedactQueries(logging.Filter):
+    """Replace the query string of every URL or path in a record's message (issue 20 L3): the access log
+    logs `GET /v1/audits?page_token=...`, httpx `HTTP Request: POST https://hook/x?token=...`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if "?" in message:
+            redacted = redact_queries(message)
+            if redacted != message:
+                record.msg, record.args = redacted, ()
+        return True
+
+
 class _Json(JsonFormatter):
     def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
         return {k: v for k, v in log_data.items() if v is not None}  # unknown context is left out
@@ -51,6 +78,7 @@ def log_handler(stream: Any = None, fmt: str = "json") -> logging.Handler:
     """A handler writing JSON (or text) lines with the context fields to `stream` (stderr)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.addFilter(ContextFilter())
+    handler.addFilter(RedactQueries())
     if fmt == "json":
         handler.setFormatter(
             _Json(

@@ -106,6 +106,7 @@ class SyntheticGenerationResult(BaseModel):
 class GaussianRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,  # numbers are numbers: `"sensitivity": true` is refused, as the schema says
         json_schema_extra={
             "examples": [{"epsilon": 1.0, "delta": 1e-5, "sensitivity": 1.4142, "analytic": True}]
         },

@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
-from pydantic import BaseModel
+from pydantic import BaseModel, StringConstraints
 from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.api.deps import (
     ExecutorDep,
+    PageToken,
     SessionDep,
     SettingsDep,
     TenantDep,
@@ -100,6 +101,9 @@ def _authenticated(
     return tenant_id, read(session, tenant_id, *args)
 
 
+LABEL_FILTER_PATTERN = r"^[^=]+="  # `key=value`: a key, then `=` (the value may be empty)
+
+
 @router.post("", status_code=202, response_model=AuditResource, responses=_ERRORS)
 def submit_audit(
     body: Annotated[AuditRequest, Body(openapi_examples=request_examples())],  # type: ignore[valid-type]
@@ -149,7 +153,7 @@ def list_audits(
     state: AuditState | None = None,
     kind: str | None = None,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
-    page_token: str | None = None,
+    page_token: PageToken = None,
     view: Annotated[
         Literal["summary", "full"],
         Query(
@@ -160,7 +164,7 @@ def list_audits(
         ),
     ] = "summary",
     label: Annotated[
-        list[str] | None,
+        list[Annotated[str, StringConstraints(pattern=LABEL_FILTER_PATTERN)]] | None,
         Query(
             max_length=MAX_LABELS,
             description="`key=value`: only audits with this label (repeat for several; all must match).",
@@ -300,6 +304,24 @@ async def _wait_rechecking(
             await run_in_session(request, recheck_key, request, authorization)
 
 
+# One event of the stream (OpenAPI 3.1 reads a text/event-stream schema as one event's fields): an `audit`
+# event whose `data` is the audit's summary as JSON and whose `id` is its ETag.
+SSE_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["event", "data"],
+    "properties": {
+        "event": {"type": "string", "const": "audit"},
+        "id": {"type": "string", "description": "The audit's ETag (send it back as `Last-Event-ID`)."},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": "#/components/schemas/AuditSummary"},
+        },
+        "retry": {"type": "integer"},
+    },
+}
+
+
 @router.get(
     "/{audit_id}/events",
     response_class=EventSourceResponse,
@@ -310,7 +332,7 @@ async def _wait_rechecking(
             "now and at every change of state or progress; the stream ends after a terminal state, or once the "
             "key is revoked (read again every ICLAUDIT_KEY_RECHECK_SECONDS, at most 30 s). "
             "`Last-Event-ID` (the last ETag seen) skips the first event while nothing changed.",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}},
         },
     },
 )

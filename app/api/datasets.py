@@ -21,7 +21,7 @@ from python_multipart.exceptions import FormParserError
 from sqlalchemy.orm import Session
 
 from app.api import upload_worker
-from app.api.deps import SessionDep, SettingsDep, TenantDep, caller_tenant_id, run_in_session
+from app.api.deps import PageToken, SessionDep, SettingsDep, TenantDep, caller_tenant_id, run_in_session
 from app.api.errors import ApiError, validation_details
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.strict_json import StrictJSONRoute
@@ -325,7 +325,7 @@ def list_datasets(
     tenant: TenantDep,
     settings: SettingsDep,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
-    page_token: str | None = None,
+    page_token: PageToken = None,
 ) -> DatasetList:
     """Your uploads (keyset pages), and the built-in names with whether this server can load each."""
     from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME, availability

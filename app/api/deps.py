@@ -9,7 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 from anyio import to_thread
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Header, Query, Request
 from sqlalchemy.orm import Session
 
 from app.api.errors import ApiError
@@ -18,6 +18,7 @@ from app.config import Settings
 from app.db import keys
 from app.db.models import Tenant
 from app.db.retry import short_reason
+from app.db.scoping import PAGE_TOKEN_PATTERN
 from app.jobs.executors import Executor
 
 log = logging.getLogger(__name__)
@@ -197,3 +198,12 @@ def get_tenant(
 
 
 TenantDep = Annotated[Tenant, Depends(get_tenant)]
+
+
+PageToken = Annotated[
+    str | None,
+    Query(
+        pattern=PAGE_TOKEN_PATTERN,
+        description="A previous page's `next_page_token` (the last shown item's time and id): the page after it.",
+    ),
+]

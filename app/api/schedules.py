@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
 
-from app.api.deps import SessionDep, SettingsDep, TenantDep
+from app.api.deps import PageToken, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
 from app.api.strict_json import StrictJSONRoute
 from app.db import audits as audit_rows
@@ -100,7 +100,7 @@ def list_schedules(
     session: SessionDep,
     tenant: TenantDep,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
-    page_token: str | None = None,
+    page_token: PageToken = None,
 ) -> ScheduleList:
     page = schedule_rows.list_schedules(
         session, tenant_id=tenant.id, page_size=page_size, page_token=page_token

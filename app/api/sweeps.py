@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response
 
-from app.api.deps import ExecutorDep, SessionDep, SettingsDep, TenantDep
+from app.api.deps import ExecutorDep, PageToken, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.strict_json import StrictJSONRoute
@@ -85,7 +85,7 @@ def list_sweeps(
     session: SessionDep,
     tenant: TenantDep,
     page_size: Annotated[int, Query(ge=1, le=100)] = 20,
-    page_token: str | None = None,
+    page_token: PageToken = None,
 ) -> SweepList:
     """Newest first; pass `next_page_token` back as `page_token` for the next page."""
     page = sweep_rows.list_sweeps(session, tenant_id=tenant.id, page_size=page_size, page_token=page_token)

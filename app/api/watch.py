@@ -35,6 +35,8 @@ from app.schemas.errors import FieldViolation
 log = logging.getLogger(__name__)
 
 MAX_WAIT_SECONDS = 60.0
+# `30s` or `30`, at most MAX_WAIT_SECONDS (60) with up to 3 decimals: the schema states the whole rule.
+WAIT_PATTERN = r"^(60(\.0{1,3})?|[0-5]?[0-9](\.[0-9]{1,3})?)s?$"
 CACHE_CONTROL = "private, no-cache"
 BODY_CACHE_BYTES = 32 * 2**20
 
@@ -57,7 +59,7 @@ def wait_seconds(
     wait: Annotated[
         str | None,
         Query(
-            pattern=r"^[0-9]{1,4}(\.[0-9]{1,3})?s?$",
+            pattern=WAIT_PATTERN,
             description=f"Long-poll: answer as soon as the audit differs from `If-None-Match` (or, without "
             f"it, from the audit when the request arrived), at most this long: `30s` or `30`, up to "
             f"{MAX_WAIT_SECONDS:.0f} s. On time-out: 304 with `If-None-Match`, else 200 with the unchanged "

@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response
+from starlette.convertors import StringConvertor, register_url_convertor
 
-from app.api.deps import SessionDep, SettingsDep, TenantDep
+from app.api.deps import PageToken, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
 from app.api.strict_json import StrictJSONRoute
 from app.db import webhooks as webhook_rows
@@ -25,6 +26,16 @@ from app.schemas.webhooks import (
     WebhookList,
     WebhookResource,
 )
+
+
+class WebhookIdConvertor(StringConvertor):
+    """A webhook id: any path segment except `notify-secret`, so `/{webhook_id}` does not take that path's
+    other methods (DELETE) and a 405 there allows GET only, as the OpenAPI document says."""
+
+    regex = "(?!notify-secret(?:/|$))[^/]+"
+
+
+register_url_convertor("webhook_id", WebhookIdConvertor())
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"], route_class=StrictJSONRoute)
 
@@ -75,7 +86,7 @@ def list_webhooks(
     session: SessionDep,
     tenant: TenantDep,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
-    page_token: str | None = None,
+    page_token: PageToken = None,
 ) -> WebhookList:
     page = webhook_rows.list_endpoints(
         session, tenant_id=tenant.id, page_size=page_size, page_token=page_token
@@ -92,12 +103,14 @@ def get_notify_secret(session: SessionDep, tenant: TenantDep) -> NotifySecret:
     return NotifySecret(secret=secret)
 
 
-@router.get("/{webhook_id}", response_model=WebhookResource, responses=_ERRORS, operation_id="getWebhook")
+@router.get(
+    "/{webhook_id:webhook_id}", response_model=WebhookResource, responses=_ERRORS, operation_id="getWebhook"
+)
 def get_webhook(webhook_id: str, session: SessionDep, tenant: TenantDep) -> WebhookResource:
     return WebhookResource.model_validate(_get(session, tenant, webhook_id))
 
 
-@router.delete("/{webhook_id}", status_code=204, responses=_ERRORS, operation_id="deleteWebhook")
+@router.delete("/{webhook_id:webhook_id}", status_code=204, responses=_ERRORS, operation_id="deleteWebhook")
 def delete_webhook(webhook_id: str, session: SessionDep, tenant: TenantDep) -> Response:
     """Stops every delivery to it, pending ones included, and drops its delivery log."""
     if not webhook_rows.delete_endpoint(session, tenant_id=tenant.id, endpoint_id=webhook_id):
@@ -107,7 +120,7 @@ def delete_webhook(webhook_id: str, session: SessionDep, tenant: TenantDep) -> R
 
 
 @router.get(
-    "/{webhook_id}/deliveries",
+    "/{webhook_id:webhook_id}/deliveries",
     response_model=DeliveryList,
     responses=_ERRORS,
     operation_id="listWebhookDeliveries",
@@ -117,7 +130,7 @@ def list_deliveries(
     session: SessionDep,
     tenant: TenantDep,
     page_size: Annotated[int, Query(ge=1, le=500)] = 50,
-    page_token: str | None = None,
+    page_token: PageToken = None,
 ) -> DeliveryList:
     """Newest first: each event sent to this webhook, its state, attempts and the last answer."""
     endpoint = _get(session, tenant, webhook_id)
@@ -131,7 +144,7 @@ def list_deliveries(
 
 
 @router.post(
-    "/{webhook_id}/deliveries/{delivery_id}/redeliver",
+    "/{webhook_id:webhook_id}/deliveries/{delivery_id}/redeliver",
     status_code=202,
     response_model=DeliveryResource,
     responses=_ERRORS,

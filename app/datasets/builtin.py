@@ -82,7 +82,8 @@ def _read_jsonl(path: Path, generation: bool) -> tuple[Example, ...]:
                     else Example(text=obj["text"], label=str(obj["label"]))
                 )
             except KeyError as exc:
-                raise ValueError(f"{path}:{n}: missing field {exc}") from None
+                # relative to ICLAUDIT_DATA_DIR: the message may reach a tenant, the directory's path may not
+                raise ValueError(f"{path.parent.name}/{path.name}:{n}: missing field {exc}") from None
     return tuple(rows)
 
 
@@ -143,7 +144,10 @@ def availability(name: str, data_dir: Path | None) -> tuple[str | None, str]:
         return None, "not a built-in name"
     if data_dir is not None and (Path(data_dir) / name / "train.jsonl").is_file():
         return "data_dir", ""
-    where = f"no offline copy {name}/train.jsonl in {data_dir}" if data_dir else "no data directory is set"
+    # the setting's name, never its path: tenants read this (issue 20 L3)
+    where = (
+        f"no offline copy {name}/train.jsonl in ICLAUDIT_DATA_DIR" if data_dir else "no data directory is set"
+    )
     if name not in _HUB:
         return None, where
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):

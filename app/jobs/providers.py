@@ -135,8 +135,16 @@ class TenantDatasets:
                     "and test.jsonl (GET /v1/datasets lists what is available)"
                 ) from exc
             except (OSError, ValueError) as exc:
+                # an OSError's text holds the file's absolute path: the tenant gets the file's name in
+                # ICLAUDIT_DATA_DIR and the reason, the operator's log the whole error (issue 20 L3)
+                log.warning("offline copy of %r cannot be read: %s", name, exc)
+                reason = (
+                    f"{name}/{Path(exc.filename).name}: {exc.strerror}"
+                    if isinstance(exc, OSError) and exc.filename
+                    else (exc.strerror if isinstance(exc, OSError) else str(exc))
+                )
                 raise AuditError(
-                    f"the offline copy of {name!r} in ICLAUDIT_DATA_DIR cannot be read: {exc}"
+                    f"the offline copy of {name!r} in ICLAUDIT_DATA_DIR cannot be read: {reason}"
                 ) from exc
         with self._sessions() as session:
             row = datasets.get_dataset(session, tenant_id=self._tenant_id, dataset_id=name)

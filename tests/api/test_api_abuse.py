@@ -59,8 +59,13 @@ class Live:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+def live(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Live]:
     state = tmp_path_factory.mktemp("abuse")
+    # ICLAUDIT_DATA_DIR: ag_news, sst2 whose test.jsonl is missing, no trec (L3: its path is never shown)
+    data = state / "secret-data-dir"
+    (data / "sst2").mkdir(parents=True)
+    (data / "ag_news").symlink_to(data_dir / "ag_news")
+    (data / "sst2" / "train.jsonl").symlink_to(data_dir / "sst2" / "train.jsonl")
     with internal_server() as (port, hits):
         proc, url, _ = serve(
             state,
@@ -72,6 +77,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 "ICLAUDIT_WEBHOOK_BACKOFF_SECONDS": "0.2",
                 "ICLAUDIT_WEBHOOK_MAX_ATTEMPTS": "3",
                 "ICLAUDIT_LOG_FORMAT": "text",
+                "ICLAUDIT_DATA_DIR": str(data),
             },
         )
         try:
@@ -373,6 +379,47 @@ def test_a_delivery_error_shows_a_class_not_dns_details(live: Live) -> None:
     assert rows[0]["state"] == "FAILED" and rows[0]["attempts"] == 3  # ICLAUDIT_WEBHOOK_MAX_ATTEMPTS
     assert "ConnectError (the receiver could not be reached)" in rows[0]["last_error"]
     assert "resolve" not in rows[0]["last_error"] and "Errno" not in rows[0]["last_error"]
+
+
+def test_query_strings_are_not_logged(live: Live) -> None:
+    """L3: the access log, httpx's request lines (webhook and notify deliveries) and the delivery log keep
+    `?[redacted]` in place of a query string (a receiver's token travels there)."""
+    port = live.hooks_port
+    with live.client("l3-log") as api:
+        assert api.get("/v1/audits", params={"label": "team=QUERY-SECRET-1"}).status_code == 200
+        hook = api.post("/v1/webhooks", json={"url": f"http://127.0.0.1:{port}/hooks/q?token=QUERY-SECRET-2"})
+        assert hook.status_code == 201, hook.text
+        notify = f"http://127.0.0.1:{port}/hooks/n?token=QUERY-SECRET-3"
+        audit = api.post("/v1/audits", json=bound_request(notify=notify)).json()
+        wait_for(api.get, audit["id"])
+        rows = _deliveries(api, hook.json()["id"])
+    assert rows and all(r["state"] == "SUCCEEDED" for r in rows)
+    deadline = time.monotonic() + 10
+    while "/hooks/n?[redacted]" not in live.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    log = live.log()
+    lines = [line for line in log.splitlines() if "[redacted]" in line]
+    print("\n".join(lines[-4:]))
+    assert "QUERY-SECRET" not in log
+    assert (
+        "GET /v1/audits?[redacted]" in log and "/hooks/q?[redacted]" in log and "/hooks/n?[redacted]" in log
+    )
+
+
+def test_the_data_directorys_path_is_never_shown(live: Live) -> None:
+    """L3: a built-in dataset missing from ICLAUDIT_DATA_DIR, or one that cannot be read, is explained with
+    the setting's name and the file's name in it, never the directory's path."""
+    with live.client("l3-data") as api:
+        listed = {d["name"]: d for d in api.get("/v1/datasets").json()["builtins"]}
+        refused = api.post("/v1/audits", json={**long_mia_request(trials=100), "dataset": "trec"})
+        failed = api.post("/v1/audits", json={**long_mia_request(trials=100), "dataset": "sst2"}).json()
+        failed = wait_for(api.get, failed["id"], ("FAILED",))
+    shown = [str(listed["trec"]), refused.text, str(failed["error"])]
+    print("\n".join(shown))
+    assert listed["ag_news"]["available"] and not listed["trec"]["available"]
+    assert refused.status_code == 422
+    assert all("ICLAUDIT_DATA_DIR" in text and "secret-data-dir" not in text for text in shown)
+    assert "sst2/test.jsonl" in str(failed["error"])
 
 
 def test_an_endpoint_cannot_set_host(live: Live) -> None:
