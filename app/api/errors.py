@@ -70,14 +70,12 @@ def error_response(
 
 def json_path(loc: tuple[Any, ...]) -> str:
     """("body", "bound", "mechanism", "epsilon") → "$.mechanism.epsilon" (the union's tag is dropped);
-    ("query", "page_size") → "query.page_size"."""
+    ("query", "page_size") → "query.page_size", ("query", "label", 0) → "query.label[0]"."""
     parts = list(loc)
     where = parts.pop(0) if parts and parts[0] in ("body", "query", "path", "header") else "body"
     if where == "body" and parts and parts[0] in KINDS:
         parts.pop(0)
-    if where != "body":
-        return ".".join([where, *map(str, parts)])
-    path = "$"
+    path = "$" if where == "body" else where
     for part in parts:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
     return path
