@@ -305,10 +305,13 @@ def test_ctrl_c_during_watch_leaves_the_audit_running_and_says_how_to_reattach(
     url, env, _ = server
     request = tmp_path / "long.json"
     request.write_text(json.dumps(long_mia_request(trials=LONG_TRIALS)))
+    # A shell's background job inherits SIGINT ignored, and Python then never installs its Ctrl-C
+    # handler: give the CLI the disposition a terminal's foreground process has.
     proc = subprocess.Popen(
         [str(ICLAUDIT), "submit", str(request), "--watch", "--url", url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         text=True,
         env=env,
     )
