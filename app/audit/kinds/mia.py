@@ -488,21 +488,18 @@ def judged(request: Request, result: dict) -> dict:
     from app.audit.stats.verdict import judge, membership_test, power_uniforms
 
     claimed = result.get("epsilon_theory")
-    tests = []
-    for name in THREAT_MODELS:
-        bound = result.get(name)
-        if bound:
-            test = membership_test(
-                name,
-                bound,
-                delta=request.delta,
-                confidence=request.confidence,
-                claimed=claimed,
-                mu_true=result.get("mu_theory"),
-            )
-            tests.append(test)
-            bound["biased"] = test.biased
-            bound["violation"] = bool(bound.get("violation")) and not test.biased
+    tests = [
+        membership_test(
+            name,
+            bound,
+            delta=request.delta,
+            confidence=request.confidence,
+            claimed=claimed,
+            mu_true=result.get("mu_theory"),
+        )
+        for name in THREAT_MODELS
+        if (bound := result.get(name))
+    ]
     mechanism = result.get("mechanism") or {}
     blocked = None
     if mechanism.get("canary_included") is False:

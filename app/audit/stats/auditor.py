@@ -100,13 +100,15 @@ class Auditor:
 
     def judge(self, fields: dict) -> dict:
         """`fields` with the assumption, the per-test confidence, `epsilon_lower` (∞ reported as
-        `epsilon_lower_unbounded`) and `violation`: the bound exceeds the claim."""
+        `epsilon_lower_unbounded`) and `violation`: the bound exceeds the claim with a threshold not
+        chosen on the trials it is computed from (`biased`: in_sample)."""
         lower = verdict_epsilon(_lower_bounds(fields), self.assumption)
         fields["assumption"], fields["confidence"] = self.assumption, self.confidence
         fields["epsilon_lower"] = lower if math.isfinite(lower) else None
         if not math.isfinite(lower):
             fields["epsilon_lower_unbounded"] = True
-        fields["violation"] = self.claimed is not None and lower > self.claimed + self.slack
+        exceeds = self.claimed is not None and lower > self.claimed + self.slack
+        fields["violation"] = exceeds and not fields.get("biased", False)
         return fields
 
 
@@ -116,6 +118,7 @@ def _fields(bound: PrivacyBound) -> dict:
     out = {k: full[k] for k in _KEPT}
     out.update({k: v for k, v in full.items() if k.endswith("_unbounded")})
     out["threshold_strategy"] = bound.threshold_strategy
+    out["biased"] = bound.biased
     c = bound.counts
     out["counts"] = {"tp": c.tp, "fn": c.fn, "fp": c.fp, "tn": c.tn}
     return out

@@ -37,7 +37,7 @@ import numpy as np
 from scipy import special, stats
 
 from app.audit.accounting import MAX_EPSILON
-from app.audit.accounting.gdp import mu_for_epsilon
+from app.audit.accounting.gdp import epsilon_for_mu, mu_for_epsilon
 from app.audit.stats.bounds import Assumption, assumption_free_epsilon, mu_from_rates, rate_bounds
 from app.audit.stats.thresholds import SELECTION_PENALTY
 
@@ -125,16 +125,22 @@ def attack_efficiency(mu_hat: float, mu_true: float) -> float:
     return min(MAX_EFFICIENCY, max(0.0, mu_hat / mu_true))
 
 
-def _flags(test: MembershipTest, tp: np.ndarray, fp: np.ndarray, threshold: float) -> np.ndarray:
-    """Whether the bound from counts (TP, FP) — or from exact rates when n is None — exceeds `threshold`."""
-    alpha = (1 - test.confidence) / 2
+def _bound_scale(test: MembershipTest, tp: np.ndarray, fp: np.ndarray, alpha: float) -> np.ndarray:
+    """The bound from counts (TP, FP) at level α — from the rates themselves when n is None (population
+    rates, no sampling margin) — on its own scale: μ_lower under gdp, ε_af under none."""
     if test.n_in is None or test.n_out is None:
-        fnr_ub, fpr_ub = 1.0 - tp, fp  # population rates: no sampling margin
+        fnr_ub, fpr_ub = 1.0 - tp, fp
     else:
         fnr_ub, fpr_ub = rate_bounds(tp, test.n_in, fp, test.n_out, alpha)
     if test.assumption == "gdp":
-        return mu_from_rates(fnr_ub, fpr_ub) > mu_for_epsilon(threshold, test.delta)
-    return assumption_free_epsilon(fnr_ub, fpr_ub, test.delta) > threshold
+        return mu_from_rates(fnr_ub, fpr_ub)
+    return assumption_free_epsilon(fnr_ub, fpr_ub, test.delta)
+
+
+def _flags(test: MembershipTest, tp: np.ndarray, fp: np.ndarray, threshold: float) -> np.ndarray:
+    """Whether the bound from counts (TP, FP) — or from exact rates when n is None — exceeds `threshold`."""
+    bound = _bound_scale(test, tp, fp, (1 - test.confidence) / 2)
+    return bound > (mu_for_epsilon(threshold, test.delta) if test.assumption == "gdp" else threshold)
 
 
 def _operating_points(test: MembershipTest, mu: float) -> tuple[np.ndarray, np.ndarray]:
@@ -148,15 +154,9 @@ def _best_point(test: MembershipTest, mu: float) -> tuple[float, float]:
     """The operating point the audit's threshold search would pick: the largest bound of the expected
     counts, at the α its strategy chooses with (Split penalises the selection 100×, thresholds.py)."""
     fpr, tpr = _operating_points(test, mu)
-    alpha = (1 - test.confidence) / 2 / test.selection_penalty
-    if test.n_in is None or test.n_out is None:
-        fnr_ub, fpr_ub = 1.0 - tpr, fpr
-    else:
-        fnr_ub, fpr_ub = rate_bounds(tpr * test.n_in, test.n_in, fpr * test.n_out, test.n_out, alpha)
-    if test.assumption == "gdp":
-        score = mu_from_rates(fnr_ub, fpr_ub)
-    else:
-        score = assumption_free_epsilon(fnr_ub, fpr_ub, test.delta)
+    exact = test.n_in is None or test.n_out is None
+    expected = (tpr, fpr) if exact else (tpr * test.n_in, fpr * test.n_out)  # type: ignore[operator]
+    score = _bound_scale(test, *expected, (1 - test.confidence) / 2 / test.selection_penalty)
     i = int(np.argmax(score))
     return float(tpr[i]), float(fpr[i])
 
@@ -182,14 +182,8 @@ def certifiable_max(test: MembershipTest) -> float:
     """The largest bound these trials can give: every C1 trial called in, no C0 trial (∞ for exact)."""
     if test.n_in is None or test.n_out is None:
         return math.inf
-    fnr_ub, fpr_ub = rate_bounds(
-        np.array([test.n_in]), test.n_in, np.array([0]), test.n_out, (1 - test.confidence) / 2
-    )
-    if test.assumption == "gdp":
-        from app.audit.accounting.gdp import epsilon_for_mu
-
-        return epsilon_for_mu(float(mu_from_rates(fnr_ub, fpr_ub)[0]), test.delta)
-    return float(assumption_free_epsilon(fnr_ub, fpr_ub, test.delta)[0])
+    best = float(_bound_scale(test, np.array([test.n_in]), np.array([0]), (1 - test.confidence) / 2)[0])
+    return epsilon_for_mu(best, test.delta) if test.assumption == "gdp" else best
 
 
 def epsilon_detectable(test: MembershipTest, threshold: float, uniforms: np.ndarray) -> float:
