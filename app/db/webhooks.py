@@ -95,17 +95,7 @@ def claim_due(
     ).all()
     claimed = []
     for delivery_id in due:
-        result = session.execute(
-            update(WebhookDelivery)
-            .where(
-                WebhookDelivery.id == delivery_id,
-                WebhookDelivery.state == PENDING,
-                WebhookDelivery.next_attempt_at <= now,
-            )
-            .values(attempts=WebhookDelivery.attempts + 1, next_attempt_at=lease_until)
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount == 1:  # type: ignore[attr-defined]
+        if _take(session, delivery_id, now=now, lease_until=lease_until):
             claimed.append(delivery_id)
     if not claimed:
         return []
@@ -113,6 +103,22 @@ def claim_due(
         select(WebhookDelivery.id, WebhookDelivery.attempts).where(WebhookDelivery.id.in_(claimed))
     )
     return [(delivery_id, attempts) for delivery_id, attempts in rows.tuples()]
+
+
+def _take(session: Session, delivery_id: str, *, now: datetime, lease_until: datetime) -> bool:
+    """Lease one due PENDING delivery until `lease_until` (its attempt counted) unless another sender
+    took it first: a conditional UPDATE, so two senders never hold the same delivery."""
+    result = session.execute(
+        update(WebhookDelivery)
+        .where(
+            WebhookDelivery.id == delivery_id,
+            WebhookDelivery.state == PENDING,
+            WebhookDelivery.next_attempt_at <= now,
+        )
+        .values(attempts=WebhookDelivery.attempts + 1, next_attempt_at=lease_until)
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
 
 
 def claim_due_fairly(
@@ -154,17 +160,7 @@ def claim_due_fairly(
             break
     claimed = {}
     for delivery_id, tenant_id in picked:
-        result = session.execute(
-            update(WebhookDelivery)
-            .where(
-                WebhookDelivery.id == delivery_id,
-                WebhookDelivery.state == PENDING,
-                WebhookDelivery.next_attempt_at <= now,
-            )
-            .values(attempts=WebhookDelivery.attempts + 1, next_attempt_at=lease_until)
-            .execution_options(synchronize_session=False)
-        )
-        if result.rowcount == 1:  # type: ignore[attr-defined]
+        if _take(session, delivery_id, now=now, lease_until=lease_until):
             claimed[delivery_id] = tenant_id
     if not claimed:
         return []
