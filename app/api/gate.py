@@ -22,8 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app.api.deps import remembered_tenant_id, run_in_session, verified_tenant_id
 from app.api.errors import ApiError, error_response
 from app.api.limits import TooManyRequests
-
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+from app.api.strict_json import is_v1_write
 
 
 def _has_body(scope: Scope) -> bool:
@@ -39,12 +38,7 @@ class AuthenticateFirst:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not (
-            scope["type"] == "http"
-            and scope["method"] in _BODY_METHODS
-            and scope["path"].startswith("/v1/")
-            and _has_body(scope)
-        ):
+        if not (is_v1_write(scope) and _has_body(scope)):
             await self.app(scope, receive, send)
             return
         request = Request(scope)

@@ -38,6 +38,12 @@ PARSED = "iclaudit.parsed_json"
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
+def is_v1_write(scope: Scope) -> bool:
+    """An HTTP POST, PUT or PATCH under /v1: the requests whose bodies the middlewares here and in
+    app/api/gate.py look at."""
+    return scope["type"] == "http" and scope["method"] in _BODY_METHODS and scope["path"].startswith("/v1/")
+
+
 class Refused(ValueError):
     """JSON this service will not take: `message` and `details` [(JSON path, sentence)]."""
 
@@ -153,12 +159,7 @@ class StrictJSON:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if not (
-            scope["type"] == "http"
-            and scope["method"] in _BODY_METHODS
-            and scope["path"].startswith("/v1/")
-            and _is_json(scope)
-        ):
+        if not (is_v1_write(scope) and _is_json(scope)):
             await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
