@@ -73,6 +73,8 @@ class OracleEngine:
             if m is None:
                 continue
             fields = m.groupdict()
+            if fields.get("context", "").strip() == texts.CONTEXT_IN_SYSTEM:  # exemplars moved (defenses)
+                fields["context"] = p.system or ""
             if kind == "repeat":
                 return {_complete(fields["prefix"], fields["context"]): 1.0}
             if kind == "canary_secret":  # the number that follows the handle in the system prompt

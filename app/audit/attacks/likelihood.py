@@ -149,7 +149,7 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
                 record_contexts(train, others, canary, n_exemplars, rng_contexts), rng_parts
             )
             pairs.append((mechanism.audit_inputs(query, parts_in), mechanism.audit_inputs(query, parts_out)))
-        reference = [mechanism.wrap(query.prompt(()))] if spec.reference else []
+        reference = mechanism.audit_inputs(query, [()]) if spec.reference else []
         prompts = [p for p_in, p_out in pairs for p in (*p_in, *p_out)] + reference
         cost.count(llm, prompts, query.answers)
         logprobs = source.label_logprobs(prompts, query.answers)  # one call: C0 reuses C1's prefix
