@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from service.client import bound_request, long_mia_request, wait_for
+from service.gate import Gate
 
 from app.audit.kinds.registry import KINDS
 
@@ -47,15 +48,18 @@ def test_cancel_running_audit_ends_cancelled(client) -> None:
     assert result.status_code == 404 and "CANCELLED" in result.json()["error"]["message"]
 
 
-def test_cancel_pending_audit_never_runs(client) -> None:
-    holding = long_mia_request(trials=8_000_000)  # holds the single inline worker
-    running = client.post("/v1/audits", json=holding).json()
-    queued = client.post("/v1/audits", json=bound_request()).json()
-    cancelled = client.post(f"/v1/audits/{queued['id']}/cancel").json()
-    assert cancelled["state"] == "CANCELLED"
-    client.post(f"/v1/audits/{running['id']}/cancel")
-    wait_for(client.get, running["id"])
-    assert client.get(f"/v1/audits/{queued['id']}").json()["attempt"] == 0
+def test_cancel_pending_audit_never_runs(app_client, make_key) -> None:
+    with Gate() as gate, app_client(endpoint_allowlist=[gate.url]) as client:  # holds the inline worker
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        running = client.post("/v1/audits", json=gate.request()).json()
+        gate.wait_entered()
+        queued = client.post("/v1/audits", json=bound_request()).json()
+        cancelled = client.post(f"/v1/audits/{queued['id']}/cancel").json()
+        assert cancelled["state"] == "CANCELLED"
+        client.post(f"/v1/audits/{running['id']}/cancel")
+        gate.release()
+        wait_for(client.get, running["id"])
+        assert client.get(f"/v1/audits/{queued['id']}").json()["attempt"] == 0
 
 
 def test_cancel_finished_audit_is_a_conflict(client) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from service.client import bound_request, long_mia_request, wait_for
+from service.client import bound_request, wait_for
+from service.gate import Gate
 from service.servers import free_port
 from typer.testing import CliRunner
 
@@ -31,18 +32,25 @@ def test_result_png_of_a_succeeded_audit(client) -> None:
     assert response.content == render("bound", done["request"], done["result"])
 
 
-def test_result_png_is_404_until_succeeded(client) -> None:
-    running = client.post("/v1/audits", json=long_mia_request()).json()  # holds the single inline worker
-    queued = client.post("/v1/audits", json=bound_request()).json()
-    for audit in (running, queued):
-        response = client.get(f"/v1/audits/{audit['id']}/result.png")
-        assert response.status_code == 404
-        message = response.json()["error"]["message"]
-        assert "a result exists once it has SUCCEEDED" in message
-        assert client.get(f"/v1/audits/{audit['id']}/result").json()["error"]["message"] == message
-    client.post(f"/v1/audits/{queued['id']}/cancel")
-    client.post(f"/v1/audits/{running['id']}/cancel")
-    wait_for(client.get, running["id"])
+def test_result_png_is_404_until_succeeded(app_client, make_key) -> None:
+    """Held by a gate (tests/service/gate.py), not a trial count: the first audit is RUNNING and the
+    second PENDING for as long as the checks take, on any machine (issue 23)."""
+    with Gate() as gate, app_client(endpoint_allowlist=[gate.url]) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        running = client.post("/v1/audits", json=gate.request()).json()
+        gate.wait_entered()
+        queued = client.post("/v1/audits", json=bound_request()).json()
+        for audit, state in ((running, "RUNNING"), (queued, "PENDING")):
+            assert client.get(f"/v1/audits/{audit['id']}").json()["state"] == state
+            response = client.get(f"/v1/audits/{audit['id']}/result.png")
+            assert response.status_code == 404
+            message = response.json()["error"]["message"]
+            assert state in message and "a result exists once it has SUCCEEDED" in message
+            assert client.get(f"/v1/audits/{audit['id']}/result").json()["error"]["message"] == message
+        client.post(f"/v1/audits/{queued['id']}/cancel")
+        client.post(f"/v1/audits/{running['id']}/cancel")
+        gate.release()
+        assert wait_for(client.get, running["id"])["state"] == "CANCELLED"
 
 
 def test_result_png_is_tenant_scoped(client, make_key) -> None:
