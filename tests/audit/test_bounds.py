@@ -1,4 +1,4 @@
-"""Clopper-Pearson, the GDP lower bound from counts (003 §2), point estimate, one-run bound, accuracy."""
+"""Clopper-Pearson, the GDP lower bound from counts (003 §2), point estimate, accuracy."""
 
 from __future__ import annotations
 
@@ -17,9 +17,6 @@ from app.audit.stats.bounds import (
     clopper_pearson_lower,
     clopper_pearson_upper,
     gdp_bound_from_counts,
-    one_run_bound_from_counts,
-    one_run_epsilon_lower,
-    one_run_p_value,
 )
 
 counts_strategy = st.builds(
@@ -92,27 +89,5 @@ def test_mu_lower_is_monotone_and_never_negative(c: Counts, extra: int) -> None:
     assert gdp_bound_from_counts(c, confidence=0.99).mu_lower <= base
 
 
-def test_one_run_without_delta_is_a_binomial_test() -> None:
-    # δ = 0: the p-value is P[Bin(r, e^ε/(1+e^ε)) ≥ v] (Steinke et al. 2023, Thm 3.1).
-    p = one_run_p_value(canaries=1000, guesses=500, correct=400, epsilon=1.0)
-    assert p == pytest.approx(stats.binom.sf(399, 500, 1 / (1 + math.exp(-1))))
-    # The δ term only adds: p(δ) ≥ p(0).
-    assert one_run_p_value(canaries=1000, guesses=500, correct=400, epsilon=1.0, delta=1e-4) > p
-
-
-def test_one_run_bound_approaches_log_odds_of_accuracy() -> None:
-    eps = one_run_epsilon_lower(canaries=100_000, guesses=100_000, correct=90_000)
-    assert math.log(9) - 0.1 < eps < math.log(9)
-    assert one_run_epsilon_lower(canaries=100_000, guesses=100_000, correct=90_000, delta=1e-6) < eps
-    assert one_run_epsilon_lower(canaries=1000, guesses=1000, correct=500) == 0.0
-    # At the bound, the p-value equals 1 − confidence.
-    p = one_run_p_value(canaries=100_000, guesses=100_000, correct=90_000, epsilon=eps)
-    assert p == pytest.approx(0.05, rel=1e-3)
-
-
-def test_auditor_accuracy_and_one_run_from_counts() -> None:
-    c = Counts(tp=450, fn=50, fp=100, tn=400)
-    assert auditor_accuracy(c) == pytest.approx(0.85)
-    assert one_run_bound_from_counts(c) == pytest.approx(
-        one_run_epsilon_lower(canaries=1000, guesses=1000, correct=850)
-    )
+def test_auditor_accuracy() -> None:
+    assert auditor_accuracy(Counts(tp=450, fn=50, fp=100, tn=400)) == pytest.approx(0.85)
