@@ -81,6 +81,11 @@ class Settings(BaseSettings):
         "then path prefix; app/egress.py). Empty: such audits are refused. Internal addresses are called only "
         "when an entry names the address itself (`http://10.0.0.5:8000/`).",
     )
+    secrets_dir: Path | None = Field(
+        default=None,
+        description="Per-tenant target secrets: `<dir>/<tenant>.json` maps names to values, read when an audit "
+        'calls its target (`{"secret": NAME}` headers; app/secrets.py). Without it, only ICLAUDIT_SECRET_<NAME>.',
+    )
     webhook_allowlist: list[str] = Field(
         default_factory=list,
         description="Internal webhook targets allowed (JSON list of URLs, same matching); public targets need "

@@ -61,4 +61,7 @@ class RunContext:
     egress: AllowList | None = None
     """Where an audit may call out (`http_endpoint`; app/egress.py). The service always sets it from
     ICLAUDIT_ENDPOINT_ALLOWLIST; None = a trusted local run (library, tests) that may call anything."""
+    secrets: Callable[[str], str] | None = None
+    """Secret name → value for an endpoint's headers (app/secrets.py, the audit's tenant); None = the
+    ICLAUDIT_SECRET_* environment only."""
     extra: dict[str, object] = field(default_factory=dict)

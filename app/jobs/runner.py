@@ -33,6 +33,7 @@ from app.jobs.progress import (
     lease_seconds,
 )
 from app.jobs.providers import RegistryEngines, TenantDatasets
+from app.jobs.service import tenant_secrets
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ def run_audit(
             max_rows=settings.upload_max_rows,
         ),
         egress=settings.endpoint_egress,
+        secrets=tenant_secrets(session_factory, tenant_id, settings),
     )
 
     def release(session: Session) -> bool:

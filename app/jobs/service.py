@@ -3,17 +3,18 @@ logic (the routes only parse and answer)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from app import observability
+from app import observability, secrets
 from app.audit.kinds.base import AuditRequestBase
 from app.config import Settings
 from app.db import audits, datasets, labels
-from app.db.models import Audit, AuditState
+from app.db.models import Audit, AuditState, Tenant
 from app.egress import EgressRefused, check_url
 from app.jobs.executors import Executor, enqueue
 
@@ -98,6 +99,54 @@ def check_builtin_available(name: str, settings: Settings) -> None:
         )
 
 
+def tenant_name(session: Session, tenant_id: str) -> str | None:
+    """The tenant's name (its secrets file is `<name>.json`)."""
+    tenant = session.get(Tenant, tenant_id)
+    return tenant.name if tenant is not None else None
+
+
+def tenant_secrets(
+    session_factory: sessionmaker[Session], tenant_id: str, settings: Settings
+) -> Callable[[str], str]:
+    """The running audit's secret resolver (RunContext.secrets); its tenant's name is read once, when a
+    secrets file is first consulted."""
+
+    @functools.cache
+    def name() -> str | None:
+        with session_factory() as session:
+            return tenant_name(session, tenant_id)
+
+    return secrets.resolver(tenant=name, secrets_dir=settings.secrets_dir)
+
+
+def check_headers(headers: dict[str, Any], *, session: Session, tenant_id: str, settings: Settings) -> None:
+    """An endpoint's headers: no Host; a credential only by reference (`{"secret": NAME}`, never a literal
+    that would be stored and returned with the request), and a referenced secret set for this tenant. The
+    422 names the header and the secret, never a value."""
+    resolve = secrets.resolver(
+        tenant=lambda: tenant_name(session, tenant_id), secrets_dir=settings.secrets_dir
+    )
+    for name, value in headers.items():
+        path = f"$.mechanism.endpoint.headers.{name}"
+        if name.strip().lower() == "host":  # the egress client refuses it too (app/egress.py)
+            raise Rejected(
+                path, "mechanism.endpoint.headers: Host may not be set; it is always the URL's host."
+            )
+        if isinstance(value, str):
+            if secrets.credential_header(name):
+                raise Rejected(
+                    path,
+                    f"mechanism.endpoint.headers.{name} looks like a credential: give it by reference, "
+                    f'{{"secret": "NAME"}}, and set ICLAUDIT_SECRET_NAME (or NAME in your secrets file) on the '
+                    "server; a literal value would be stored with the audit and returned by GET /v1/audits/{id}.",
+                )
+            continue
+        try:
+            resolve(value.secret)
+        except secrets.MissingSecret as exc:
+            raise Rejected(f"{path}.secret", f"mechanism.endpoint.headers.{name}: {exc}.") from None
+
+
 def check_request(
     session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings, quota: bool = True
 ) -> None:
@@ -137,12 +186,8 @@ def check_request(
             check_url(endpoint.url, settings.endpoint_egress)
         except EgressRefused as exc:
             raise Rejected("$.mechanism.endpoint.url", f"mechanism.endpoint.url: {exc.reason}.") from exc
-        for name in getattr(endpoint, "headers", None) or {}:
-            if name.strip().lower() == "host":  # the egress client refuses it too (app/egress.py)
-                raise Rejected(
-                    f"$.mechanism.endpoint.headers.{name}",
-                    "mechanism.endpoint.headers: Host may not be set; it is always the URL's host.",
-                )
+        headers = getattr(endpoint, "headers", None) or {}
+        check_headers(headers, session=session, tenant_id=tenant_id, settings=settings)
     if request.model is not None:
         from app.engines.registry import UnknownModel, get_model_info
 

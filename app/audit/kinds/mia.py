@@ -42,6 +42,7 @@ from app.audit.kinds.base import (
 )
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
+from app.audit.mechanisms.http_endpoint import HeaderValue
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
@@ -59,7 +60,10 @@ class EndpointSpec(BaseModel):
         description='JSON body template: "{context}" alone = list of exemplars; {context}/{query} in text.',
     )
     answer_path: str = Field(default="answer", min_length=1, description="JSON path to the answer text.")
-    headers: dict[str, str] = Field(default_factory=dict, description="Extra HTTP headers (e.g. auth).")
+    headers: dict[str, HeaderValue] = Field(
+        default_factory=dict,
+        description='Extra HTTP headers; a credential goes by reference: {"secret": "NAME"} (app/secrets.py).',
+    )
     timeout_s: float = Field(default=10.0, gt=0, le=300)
     retries: int = Field(default=2, ge=0, le=10, description="Retries on connection errors, 429, 5xx.")
 
@@ -319,6 +323,7 @@ def _setup(request: Request, ctx: RunContext) -> Setup:
     dataset = ctx.datasets.load(request.dataset)
     mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
     mechanism.egress = ctx.egress  # where an http_endpoint may call (the service's allow-list)
+    mechanism.secrets = ctx.secrets  # its headers' secret references (app/secrets.py)
     canary_text = request.attack.canary or default_canary(request.attack.name)
     contexts = build_contexts(
         dataset, mechanism.context_size(request.mechanism), seeds.rng("contexts"), canary_text

@@ -14,7 +14,8 @@ errors, HTTP 429 and 5xx, with exponential back-off) come from the request; a ca
 fails ends the audit with an `AuditError` naming the URL and the status, never the reply's body.
 In the service every call goes through `app.egress.egress_client(RunContext.egress)`: the URL must
 match ICLAUDIT_ENDPOINT_ALLOWLIST, the resolved address is checked at connect time, and redirects
-are not followed.
+are not followed. A header may name a secret (`{"secret": "TARGET_KEY"}`, app/secrets.py) instead of
+holding it: the value is resolved through `RunContext.secrets` only when the client is built.
 """
 
 from __future__ import annotations
@@ -22,20 +23,33 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.audit.icl.contexts import format_exemplar
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, claimed_theory
 from app.audit.runtime import AuditError
 from app.datasets.types import Example
 from app.egress import AllowList, EgressRefused, egress_client
+from app.secrets import NAME_PATTERN, MissingSecret, resolver
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 _PATH_TOKEN = re.compile(r"[^.\[\]]+|\[\d+\]")
+
+
+class SecretRef(BaseModel):
+    """A header value held by the server: the tenant's secrets file or ICLAUDIT_SECRET_<secret>."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    secret: str = Field(pattern=NAME_PATTERN, description="The secret's name, e.g. TARGET_KEY.")
+
+
+HeaderValue = str | SecretRef
 
 
 @dataclass(frozen=True)
@@ -116,7 +130,7 @@ class HttpEndpoint(Mechanism):
         body: Any,
         answer_path: str,
         theory: Theory,
-        headers: dict[str, str] | None = None,
+        headers: dict[str, HeaderValue] | None = None,
         timeout_s: float = 10.0,
         retries: int = 2,
     ) -> None:
@@ -129,6 +143,22 @@ class HttpEndpoint(Mechanism):
         self.retries = retries
         self.calls = 0
         self.egress: AllowList | None = None  # set from RunContext.egress by the kind (the service always)
+        self.secrets: Callable[[str], str] | None = None  # RunContext.secrets; None: ICLAUDIT_SECRET_* only
+
+    def resolved_headers(self) -> dict[str, str]:
+        """The headers with every secret reference replaced by its value (AuditError naming a missing one)."""
+        resolve = self.secrets or resolver(tenant=None)
+        out = {}
+        for name, value in self.headers.items():
+            if isinstance(value, str):
+                out[name] = value
+                continue
+            ref = value.secret if isinstance(value, SecretRef) else value["secret"]
+            try:
+                out[name] = resolve(ref)
+            except MissingSecret as exc:
+                raise AuditError(f"mechanism.endpoint.headers.{name}: {exc}") from None
+        return out
 
     def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
         """The whole context goes to the endpoint; the deployed system partitions it itself."""
@@ -158,13 +188,12 @@ class HttpEndpoint(Mechanism):
         body = fill_body(self.body, call)
         index = {_normal(a): i for i, a in enumerate(answers)}
         out = np.empty((n_calls, 1))
+        headers = self.resolved_headers()
         if self.egress is not None:
-            client = egress_client(
-                self.egress, timeout=self.timeout_s, retries=self.retries, headers=self.headers
-            )
+            client = egress_client(self.egress, timeout=self.timeout_s, retries=self.retries, headers=headers)
         else:  # a trusted local run (library, tests): no allow-list
             transport = httpx.HTTPTransport(retries=self.retries)
-            client = httpx.Client(transport=transport, timeout=self.timeout_s, headers=self.headers)
+            client = httpx.Client(transport=transport, timeout=self.timeout_s, headers=headers)
         with client:
             for i in range(n_calls):
                 reply = self._post(client, body)

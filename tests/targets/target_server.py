@@ -1,0 +1,87 @@
+"""A deployed target for the audits of real deployments (issue 22): FastAPI + uvicorn on 127.0.0.1.
+
+POST / {"context": [exemplar, …], "query": "…"} → {"choices": [{"text": "1" | "0"}]}: randomized response
+on "the canary is in the context" (exactly (ε, 0)-DP). Its answers are deterministic per request: the k-th
+time one body arrives it answers from stream (seed, body, k), so a fresh target with the same seed answers
+a fresh audit the same way, and a resumed audit that re-issues only the calls it lacks sees what an
+uninterrupted one would have. It records what reached it: each call's Authorization header and body, and
+can be taken down (503 with Retry-After) or rate limited (429 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from app.audit.icl.prompts import CONTEXTLEAK_CANARY
+
+
+@dataclass
+class Target:
+    """What the target saw and how it behaves now."""
+
+    epsilon: float = 1.0
+    seed: int = 0
+    authorization: list[str | None] = field(default_factory=list)
+    answered: int = 0  # calls answered 200
+    seen: Counter = field(default_factory=Counter)  # body digest → times answered
+    down: bool = False  # answer 503 + Retry-After while set
+    down_after: int | None = None  # go down once this many calls were answered
+    retry_after: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def app(self) -> FastAPI:
+        keep = float(np.exp(self.epsilon) / (1.0 + np.exp(self.epsilon)))
+        api = FastAPI()
+
+        @api.post("/")
+        async def answer(request: Request) -> JSONResponse:
+            raw = await request.body()
+            body = await request.json()
+            with self.lock:
+                self.authorization.append(request.headers.get("authorization"))
+                if self.down_after is not None and self.answered >= self.down_after:
+                    self.down = True
+                if self.down:
+                    headers = {"Retry-After": f"{self.retry_after:g}"}
+                    return JSONResponse({"error": "down"}, status_code=503, headers=headers)
+                digest = hashlib.sha256(raw).hexdigest()
+                k = self.seen[digest]
+                self.seen[digest] += 1
+                self.answered += 1
+            entropy = [self.seed, k, int(digest[:15], 16)]
+            truthful = bool(np.random.default_rng(entropy).random() < keep)
+            present = any(CONTEXTLEAK_CANARY in e for e in body.get("context", []))
+            return JSONResponse({"choices": [{"text": "1" if present == truthful else "0"}]})
+
+        return api
+
+
+@contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """Run `app` with uvicorn in a thread on a free 127.0.0.1 port; yields its base URL."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the test target did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
