@@ -273,14 +273,27 @@ class IclauditClient:
         retries: int = 3,
         backoff: float = 0.5,
         max_backoff: float = 10.0,
+        connect_timeout: float | None = None,
+        retry_unreachable: bool = True,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        """`connect_timeout` bounds opening a connection (default: `timeout`); `retry_unreachable=False`
+        gives up at once when the first call finds no server (refused, time-out), as the CLI does; once
+        the server has answered, a lost connection is retried as usual."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self.retries = retries
+        self.retry_unreachable = retry_unreachable
+        self._answered = False
         self._backoff = wait_exponential_jitter(initial=backoff, max=max_backoff, jitter=backoff)
-        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+        self._http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=self._timeout(timeout), transport=transport
+        )
+
+    def _timeout(self, seconds: float) -> httpx.Timeout:
+        return httpx.Timeout(seconds, connect=self.connect_timeout or seconds)
 
     def __enter__(self) -> IclauditClient:
         return self
@@ -323,11 +336,14 @@ class IclauditClient:
 
         def once() -> httpx.Response:
             response = self._http.request(method, path, **kwargs)
+            self._answered = True
             if response.status_code in RETRY_STATUS:
                 raise _Retryable(response)
             return response
 
         def worth_retrying(exc: BaseException) -> bool:
+            if not (self.retry_unreachable or self._answered) and isinstance(exc, NOT_SENT_ERRORS):
+                return False
             if replay_safe:
                 return isinstance(exc, _Retryable | httpx.TransportError)
             if isinstance(exc, _Retryable):
@@ -393,7 +409,7 @@ class IclauditClient:
                 ok=(304,),
                 headers=headers,
                 params=params,
-                timeout=self.timeout + hold,
+                timeout=self._timeout(self.timeout + hold),
             )
             changed = False
             if response.status_code != 304:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import sys
 from enum import IntEnum, StrEnum
 from pathlib import Path
@@ -37,11 +38,23 @@ from rich.text import Text
 from app.audit.results.base import ResultBase
 from app.reports.junit import gate_fails, gate_outcome
 from iclaudit.client import ApiError as ClientApiError
-from iclaudit.client import Audit, ClientError, IclauditClient, WaitTimeout
+from iclaudit.client import Audit, ClientError, IclauditClient, ServiceUnreachable, WaitTimeout
 
 console = Console()
 err_console = Console(stderr=True)
-DEFAULT_URL = "http://127.0.0.1:8000"
+CONNECT_TIMEOUT_S = 1.5  # a server that is down is said so at once (no retry on a refused connection)
+START_HINT = (
+    "is the service running? Start it with `make serve` in the repository (it listens on "
+    "${HOST:-127.0.0.1}:${PORT:-8000}) or `iclaudit serve`, or point --url / ICLAUDIT_URL at it"
+)
+
+
+def default_url() -> str:
+    """Where `make serve` listens: http://${HOST:-127.0.0.1}:${PORT:-8000} (ICLAUDIT_URL overrides it)."""
+    return f"http://{os.environ.get('HOST') or '127.0.0.1'}:{os.environ.get('PORT') or '8000'}"
+
+
+DEFAULT_URL = None  # resolved when a command runs: ICLAUDIT_URL, else default_url()
 
 
 class Exit(IntEnum):
@@ -79,7 +92,13 @@ class ClientCommand(typer.core.TyperCommand):
 
 
 UrlOpt = Annotated[
-    str, typer.Option("--url", envvar="ICLAUDIT_URL", help="Address of the running iclaudit service.")
+    str | None,
+    typer.Option(
+        "--url",
+        envvar="ICLAUDIT_URL",
+        help="Address of the running iclaudit service; default http://${HOST:-127.0.0.1}:${PORT:-8000}, "
+        "where `make serve` listens.",
+    ),
 ]
 KeyOpt = Annotated[
     str | None,
@@ -122,11 +141,15 @@ def _client_error(exc: ClientError) -> typer.Exit:
         for path, message in exc.details[1:]:
             err_console.print(f"  {path}: {message}", highlight=False)
         return typer.Exit(Exit.USAGE)
+    if isinstance(exc, ServiceUnreachable):
+        return fail(f"{exc}: {START_HINT}")
     return fail(str(exc))
 
 
-def _open(url: str, api_key: str | None) -> IclauditClient:
-    return IclauditClient(url, api_key)
+def _open(url: str | None, api_key: str | None) -> IclauditClient:
+    return IclauditClient(
+        url or default_url(), api_key, connect_timeout=CONNECT_TIMEOUT_S, retry_unreachable=False
+    )
 
 
 # --- rendering ----------------------------------------------------------------------------------------
@@ -657,7 +680,7 @@ RECORD_COLUMNS = ("rank", "record_id", "trials", "gap_mean", "auc", "epsilon_low
 
 
 def _records(
-    audit_id: str, format_: ResultFormat, output: Path | None, url: str, api_key: str | None
+    audit_id: str, format_: ResultFormat, output: Path | None, url: str | None, api_key: str | None
 ) -> None:
     """`result --records`: GET /v1/audits/{id}/records as JSON, CSV or a table (riskiest first)."""
     if format_ == ResultFormat.png:

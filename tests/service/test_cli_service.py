@@ -286,6 +286,24 @@ def test_gate_exit_3_on_usage_and_connection_errors(cli: CliRunner, server, tmp_
     assert proc.stderr.strip().count("\n") == 0 and "cannot reach" in proc.stderr  # one line, no traceback
 
 
+def test_a_server_that_is_down_is_said_so_within_2_s_with_how_to_start_it(cli: CliRunner) -> None:
+    """No --url and no ICLAUDIT_URL: the CLI looks where `PORT=… make serve` listens, gives up on a refused
+    connection at once (no retries) and says how to start the service."""
+    port = str(free_port())
+    env = {k: v for k, v in os.environ.items() if k not in ("ICLAUDIT_URL", "HOST")} | {"PORT": port}
+    for args in (["list"], ["status", "0123abcd"], ["submit", str(ROOT / "examples/bound-counts.json")]):
+        started = time.monotonic()
+        out = cli.invoke(app, args, env={"ICLAUDIT_URL": None, "HOST": None, "PORT": port})
+        elapsed = time.monotonic() - started
+        assert out.exit_code == 3, out.output
+        assert f"cannot reach http://127.0.0.1:{port}" in out.output and "make serve" in out.output
+        assert elapsed < 2.0, (args, elapsed)
+    started = time.monotonic()  # the installed command, start-up included
+    proc = subprocess.run([str(ICLAUDIT), "list"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3 and "make serve" in proc.stderr, proc.stderr
+    print(f"iclaudit list with the server down: {time.monotonic() - started:.2f} s")
+
+
 def test_wait_timeout_exits_3_and_says_how_to_reattach(cli: CliRunner, server) -> None:
     url = server[0]
     out = cli.invoke(

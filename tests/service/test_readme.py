@@ -49,10 +49,11 @@ def _quickstart_blocks() -> list[list[str]]:
 
 
 def test_the_quickstart_verbatim_on_a_fresh_state_directory(tmp_path: Path) -> None:
-    """Every line of the Quickstart, run as written (only <ID> filled in and the server's address, which
-    `make serve` puts on :8000, pointed at a fresh `make serve`-like server: auth off, a new state
-    directory, no ICLAUDIT_DATA_DIR); every audit it submits ends SUCCEEDED (a `submit --watch` exits with
-    its verdict's gate code)."""
+    """Every line of the Quickstart, run as written (only <ID> filled in) in a shell whose PORT is the
+    server's, not 8000, and with no ICLAUDIT_URL: the CLI and the curl lines find the server as `PORT=…
+    make serve` put it. The server is `make serve`-like: auth off, a new state directory, no
+    ICLAUDIT_DATA_DIR; every audit it submits ends SUCCEEDED (a `submit --watch` exits with its verdict's
+    gate code)."""
     import os
     import subprocess
 
@@ -68,16 +69,19 @@ def test_the_quickstart_verbatim_on_a_fresh_state_directory(tmp_path: Path) -> N
     finally:
         if saved is not None:
             os.environ["ICLAUDIT_DATA_DIR"] = saved
+    port = url.rsplit(":", 1)[1]
+    assert port != "8000"
     work = tmp_path / "shell"  # the repository as the user's shell sees it, without writing into it
     work.mkdir()
     for name in ("examples", ".venv"):
         (work / name).symlink_to(ROOT / name)
-    env = {**env, "ICLAUDIT_URL": url}
+    env = {k: v for k, v in env.items() if k not in ("ICLAUDIT_URL", "HOST")}
+    env["PORT"] = port  # as after `PORT=<port> make serve` in the same shell
     cli, http = _quickstart_blocks()
     submitted: list[str] = []
     try:
         for line in cli + http:
-            command = line.replace("localhost:8000", url).replace("<ID>", submitted[-1] if submitted else "")
+            command = line.replace("<ID>", submitted[-1] if submitted else "")
             out = subprocess.run(
                 command, shell=True, cwd=work, env=env, capture_output=True, text=True, timeout=900
             )
