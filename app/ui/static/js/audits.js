@@ -1,4 +1,6 @@
-// Audits page: the tenant's audits newest first, filters, paging, live progress (no reloads), cancel.
+// Audits page: the tenant's audits newest first, filters (state, kind, verdict, name, labels), paging, live
+// progress (no reloads), cancel; each audit's name (its `name` label) and labels, the ε it measured and its
+// verdict; a sweep's children grouped under one row of their sweep; a selection of 2–4 audits to compare.
 import {
   api, claimedEpsilon, el, fmt, initPage, OUTCOMES, progressBar, stateBadge, TERMINAL, verdictBadge, verdictOf, watch, when,
 } from "./api.js";
@@ -8,7 +10,13 @@ const PAGE_SIZE = 20;
 
 const main = initPage();
 const params = new URLSearchParams(location.search);
-const filters = { state: params.get("state") || "", kind: params.get("kind") || "", verdict: params.get("verdict") || "" };
+const filters = {
+  state: params.get("state") || "", kind: params.get("kind") || "", verdict: params.get("verdict") || "",
+  name: params.get("name") || "", labels: params.get("labels") || "",
+};
+const selected = new Set(); // audit ids ticked for /ui/compare
+const sweepOf = new Map(); // audit id → {sweep, point, seed}
+const groups = new Map(); // sweep id → {tr, body rows, open}
 const tokens = [null]; // page tokens: tokens[i] opens page i
 let pageIndex = 0;
 let controller = null;
@@ -26,14 +34,19 @@ const form = el("form", { class: "filters", role: "search", "aria-label": "Filte
   select("f-state", "State", STATES, filters.state),
   select("f-kind", "Kind", ex.kinds, filters.kind),
   select("f-verdict", "Verdict", OUTCOMES, filters.verdict),
+  el("div", {}, el("label", { for: "f-name" }, "Name"),
+    el("input", { id: "f-name", name: "f-name", type: "search", value: filters.name, placeholder: "the name label", size: 14 })),
+  el("div", {}, el("label", { for: "f-labels" }, "Labels"),
+    el("input", { id: "f-labels", name: "f-labels", type: "search", value: filters.labels, placeholder: "key=value, …", size: 18 })),
 );
+const compare = el("a", { class: "button", id: "compare", href: "#", "aria-disabled": "true" }, "Compare selected (0)");
 const status = el("p", { class: "muted", id: "list-status", "aria-live": "polite" });
 const tbody = el("tbody");
 const table = el("table", { id: "audits" },
   el("caption", {}, "Your audits, newest first"),
   el("thead", {}, el("tr", {},
-    ["Audit", "Created", "Kind", "Dataset", "Model", "Mechanism", "ε claimed", "State", "Progress", "Verdict", ""]
-      .map((h, i) => el("th", { scope: "col", class: [1, 3, 4, 5].includes(i) ? "hide-narrow" : i === 6 ? "num hide-narrow" : null }, h)))),
+    ["Audit", "Created", "Kind", "Dataset", "Model", "Mechanism", "ε claimed", "ε measured", "State", "Progress", "Verdict", ""]
+      .map((h, i) => el("th", { scope: "col", class: [1, 3, 4, 5].includes(i) ? "hide-narrow" : i === 6 ? "num hide-narrow" : i === 7 ? "num" : null }, h)))),
   tbody);
 const newer = el("button", { type: "button", id: "newer", onclick: () => go(pageIndex - 1) }, "← Newer");
 const older = el("button", { type: "button", id: "older", onclick: () => go(pageIndex + 1) }, "Older →");
@@ -41,15 +54,18 @@ const pageLabel = el("span", { class: "muted" });
 
 main.append(
   el("h1", {}, "Audits"),
-  el("p", {}, el("a", { class: "button primary", href: "/ui/submit" }, "Submit an audit")),
+  el("p", { class: "actions" }, el("a", { class: "button primary", href: "/ui/submit" }, "Submit an audit"), compare),
   form, status, el("div", { class: "table-wrap" }, table),
   el("div", { class: "pager" }, newer, pageLabel, older),
 );
 
+form.addEventListener("submit", (event) => event.preventDefault());
 form.addEventListener("change", () => {
   filters.state = form.elements["f-state"].value;
   filters.kind = form.elements["f-kind"].value;
   filters.verdict = form.elements["f-verdict"].value;
+  filters.name = form.elements["f-name"].value.trim();
+  filters.labels = form.elements["f-labels"].value.trim();
   const q = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
   history.replaceState(null, "", q.toString() ? `/ui?${q}` : "/ui");
   tokens.length = 1;
@@ -67,6 +83,42 @@ async function cancel(audit, button) {
   }
 }
 
+function updateCompare() {
+  const ids = [...selected];
+  compare.textContent = `Compare selected (${ids.length})`;
+  const ok = ids.length >= 2 && ids.length <= 4;
+  compare.setAttribute("aria-disabled", ok ? "false" : "true");
+  compare.href = ok ? `/ui/compare?ids=${ids.map(encodeURIComponent).join(",")}` : "#";
+  compare.title = ok ? "" : "Tick 2 to 4 audits to compare them";
+}
+compare.addEventListener("click", (event) => { if (compare.getAttribute("aria-disabled") === "true") event.preventDefault(); });
+
+/** The audit's name (its `name` label), its other labels as chips, or its sweep point for a sweep child. */
+function nameCell(audit) {
+  const labels = (audit.request && audit.request.labels) || {};
+  const member = sweepOf.get(audit.id);
+  const out = [];
+  if (labels.name) out.push(el("span", { class: "run-name", "data-name": labels.name }, labels.name));
+  if (member) {
+    const point = Object.entries(member.point).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+    out.push(el("span", { class: "muted point" }, `${point} · seed ${member.seed}`));
+  }
+  const chips = Object.entries(labels).filter(([k]) => k !== "name")
+    .map(([k, v]) => el("span", { class: "chip", "data-label": `${k}=${v}` }, `${k}=${v}`));
+  if (chips.length) out.push(el("span", { class: "chips" }, chips));
+  return out;
+}
+
+/** The ε the verdict measured (the largest lower bound it used), from the summary's verdict digest. */
+function measured(audit) {
+  if (audit.state !== "SUCCEEDED") return "—";
+  const v = audit.verdict || {};
+  const value = v.epsilon_lower ?? null;
+  const res = audit.result || {};
+  const unbounded = value === null && ["black_box", "white_box"].some((t) => res[t] && (res[t].epsilon_lower_unbounded || res[t].epsilon_empirical_unbounded));
+  return fmt(value, { unbounded });
+}
+
 function row(audit) {
   const r = audit.request || {};
   const mech = r.mechanism ? r.mechanism.name + (r.mechanism.bug ? ` (bug: ${r.mechanism.bug})` : "") : "—";
@@ -74,14 +126,23 @@ function row(audit) {
   const stateCell = el("td");
   const verdictCell = el("td", { class: "cell-verdict" });
   const actionCell = el("td", { class: "cell-action" });
+  const measuredCell = el("td", { class: "num cell-measured" });
+  const tick = el("input", { type: "checkbox", class: "pick", "aria-label": `Select audit ${audit.id} to compare`, checked: selected.has(audit.id) });
+  tick.addEventListener("change", () => {
+    if (tick.checked) selected.add(audit.id); else selected.delete(audit.id);
+    updateCompare();
+  });
   const tr = el("tr", { "data-id": audit.id },
-    el("td", {}, el("a", { href: `/ui/audits/${encodeURIComponent(audit.id)}`, class: "mono", title: audit.id, "aria-label": `audit ${audit.id}` }, audit.id.slice(0, 8))),
+    el("td", { class: "cell-audit" }, tick, " ",
+      el("a", { href: `/ui/audits/${encodeURIComponent(audit.id)}`, class: "mono", title: audit.id, "aria-label": `audit ${audit.id}` }, audit.id.slice(0, 8)),
+      " ", nameCell(audit)),
     el("td", { class: "hide-narrow" }, when(audit.created_at)),
     el("td", {}, audit.kind),
     el("td", { class: "hide-narrow" }, r.dataset ?? "—"),
     el("td", { class: "hide-narrow" }, r.model ?? "—"),
     el("td", { class: "hide-narrow" }, mech),
     el("td", { class: "num hide-narrow" }, fmt(claimedEpsilon(audit))),
+    measuredCell,
     stateCell,
     el("td", { class: "cell-progress" }, progress),
     verdictCell,
@@ -91,6 +152,7 @@ function row(audit) {
     stateCell.replaceChildren(stateBadge(a.state));
     progress.update(a);
     verdictCell.replaceChildren(verdictBadge(a));
+    measuredCell.textContent = measured(a);
     const active = !TERMINAL.includes(a.state);
     const existing = actionCell.querySelector("button");
     if (active && !existing) {
@@ -111,18 +173,30 @@ function render(list) {
   let audits = list.audits;
   if (filters.verdict) audits = audits.filter((a) => verdictOf(a) === filters.verdict);
   const seen = new Set();
-  const order = audits.map((a) => {
+  const order = [];
+  const placed = new Set(); // sweeps whose group row is already in `order`
+  for (const a of audits) {
     seen.add(a.id);
     let entry = rows.get(a.id);
     if (!entry) rows.set(a.id, (entry = row(a)));
     else entry.update(a);
-    return entry.tr;
-  });
+    const member = sweepOf.get(a.id);
+    if (!member) { order.push(entry.tr); continue; }
+    // A sweep's children on this page follow one row of their sweep, folded until it is opened.
+    const group = sweepGroup(member.sweep);
+    if (!placed.has(member.sweep.id)) { placed.add(member.sweep.id); order.push(group.tr); group.members = []; }
+    group.members.push(a);
+    entry.tr.classList.add("sweep-child");
+    entry.tr.dataset.sweep = member.sweep.id;
+    entry.tr.hidden = !group.open;
+    order.push(entry.tr);
+  }
+  for (const id of placed) groups.get(id).update();
   for (const id of [...rows.keys()]) if (!seen.has(id)) rows.delete(id);
   const current = [...tbody.children];
   if (current.length !== order.length || current.some((tr, i) => tr !== order[i])) tbody.replaceChildren(...order);
   if (!order.length) {
-    tbody.replaceChildren(el("tr", {}, el("td", { colspan: 11, class: "muted" },
+    tbody.replaceChildren(el("tr", {}, el("td", { colspan: 12, class: "muted" },
       "No audits match. ", el("a", { href: "/ui/submit" }, "Submit one"), ".")));
   }
   tokens[pageIndex + 1] = list.next_page_token;
@@ -135,12 +209,68 @@ function render(list) {
     (filters.verdict ? ` · verdict ${filters.verdict} (succeeded audits only${honoured ? "" : "; filtered on this page"})` : "");
 }
 
+/** The row of one sweep: its id, grid and how its children on this page fared; a button folds them. */
+function sweepGroup(sweep) {
+  let group = groups.get(sweep.id);
+  if (group) return group;
+  const toggle = el("button", { type: "button", class: "fold", "aria-expanded": "false", "aria-label": `Show the audits of sweep ${sweep.id}` }, "▸");
+  const info = el("span", { class: "muted" });
+  const tr = el("tr", { class: "sweep-row", "data-sweep-id": sweep.id },
+    el("td", { colspan: 12 }, toggle, " ", el("strong", {}, "Sweep "),
+      el("a", { class: "mono", href: `/ui/sweeps?id=${encodeURIComponent(sweep.id)}` }, sweep.id.slice(0, 8)),
+      sweep.labels && sweep.labels.name ? [" ", el("span", { class: "run-name" }, sweep.labels.name)] : null,
+      " · ", `over ${Object.keys(sweep.grid).join(", ")}`, " · ", info));
+  group = { tr, open: false, members: [] };
+  group.update = () => {
+    const done = group.members.filter((a) => TERMINAL.includes(a.state)).length;
+    const verdicts = {};
+    for (const a of group.members) { const v = verdictOf(a); if (v) verdicts[v] = (verdicts[v] || 0) + 1; }
+    info.textContent = `${group.members.length} audit${group.members.length === 1 ? "" : "s"} here, ${done} finished` +
+      (Object.keys(verdicts).length ? ` · ${Object.entries(verdicts).map(([k, n]) => `${n} ${k}`).join(", ")}` : "");
+  };
+  toggle.addEventListener("click", () => {
+    group.open = !group.open;
+    toggle.setAttribute("aria-expanded", String(group.open));
+    toggle.textContent = group.open ? "▾" : "▸";
+    for (const tr of tbody.querySelectorAll(`tr[data-sweep="${CSS.escape(sweep.id)}"]`)) tr.hidden = !group.open;
+  });
+  groups.set(sweep.id, group);
+  return group;
+}
+
+/** Which audits belong to which sweep (the tenant's newest 200 sweeps). */
+async function loadSweeps() {
+  let token = null;
+  for (let pages = 0; pages < 4; pages++) {
+    const q = new URLSearchParams({ page_size: "50" });
+    if (token) q.set("page_token", token);
+    let list;
+    try {
+      list = (await api(`/v1/sweeps?${q}`)).data;
+    } catch (_) {
+      return; // a server without sweeps: nothing is grouped
+    }
+    for (const s of list.sweeps) for (const c of s.children) sweepOf.set(c.audit_id, { sweep: s, point: c.point, seed: c.seed });
+    token = list.next_page_token;
+    if (!token) return;
+  }
+}
+
+/** `name` and `labels` filters → the API's label=key=value (all must match). */
+function labelFilters() {
+  const out = [];
+  if (filters.name) out.push(`name=${filters.name}`);
+  for (const part of filters.labels.split(/[,\s]+/)) if (part.includes("=")) out.push(part);
+  return out;
+}
+
 function listUrl() {
   const q = new URLSearchParams({ page_size: String(PAGE_SIZE), view: "full" });
   const state = filters.verdict ? "SUCCEEDED" : filters.state;
   if (state) q.set("state", state);
   if (filters.kind) q.set("kind", filters.kind);
   if (filters.verdict) q.set("verdict", filters.verdict);
+  for (const l of labelFilters()) q.append("label", l);
   if (tokens[pageIndex]) q.set("page_token", tokens[pageIndex]);
   return `/v1/audits?${q}`;
 }
@@ -159,4 +289,8 @@ function go(index) {
   });
 }
 
+updateCompare();
+await loadSweeps();
+updateCompare();
+await loadSweeps();
 go(0);

@@ -1,0 +1,118 @@
+"""Run tracking in real headless Chromium against a real server (auth on, SQLite): names, labels, the measured ε
+and the verdict in the list, filters by name and label, a sweep's children folded under their sweep."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from ui.served import Served
+
+from app.audit.kinds.registry import kind_module
+
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _mia(name: str, epsilon: float, **labels: str) -> dict[str, Any]:
+    """A real membership audit of private voting on the exact oracle (about a second)."""
+    body = {
+        **kind_module("mia").EXAMPLE,
+        "dataset": "synthetic_records",
+        "trials": 20_000,
+        "epsilon": epsilon,
+    }
+    return {**body, "labels": {"name": name, **labels}}
+
+
+def _wait(client, path: str, deadline_s: float = 180) -> dict[str, Any]:
+    deadline = time.monotonic() + deadline_s
+    while True:
+        body = client.get(path).json()
+        if body["state"] in TERMINAL or time.monotonic() > deadline:
+            assert body["state"] == "SUCCEEDED", body
+            return body
+        time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def tracked(served: Served) -> dict[str, Any]:
+    """Two named audits (labels team=ml and team=infra) and a sweep of two bound audits, all finished."""
+    with served.client(served.alice) as api:
+        ids = {}
+        for name, eps, team in (("baseline-eps1", 1.0, "ml"), ("wider-eps4", 4.0, "infra")):
+            response = api.post("/v1/audits", json=_mia(name, eps, team=team))
+            assert response.status_code == 202, response.text
+            ids[name] = response.json()["id"]
+        bound = kind_module("bound").EXAMPLE
+        sweep = api.post("/v1/sweeps", json={"base": bound, "grid": {"confidence": [0.9, 0.95]}, "seeds": 1})
+        assert sweep.status_code == 202, sweep.text
+        audits = {name: _wait(api, f"/v1/audits/{i}") for name, i in ids.items()}
+        sweep_id = sweep.json()["id"]
+        children = [c["audit_id"] for c in api.get(f"/v1/sweeps/{sweep_id}").json()["children"]]
+        for child in children:
+            _wait(api, f"/v1/audits/{child}")
+    return {"audits": audits, "sweep": sweep_id, "children": children}
+
+
+def _login(page, served: Served, path: str = "/ui") -> None:
+    page.goto(path)
+    page.locator("#login-key").fill(served.alice)
+    page.locator("#login-form button[type=submit]").click()
+    page.locator("#login").wait_for(state="hidden")
+
+
+def test_names_labels_measured_epsilon_and_verdict_in_the_list(page, served: Served, tracked) -> None:
+    _login(page, served)
+    for name, audit in tracked["audits"].items():
+        row = page.locator(f"#audits tr[data-id='{audit['id']}']")
+        row.wait_for()
+        assert row.locator(".run-name").inner_text() == name
+        team = audit["request"]["labels"]["team"]
+        assert row.locator(".chip").all_inner_texts() == [f"team={team}"]
+        shown = row.locator(".cell-measured").inner_text()
+        lower = audit["verdict"]["epsilon_lower"]
+        assert shown != "—" and abs(float(shown) - lower) <= 5e-4 * max(1.0, abs(lower)), (shown, lower)
+        assert row.locator("[data-verdict]").inner_text() == audit["verdict"]["outcome"]
+
+
+def test_filter_by_name_and_by_label(page, served: Served, tracked) -> None:
+    _login(page, served)
+    ml, infra = tracked["audits"]["baseline-eps1"]["id"], tracked["audits"]["wider-eps4"]["id"]
+    page.locator(f"#audits tr[data-id='{ml}']").wait_for()
+    page.locator("#f-name").fill("wider-eps4")
+    page.locator("#f-name").press("Enter")
+    page.locator(f"#audits tr[data-id='{ml}']").wait_for(state="detached")
+    page.locator(f"#audits tr[data-id='{infra}']").wait_for()
+    assert page.locator("#audits tbody tr[data-id]").count() == 1
+    assert "name=wider-eps4" in page.url
+    page.locator("#f-name").fill("")
+    page.locator("#f-labels").fill("team=ml")
+    page.locator("#f-labels").press("Enter")
+    page.locator(f"#audits tr[data-id='{ml}']").wait_for()
+    page.locator(f"#audits tr[data-id='{infra}']").wait_for(state="detached")
+    assert page.locator("#audits tbody tr[data-id]").count() == 1
+
+
+def test_a_sweeps_children_are_folded_under_their_sweep(page, served: Served, tracked) -> None:
+    _login(page, served)
+    sweep_row = page.locator(f"#audits tr.sweep-row[data-sweep-id='{tracked['sweep']}']")
+    sweep_row.wait_for()
+    assert page.locator("#audits tr.sweep-row").count() == 1  # one row for the sweep, not one per child
+    assert "2 audits here, 2 finished" in sweep_row.inner_text()
+    children = [page.locator(f"#audits tr[data-id='{c}']") for c in tracked["children"]]
+    # The children follow their sweep's row, folded.
+    for child in children:
+        assert child.count() == 1 and child.is_hidden()
+    order = page.eval_on_selector_all(
+        "#audits tbody tr", "rows => rows.map(r => r.dataset.id || r.dataset.sweepId)"
+    )
+    at = order.index(tracked["sweep"])
+    assert set(order[at + 1 : at + 3]) == set(tracked["children"])
+    sweep_row.get_by_role("button").click()
+    for child in children:
+        child.wait_for()
+        assert "confidence=" in child.locator(".point").inner_text()
+    sweep_row.get_by_role("button").click()
+    for child in children:
+        child.wait_for(state="hidden")
