@@ -106,6 +106,19 @@ class ApiError(ClientError):
             return cls(response.status_code, response.text.strip()[:500] or response.reason_phrase)
 
 
+class AmbiguousId(ClientError):
+    """An id prefix that starts more than one audit's id; `candidates` (at most SHOWN + 1 of them)."""
+
+    SHOWN = 10
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        more = " and more" if len(candidates) > self.SHOWN else ""
+        listed = ", ".join(candidates[: self.SHOWN])
+        super().__init__(f"the id prefix {prefix!r} is ambiguous: it starts {listed}{more}; give more of it")
+        self.prefix = prefix
+        self.candidates = candidates
+
+
 class ServiceUnreachable(ClientError):
     """No answer from the service (connection refused, DNS, time-out) after the retries."""
 
@@ -466,16 +479,37 @@ class IclauditClient:
         kind: str | None = None,
         labels: dict[str, str] | None = None,
         verdict: str | None = None,
+        id_prefix: str | None = None,
         page_size: int = 50,
         page_token: str | None = None,
     ) -> AuditPage:
         """One page of the caller's audits, newest first; `verdict` (violation, leak, inconclusive or
-        consistent) keeps the SUCCEEDED audits whose result has it (ApiError 422 for another word)."""
+        consistent) keeps the SUCCEEDED audits whose result has it (ApiError 422 for another word);
+        `id_prefix` those whose id starts with it."""
         params: list[tuple[str, str | int]] = [("page_size", page_size)]
-        filters = (("state", state), ("kind", kind), ("verdict", verdict), ("page_token", page_token))
+        filters = (
+            ("state", state),
+            ("kind", kind),
+            ("verdict", verdict),
+            ("id_prefix", id_prefix),
+            ("page_token", page_token),
+        )
         params += [(k, v) for k, v in filters if v]
         params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
         return AuditPage.model_validate(self._json("GET", "/v1/audits", params=params))
+
+    def resolve_id(self, given: str) -> str:
+        """The whole id of the caller's one audit whose id starts with `given` (a whole id is returned as
+        it is); AmbiguousId when several do, ApiError 404 when none does."""
+        prefix = given.strip().lower()
+        if len(prefix) >= 32 or not prefix or any(c not in "0123456789abcdef" for c in prefix):
+            return given
+        found = self.list(id_prefix=prefix, page_size=AmbiguousId.SHOWN + 1).audits
+        if len(found) == 1:
+            return found[0].id
+        if not found:
+            raise ApiError(404, f"no audit of yours has an id starting with {prefix!r}")
+        raise AmbiguousId(prefix, [a.id for a in found])
 
     def iter_audits(self, **filters: Any) -> Iterator[Audit]:
         """Every audit matching the filters (those of `list`: state, kind, labels, verdict), page after page."""

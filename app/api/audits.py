@@ -177,13 +177,20 @@ def list_audits(
             "or consistent (the result's `verdict`, the summary's `verdict.outcome`)."
         ),
     ] = None,
+    id_prefix: Annotated[
+        str | None,
+        Query(
+            pattern="^[0-9a-f]{1,32}$",
+            description="Only audits whose id starts with these hex digits (how the CLI resolves a short id).",
+        ),
+    ] = None,
 ) -> Response:
     """Newest first; pass `next_page_token` back as `page_token` for the next page."""
     filters = {
         "tenant_id": tenant.id,
         "state": state,
         "kind": kind,
-        "where": _label_filter(label or []),
+        "where": [*_label_filter(label or []), *([Audit.id.startswith(id_prefix)] if id_prefix else [])],
         "verdict": verdict,
     }
     if view == "full":

@@ -30,12 +30,14 @@ from typing import Annotated, Any
 
 import typer
 import typer.core
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from app.audit.results.base import ResultBase
+from app.db.constants import TERMINAL_STATES
 from app.reports.junit import gate_fails, gate_outcome
 from iclaudit.client import ApiError as ClientApiError
 from iclaudit.client import Audit, ClientError, IclauditClient, ServiceUnreachable, WaitTimeout
@@ -125,6 +127,10 @@ AllowInconclusiveOpt = Annotated[
         help="Exit 0 instead of 4 when the verdict is inconclusive (the audit could not have seen a "
         "violation), with a warning on stderr.",
     ),
+]
+IdArg = Annotated[
+    str,
+    typer.Argument(help="The audit's id, or enough of its start to name one audit (see `iclaudit list`)."),
 ]
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", help="table for people, json for programs.")]
 
@@ -547,7 +553,7 @@ def submit(
 
 
 def watch(
-    audit_id: Annotated[str, typer.Argument(help="The audit's id.")],
+    audit_id: IdArg,
     junit: Annotated[
         Path | None, typer.Option("--junit", dir_okay=False, help="Write a JUnit XML report here.")
     ] = None,
@@ -574,7 +580,7 @@ def watch(
         with _open(url, api_key) as client:
             code = wait_and_report(
                 client,
-                audit_id,
+                client.resolve_id(audit_id),
                 live=True,
                 timeout=timeout,
                 as_json=as_json,
@@ -587,7 +593,7 @@ def watch(
 
 
 def status(
-    audit_id: Annotated[str, typer.Argument(help="The audit's id.")],
+    audit_id: IdArg,
     format_: FormatOpt = OutputFormat.table,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
@@ -595,7 +601,7 @@ def status(
     """Show an audit's state and progress."""
     try:
         with _open(url, api_key) as client:
-            audit = client.get(audit_id)
+            audit = client.get(client.resolve_id(audit_id))
     except ClientError as exc:
         raise _client_error(exc) from None
     if format_ == OutputFormat.json:
@@ -614,7 +620,7 @@ def status(
 
 
 def result(
-    audit_id: Annotated[str, typer.Argument(help="The audit's id.")],
+    audit_id: IdArg,
     format_: Annotated[
         ResultFormat,
         typer.Option(
@@ -641,6 +647,7 @@ def result(
         return
     try:
         with _open(url, api_key) as client:
+            audit_id = client.resolve_id(audit_id)
             if format_ == ResultFormat.png:
                 png = client.result_png(audit_id)
             elif format_ == ResultFormat.table:
@@ -687,6 +694,7 @@ def _records(
         raise fail("--records has no plot; use --format json, csv or table")
     try:
         with _open(url, api_key) as client:
+            audit_id = client.resolve_id(audit_id)
             text = client.records_csv(audit_id) if format_ == ResultFormat.csv else None
             rows = client.records(audit_id) if text is None else []
     except ClientError as exc:
@@ -740,25 +748,37 @@ def list_audits(
     if format_ == OutputFormat.json:
         print(json.dumps([a.model_dump(mode="json", exclude_none=True) for a in audits], indent=2))
         return
-    table = Table(title=f"{len(audits)} audit(s)")
-    # The id whole on one line (the other columns wrap first); folded, never cut, when nothing else fits.
-    table.add_column(
-        "id", no_wrap=True, overflow="fold", min_width=max((len(a.id) for a in audits), default=12)
-    )
+    console.print(audit_list_table(audits, console.width))
+
+
+LIST_NARROW = 100  # below this many columns the list drops its rules and shortens progress and dates
+
+
+def audit_list_table(audits: list[Audit], width: int) -> Table:
+    """The list as a table whose ids are always whole on one line (copyable): at 120 columns every column
+    fits; narrower than LIST_NARROW, no vertical rules, progress joins the state and dates lose the year."""
+    narrow = width < LIST_NARROW
+    table = Table(title=f"{len(audits)} audit(s)", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
+    id_width = max((len(a.id) for a in audits), default=12)
+    table.add_column("id", no_wrap=True, min_width=id_width, max_width=id_width)
     table.add_column("verdict", no_wrap=True)
-    for column in ("kind", "state", "progress", "created"):
-        table.add_column(column, overflow="fold")
+    table.add_column("kind", overflow="fold", no_wrap=not narrow)
+    table.add_column("state", overflow="fold")
+    if not narrow:
+        table.add_column("progress", overflow="fold", ratio=1)
+    table.add_column("created", overflow="fold", no_wrap=not narrow)
     for a in audits:
-        created = a.created_at.strftime("%Y-%m-%d %H:%M:%S") if a.created_at else "—"
-        table.add_row(
-            a.id,
-            _list_verdict(a),
-            a.kind,
-            a.state,
-            f"{a.progress.stage} {100 * a.progress.fraction:.0f}%",
-            created,
-        )
-    console.print(table)
+        done = f"{100 * a.progress.fraction:.0f}%"
+        if a.created_at is None:
+            created = "—"
+        else:
+            created = a.created_at.strftime("%m-%d %H:%M" if narrow else "%Y-%m-%d %H:%M:%S")
+        if narrow:
+            state = a.state if a.state in TERMINAL_STATES else f"{a.state} {done}"
+            table.add_row(a.id, _list_verdict(a), a.kind, state, created)
+        else:
+            table.add_row(a.id, _list_verdict(a), a.kind, a.state, f"{a.progress.stage} {done}", created)
+    return table
 
 
 def _list_verdict(audit: Audit) -> Text:
@@ -771,14 +791,14 @@ def _list_verdict(audit: Audit) -> Text:
 
 
 def cancel(
-    audit_id: Annotated[str, typer.Argument(help="The audit's id.")],
+    audit_id: IdArg,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
 ) -> None:
     """Cancel an audit: a queued one at once, a running one at its next step."""
     try:
         with _open(url, api_key) as client:
-            audit = client.cancel(audit_id)
+            audit = client.cancel(client.resolve_id(audit_id))
     except ClientError as exc:
         raise _client_error(exc) from None
     what = "cancellation requested" if audit.state == "RUNNING" else audit.state

@@ -394,3 +394,51 @@ def test_help_documents_the_gate_exit_codes(cli: CliRunner) -> None:
             "--allow-inconclusive",
         ):
             assert line in text, (command, line)
+
+
+def _ids_on_screen(output: str, ids: list[str]) -> list[str]:
+    """The ids that the `list` output shows whole on one line."""
+    return [i for i in ids if any(i in line for line in output.splitlines())]
+
+
+def test_list_shows_whole_ids_and_commands_take_an_unambiguous_prefix(cli: CliRunner, server) -> None:
+    """17 audits: their ids are whole on one line at 80 and 120 columns; `status`, `result` and `cancel`
+    take a prefix that names one audit; a prefix two audits share is refused with both listed (by the
+    pigeonhole, 17 hex ids share a first digit)."""
+    url, env = server[0], server[1]
+    body = json.loads((ROOT / "examples/bound-counts.json").read_text())
+    ids = [httpx.post(f"{url}/v1/audits", json=body, timeout=30).json()["id"] for _ in range(17)]
+    assert all(len(i) == 32 for i in ids)
+    for columns in ("80", "120"):
+        shown = subprocess.run(
+            [str(ICLAUDIT), "list", "--limit", "17", "--url", url],
+            env={**env, "COLUMNS": columns},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert _ids_on_screen(shown.stdout, ids) == ids, (columns, shown.stdout)
+        assert max(len(line) for line in shown.stdout.splitlines()) <= int(columns)
+
+    def unique_prefix(audit_id: str) -> str:
+        return next(audit_id[:n] for n in range(1, 33) if sum(i.startswith(audit_id[:n]) for i in ids) == 1)
+
+    target = ids[0]
+    short = unique_prefix(target)
+    status = cli.invoke(app, ["status", short, "--url", url])
+    assert status.exit_code == 0 and status.stdout.startswith(target), status.output
+    result = cli.invoke(app, ["result", short.upper(), "--url", url])  # as copied: case does not matter
+    assert result.exit_code == 0 and json.loads(result.stdout)["kind"] == "bound"
+
+    shared = next(c for c in "0123456789abcdef" if sum(i.startswith(c) for i in ids) >= 2)
+    mine = [i for i in ids if i.startswith(shared)]
+    ambiguous = cli.invoke(app, ["status", shared, "--url", url])
+    assert ambiguous.exit_code == 3, ambiguous.output
+    flat = ambiguous.output.replace("\n", "")
+    assert "ambiguous" in flat and all(i in flat for i in mine), ambiguous.output
+    absent = next(p * 31 for p in "0f" if not any(i.startswith(p * 31) for i in ids))
+    missing = cli.invoke(app, ["cancel", absent, "--url", url])
+    assert missing.exit_code == 3 and "no audit of yours" in missing.output.replace("\n", " ")
+    bad = httpx.get(f"{url}/v1/audits", params={"id_prefix": "xyz"}, timeout=30)
+    assert bad.status_code == 422 and bad.json()["error"]["details"][0]["path"] == "query.id_prefix"
