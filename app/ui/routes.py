@@ -29,6 +29,7 @@ PAGES = {
     "audit": ("Audit", "audit.js"),
     "submit": ("Submit an audit", "submit.js"),
     "sweeps": ("Sweeps", "sweeps.js"),
+    "compare": ("Compare audits", "compare.js"),
 }
 
 
@@ -106,6 +107,12 @@ def audit_page(audit_id: str) -> HTMLResponse:
 @router.get("/ui/submit")
 def submit_page() -> HTMLResponse:
     return page("submit")
+
+
+@router.get("/ui/compare")
+def compare_page() -> HTMLResponse:
+    """2–4 audits side by side (`?ids=a,b,…`): requests diffed, results in columns, ROC curves overlaid."""
+    return page("compare")
 
 
 @router.get("/ui/sweeps")

@@ -116,3 +116,49 @@ def test_a_sweeps_children_are_folded_under_their_sweep(page, served: Served, tr
     sweep_row.get_by_role("button").click()
     for child in children:
         child.wait_for(state="hidden")
+
+
+def _pixels_of(page, selector: str, rgb: str) -> int:
+    """Pixels of the chart's canvas drawn in colour `rgb` (#rrggbb, within 40 per channel)."""
+    return page.eval_on_selector(
+        f"{selector} canvas",
+        """(c, hex) => { const want = [1, 3, 5].map(i => parseInt(hex.slice(i, i + 2), 16));
+             const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data; let n = 0;
+             for (let i = 0; i < d.length; i += 4) if (d[i + 3] > 200 && want.every((w, k) => Math.abs(d[i + k] - w) < 40)) n++;
+             return n; }""",
+        rgb,
+    )
+
+
+def test_compare_two_audits_side_by_side(page, served: Served, tracked) -> None:
+    _login(page, served)
+    one, two = tracked["audits"]["baseline-eps1"], tracked["audits"]["wider-eps4"]
+    for audit in (one, two):
+        page.locator(f"#audits tr[data-id='{audit['id']}'] input.pick").check()
+    page.locator("#compare").click()
+    page.wait_for_url("**/ui/compare?ids=*")
+    page.locator("#compare-summary").wait_for()
+    heads = page.locator("#compare-summary thead th a").all_inner_texts()
+    assert sorted(heads) == sorted([one["id"][:8], two["id"][:8]])
+    # Requests diffed: what differs is marked and listed first, what is the same is not marked.
+    differs = page.locator("#compare-request tr[data-differs=true]").evaluate_all(
+        "rs => rs.map(r => r.dataset.field)"
+    )
+    assert set(differs) == {"epsilon", "labels.name", "labels.team"}, differs
+    assert page.locator("#compare-request tr[data-field=dataset][data-differs=false]").count() == 1
+    # Results in columns: each audit's measured bound, as the API gives it.
+    cells = page.locator("#compare-result tr[data-field='black_box.epsilon_lower'] td").all_inner_texts()
+    order = [one, two] if heads[0] == one["id"][:8] else [two, one]
+    for shown, audit in zip(cells, order, strict=True):
+        assert abs(float(shown) - audit["result"]["black_box"]["epsilon_lower"]) <= 5e-4 * max(
+            1, float(shown)
+        )
+    # ROC overlaid: each audit's colour is drawn on the one canvas.
+    page.locator("#chart-compare-roc[data-drawn=true]").wait_for()
+    for colour in ("#0b5cad", "#c05600"):  # COLORS[0], COLORS[1] in charts.js: the first and second audit
+        assert _pixels_of(page, "#chart-compare-roc", colour) > 200, colour
+
+
+def test_compare_refuses_one_audit(page, served: Served, tracked) -> None:
+    _login(page, served, f"/ui/compare?ids={tracked['children'][0]}")
+    assert "Pick 2 to 4 audits" in page.locator("#compare-error").inner_text()

@@ -262,7 +262,7 @@ export function showWho() {
 
 export function initPage() {
   const page = document.body.dataset.page;
-  const link = document.querySelector(`nav a[data-nav="${page === "audit" ? "audits" : page}"]`);
+  const link = document.querySelector(`nav a[data-nav="${page === "audit" || page === "compare" ? "audits" : page}"]`);
   if (link) link.setAttribute("aria-current", "page");
   showWho();
   // The Sweeps link shows only when this server has sweeps and this tenant has one.

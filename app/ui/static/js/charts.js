@@ -32,7 +32,7 @@ export function phiInv(p) {
 /** TPR = Φ(Φ⁻¹(FPR) + μ): the most powerful test against a μ-GDP mechanism (Dong, Roth & Su 2022). */
 export const gdpCurve = (fpr, mu) => phi(phiInv(fpr) + mu);
 
-const COLORS = ["#0b5cad", "#c05600", "#17663a", "#6b4fa0", "#a4161a", "#4f5660"];
+export const COLORS = ["#0b5cad", "#c05600", "#17663a", "#6b4fa0", "#a4161a", "#4f5660"];
 const FLOOR = 1e-4;
 
 function figure(id, title, note) {
@@ -74,13 +74,13 @@ export function rocChart(id, title, curves, points, note) {
   series.push({ label: "chance (μ = 0)", stroke: "#8a939c", dash: [4, 4], width: 1, points: { show: false } });
   data.push(x.map((v) => v));
   curves.forEach((c, i) => {
-    series.push({ label: c.label, stroke: COLORS[(i + 2) % COLORS.length], width: 2, points: { show: false }, value: (u, v) => fmt(v) });
+    series.push({ label: c.label, stroke: c.color || COLORS[(i + 2) % COLORS.length], width: 2, dash: c.dash || undefined, points: { show: false }, value: (u, v) => fmt(v) });
     data.push(x.map((v) => Math.max(FLOOR, gdpCurve(v, c.mu))));
   });
   points.forEach((p, i) => {
     const fx = Math.max(FLOOR, p.fpr);
     series.push({
-      label: p.label, stroke: COLORS[i % COLORS.length], fill: COLORS[i % COLORS.length], width: 0,
+      label: p.label, stroke: p.color || COLORS[i % COLORS.length], fill: p.color || COLORS[i % COLORS.length], width: 0,
       paths: () => null, points: { show: true, size: 11 }, value: (u, v) => fmt(v),
     });
     data.push(x.map((v) => (v === fx ? Math.max(FLOOR, p.tpr) : null)));
