@@ -97,6 +97,7 @@ def bounded_result(request: Any, ctx: RunContext, mechanism: Mechanism, trials: 
     """Both bounds per threat model of multi-canary trials (`scores_*` white box, `decisions_*` black
     box, which may be a continuous score of the released output) → verdict, + the per-record table.
     Shared by the likelihood attack and the generated-text attacks (attacks/released_text.py)."""
+    from app.audit.attacks.evidence import several_canaries
     from app.audit.stats.records import record_table
 
     theory = mechanism.theory
@@ -148,6 +149,7 @@ def bounded_result(request: Any, ctx: RunContext, mechanism: Mechanism, trials: 
         delta=request.delta,
         assumption=auditor.assumption,
     )
+    result["evidence"] = several_canaries(result["records"], trials.records, trials)
     if ctx.on_counters is not None:
         ctx.on_counters(ctx.engines.llm(request.model or "oracle").counters.as_dict())  # type: ignore[union-attr]
     ctx.progress("bound", 1.0, "done")

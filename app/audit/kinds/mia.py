@@ -90,7 +90,7 @@ class MechanismSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(default="private_voting", description=f"One of: {', '.join(MECHANISMS)}.")
+    name: str = Field(description=f"Required (no default): one of {', '.join(MECHANISMS)}.")
     partitions: int = Field(default=4, ge=1, le=512, description="T, the number of disjoint partitions.")
     shots_per_partition: int = Field(default=2, ge=1, le=64, description="Exemplars per partition.")
     partitioning: Literal["disjoint", "disjoint_poisson"] = "disjoint"
@@ -198,7 +198,10 @@ class AttackSpec(BaseModel):
 
 class Request(AuditRequestBase):
     kind: Literal["mia"] = "mia"
-    mechanism: MechanismSpec = Field(default_factory=MechanismSpec)
+    mechanism: MechanismSpec = Field(
+        description="The system under audit, required: its `name` picks the mechanism (no default, so a "
+        "request never audits classic private voting by accident)."
+    )
     epsilon: float = Field(
         default=1.0,
         ge=MIN_EPSILON,
@@ -231,6 +234,21 @@ class Request(AuditRequestBase):
         description="For a system that claims nothing (mechanism none, prompt_defense): the leakage allowed "
         "before the verdict is `leak` (0: any leakage shown at the stated confidence). Ignored under a claim.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mechanism_named(cls, data: Any) -> Any:
+        """A request must name its mechanism: its absence is a 422 at that field listing the choices."""
+        if isinstance(data, dict):
+            given = data.get("mechanism")
+            if given is None:
+                raise ValueError(
+                    f"mechanism: required; name the system under audit, e.g. "
+                    f'{{"name": "private_voting"}}; one of {", ".join(MECHANISMS)}'
+                )
+            if isinstance(given, dict) and given.get("name") is None:
+                raise ValueError(f"mechanism.name: required; one of {', '.join(MECHANISMS)}")
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Request:
@@ -535,6 +553,30 @@ def judged(request: Request, result: dict) -> dict:
     return result
 
 
+def _text(prompt: Any) -> str | None:
+    """A prompt's user text (an endpoint call's `user`), or None."""
+    return getattr(prompt, "text", None) or getattr(prompt, "user", None)
+
+
+def _evidence(setup: Setup, trials: Any) -> dict:
+    """The bounded sample a person reads (attacks/evidence.py): the canary, the query, the canary's partition
+    prompt with and without it, the first trials of C1 and C0. Nothing is drawn: no number moves."""
+    from app.audit.attacks.evidence import one_canary
+
+    canary = setup.contexts.canary
+    at = next((k for k, part in enumerate(setup.parts_in) if canary in part), None)
+    same = at is not None and at < len(setup.prompts_out)
+    return one_canary(
+        canary=canary.text,
+        query=_text(setup.query.prompt(())),
+        prompt_in=_text(setup.prompts_in[at]) if at is not None else None,
+        prompt_out=_text(setup.prompts_out[at]) if same else None,
+        answers=setup.query.answers,
+        positive=setup.query.positive,
+        trials=trials,
+    )
+
+
 def _run_trials(request: Request, ctx: RunContext) -> dict:
     """The membership audit of one canary: contexts → clean statistics → trials → both bounds."""
     setup = _setup(request, ctx)
@@ -547,11 +589,14 @@ def _run_trials(request: Request, ctx: RunContext) -> dict:
         claimed=theory.epsilon if theory is not None else None,
         seeds=setup.seeds,
     )
+    evidence = None
     if request.estimator == "exact":
         exact = _exact(setup, ctx, auditor.threat_models)
         bounds = {tm: auditor.judge(fields) for tm, fields in exact.items()}
     else:
-        bounds = _trial_bounds(setup, ESTIMATORS[request.estimator](setup, ctx), ctx, auditor)
+        trials = ESTIMATORS[request.estimator](setup, ctx)
+        bounds = _trial_bounds(setup, trials, ctx, auditor)
+        evidence = _evidence(setup, trials)
 
     result: dict = {"estimator": request.estimator, **bounds}
     if theory is not None:
@@ -575,6 +620,7 @@ def _run_trials(request: Request, ctx: RunContext) -> dict:
         "gaussian": mechanism.gaussian,
         "canary_included": mechanism.canary_included,
     }
+    result["evidence"] = evidence
     result["utility"] = None
     if request.utility_queries:
         from app.audit.icl.utility import utility

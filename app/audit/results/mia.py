@@ -123,6 +123,41 @@ class ConfidenceSplit(BaseModel):
     )
 
 
+class EvidenceTrial(BaseModel):
+    """One trial of one side: the black-box output (a decision, or a score of the released text) and the
+    white-box score."""
+
+    trial: int = Field(description="The trial's index in the audit.")
+    decision: Literal["in", "out"] | None = Field(
+        default=None, description="The black-box decision: in = the release gave the canary-present answer."
+    )
+    released: str | None = Field(default=None, description="The released answer, as the decision reads it.")
+    output: float | None = Field(default=None, description="The black-box score of a released text.")
+    score: float | None = Field(default=None, description="The white-box score (higher = record in).")
+
+
+class EvidenceRecord(BaseModel):
+    """One record (the canary) and the first trials with it (C1) and without it (C0)."""
+
+    record_id: str
+    text: str | None = Field(default=None, description="The record's text (at most 600 characters).")
+    secret: str | None = Field(default=None, description="The part of the record the attack guesses.")
+    query: str | None = Field(default=None, description="The attack's query, without a context.")
+    prompt_in: str | None = Field(default=None, description="The canary's partition prompt in C1.")
+    prompt_out: str | None = Field(default=None, description="The same partition's prompt in C0.")
+    c1: list[EvidenceTrial] = Field(description="The first trials with the record (at most 8).")
+    c0: list[EvidenceTrial] = Field(description="The first trials without it (at most 8).")
+
+
+class Evidence(BaseModel):
+    """A bounded sample for a person to read: no figure of the result is computed from it."""
+
+    answers: list[str | None] | None = Field(default=None, description="The answers the query offers.")
+    positive_answer: str | None = Field(default=None, description="The answer that says 'canary present'.")
+    records: list[EvidenceRecord]
+    max_trials: int = Field(description="Trials kept per side.")
+
+
 class MiaAuditResult(ResultBase):
     """Whether a DP-ICL system keeps the ε it claims, measured by a membership-inference attack on a canary."""
 
@@ -198,6 +233,11 @@ class MiaAuditResult(ResultBase):
     )
     records: list[RecordRisk] | None = Field(
         default=None, description="Per-record risk of an audit over several canaries, riskiest first."
+    )
+    evidence: Evidence | None = Field(
+        default=None,
+        description="The record, the query and the first trials, C1 beside C0 (≤ 8 per side, ≤ 4 records); "
+        "null for the exact estimator, which runs no trials.",
     )
 
     def verdicts(self) -> list[Verdict]:
