@@ -17,6 +17,12 @@ ATTACKS: dict[str, str] = {
     "output_only": "app.audit.attacks.output_only",
     "ksa_rare_word": "app.audit.attacks.ksa_rare_word",
     "likelihood": "app.audit.attacks.likelihood",
+    "min_k": "app.audit.attacks.min_k",
+    "min_k_pp": "app.audit.attacks.min_k_pp",
+    "zlib_ratio": "app.audit.attacks.zlib_ratio",
+    "lira_offline": "app.audit.attacks.lira_offline",
+    "recall": "app.audit.attacks.recall",
+    "blind": "app.audit.attacks.blind",
 }
 
 
