@@ -13,10 +13,11 @@ place of the training set; Wen et al. 2024 §4 for ICL). `secret`:
   voting, whose release is scored instead: white box Ṽ_secret − max_{k≠secret} Ṽ_k, black box
   "the released label is the secret".
 
-`reference: true` is the calibrated variant (Carlini et al. 2022's reference-model idea, LiRA's offline
-form with the context-free model as the reference): the score minus the same score without any context,
+`reference: true` is the zero-shot reference: the score minus the same score without any context,
 log p(secret | prompt(∅)) (for votes: T·p_∅(secret) − max_{k≠secret} T·p_∅(k), the votes expected from
-zero-shot partitions), which removes how predictable the record is anyway.
+zero-shot partitions), which removes how predictable the record is anyway. One
+subtracted number per record, not LiRA: the per-record reference calibration in the LiRA-offline style is
+the `lira_offline` attack (attacks/token_likelihood.py).
 
 Trials (one audit, several canaries). A likelihood is a fixed number given the context, so the trial's
 randomness is the record and its context: `canaries` training records are drawn once; for each, `contexts`

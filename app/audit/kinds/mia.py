@@ -173,7 +173,8 @@ class AttackSpec(BaseModel):
         "secret number (code, asked for by the ContextLeak secret query).",
     )
     reference: bool = Field(
-        default=False, description="likelihood: subtract the score without context (calibrated variant)."
+        default=False,
+        description="likelihood: subtract the same score without any context (a zero-shot reference; the per-record, LiRA-offline-style calibration is attack lira_offline).",
     )
     canaries: int = Field(
         default=20,
