@@ -162,3 +162,28 @@ def test_compare_two_audits_side_by_side(page, served: Served, tracked) -> None:
 def test_compare_refuses_one_audit(page, served: Served, tracked) -> None:
     _login(page, served, f"/ui/compare?ids={tracked['children'][0]}")
     assert "Pick 2 to 4 audits" in page.locator("#compare-error").inner_text()
+
+
+def test_the_evidence_view_shows_the_record_the_query_and_c1_beside_c0(page, served: Served, tracked) -> None:
+    audit = tracked["audits"]["baseline-eps1"]
+    sample = audit["result"]["evidence"]["records"][0]
+    _login(page, served, f"/ui/audits/{audit['id']}")
+    section = page.locator("#evidence")
+    section.wait_for()
+    assert section.locator(".record-text").inner_text() == sample["text"]
+    assert section.locator(".evidence-query").inner_text().strip() == sample["query"].strip()
+    c1, c0 = section.locator("#evidence-0-c1"), section.locator("#evidence-0-c0")
+    # C1 and C0 side by side: same top, C0 to the right.
+    box1, box0 = c1.bounding_box(), c0.bounding_box()
+    assert box1 and box0 and abs(box1["y"] - box0["y"]) < 2 and box0["x"] > box1["x"] + box1["width"] - 1
+    for table, trials in ((c1, sample["c1"]), (c0, sample["c0"])):
+        rows = table.locator("tbody tr")
+        assert rows.count() == len(trials) == 8
+        for i, trial in enumerate(trials):
+            row = rows.nth(i)
+            assert row.locator("[data-call]").inner_text() == trial["decision"]
+            assert row.locator("td").first.inner_text() == trial["released"]
+            shown = float(row.locator("[data-score]").get_attribute("data-score"))
+            assert shown == trial["score"]
+    section.locator("details summary").click()
+    assert section.locator(".prompt-in").inner_text().strip() == sample["prompt_in"].strip()

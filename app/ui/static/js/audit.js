@@ -437,6 +437,48 @@ function recordEvidence(a, list) {
       "records", { narrow: [3, 5, 6] })];
 }
 
+/** One side's sample of trials: the release's answer (or output score), the white-box score, the test's call. */
+function trialTable(id, caption, trials, threshold) {
+  const hasDecision = trials.some((t) => t.decision);
+  const hasOutput = trials.some((t) => t.output !== undefined && t.output !== null);
+  const head = ["trial", ...(hasDecision ? ["released answer", "black-box call"] : []), ...(hasOutput ? ["output score"] : []), "white-box score",
+    ...(isNum(threshold) ? [`score ≥ ${fmt(threshold)}`] : [])];
+  return el("table", { id, class: "evidence-trials" },
+    el("caption", {}, caption),
+    el("thead", {}, el("tr", {}, head.map((h) => el("th", { scope: "col" }, h)))),
+    el("tbody", {}, trials.map((t) => el("tr", { "data-trial": t.trial },
+      el("th", { scope: "row" }, String(t.trial)),
+      hasDecision ? [el("td", {}, t.released ?? "—"), el("td", { "data-call": t.decision, class: `call-${t.decision}` }, t.decision ?? "—")] : null,
+      hasOutput ? el("td", { class: "num" }, fmt(t.output)) : null,
+      el("td", { class: "num", "data-score": t.score ?? "" }, fmt(t.score)),
+      isNum(threshold) ? el("td", { class: isNum(t.score) && t.score >= threshold ? "call-in" : "call-out" }, isNum(t.score) ? (t.score >= threshold ? "in" : "out") : "—") : null))));
+}
+
+/**
+ * The evidence: for each record its text, the attack's query, and a sample of trials with the record in (C1)
+ * beside the same trials' counterparts without it (C0) — what the model released and how the attack scored it.
+ */
+function renderEvidence(a, res) {
+  const ev = res.evidence;
+  if (!ev || !Array.isArray(ev.records) || !ev.records.length) return [];
+  const threshold = res.white_box && isNum(res.white_box.threshold) ? res.white_box.threshold : null;
+  return [el("section", { id: "evidence", "aria-labelledby": "evidence-h" },
+    el("h2", { id: "evidence-h" }, "Evidence, record by record"),
+    el("p", { class: "muted" }, `The first ${ev.max_trials} trials of each side, exactly as the audit ran them (texts cut at 600 characters). `
+      + "C1 holds the record in the context, C0 does not; a leak shows as C1's answers and scores standing apart from C0's."
+      + (ev.positive_answer ? ` The answer that says "record present" is "${ev.positive_answer}".` : "")),
+    ev.records.map((r, i) => el("article", { class: "evidence-record", "data-record": r.record_id },
+      el("h3", {}, `Record ${i + 1}: `, el("span", { class: "mono" }, r.record_id)),
+      el("blockquote", { class: "record-text" }, r.text ?? "—"),
+      r.secret ? el("p", {}, "The secret the attack guesses: ", el("code", { class: "record-secret" }, r.secret)) : null,
+      r.query ? [el("h4", {}, "The attack's query"), el("pre", { class: "block evidence-query" }, r.query)] : null,
+      r.prompt_in || r.prompt_out ? el("details", {}, el("summary", {}, "The prompt of the record's partition, C1 and C0"),
+        el("div", { class: "grid2" }, el("pre", { class: "block prompt-in" }, r.prompt_in ?? "—"), el("pre", { class: "block prompt-out" }, r.prompt_out ?? "—"))) : null,
+      el("div", { class: "c1c0" },
+        trialTable(`evidence-${i}-c1`, "C1: record in", r.c1 || [], threshold),
+        trialTable(`evidence-${i}-c0`, "C0: record out", r.c0 || [], threshold)))))];
+}
+
 async function renderResult(a) {
   resultShown = true;
   const res = a.result;
@@ -452,6 +494,7 @@ async function renderResult(a) {
     el("h2", { id: "result-h" }, "Result"),
     ...warnings(res),
     ...(render ? render(a, res) : []),
+    ...renderEvidence(a, res),
     el("h2", {}, "Downloads"),
     el("div", { class: "actions" },
       el("button", { type: "button", id: "download-json", onclick: () => download(`audit-${a.id}.json`, JSON.stringify(res, null, 2) + "\n", "application/json") }, "Download JSON"),
