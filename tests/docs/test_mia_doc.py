@@ -1,0 +1,41 @@
+"""docs/results/mia.md is what docs/results/mia_runs.py prints from its committed raw runs
+(docs/results/mia-runs.jsonl): every table row of `--report` is in the page, every run's request is the
+script's own and validates, and the tightness rows audit the white box alone (as the page says)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from app.audit.kinds.mia import Request
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def mia_runs():
+    spec = importlib.util.spec_from_file_location("mia_runs_doc", ROOT / "docs/results/mia_runs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_table_row_of_the_doc_is_printed_from_the_runs_file(mia_runs) -> None:
+    doc = (ROOT / "docs/results/mia.md").read_text().splitlines()
+    rows = [line for line in mia_runs.report().splitlines() if line.startswith("| ")]
+    assert len(rows) >= 20
+    missing = [row for row in rows if row not in doc]
+    assert missing == [], "mia.md is stale; rerun `docs/results/mia_runs.py --report`:\n" + "\n".join(missing)
+
+
+def test_every_run_is_a_row_of_the_script_with_its_request(mia_runs) -> None:
+    runs = mia_runs.load()
+    assert set(runs) == set(mia_runs.ROWS)
+    for name, run in runs.items():
+        assert run["request"] == mia_runs.ROWS[name]
+        Request.model_validate(run["request"])
+        if name.startswith("oracle_eps"):
+            assert run["request"]["attack"]["threat_model"] == "white_box"
+            assert "black_box" not in run["result"]
