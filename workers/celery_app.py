@@ -9,6 +9,7 @@ from celery.signals import worker_init, worker_process_init
 
 from app.config import get_settings
 from app.jobs.broker import create_celery
+from workers import liveness  # noqa: F401 - the healthcheck's heartbeat file (workers/liveness.py)
 
 log = logging.getLogger(__name__)
 
