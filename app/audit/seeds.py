@@ -15,7 +15,8 @@ the end keeps every existing stream (and so every recorded result) as it was.
 - `threshold`: the split of the scores into selection and held-out halves (thresholds.Split);
 - `utility`: the held-out utility queries;
 - `generations`: the integer seed passed to the engine for sampled generations (ESA, KSA);
-- `power`: the uniforms of the verdict's power model (app/audit/stats/verdict.py, `epsilon_detectable`).
+- `power`: the uniforms of the verdict's power model (app/audit/stats/verdict.py, `epsilon_detectable`);
+- `pilot`: `attack: auto`'s pilot contexts and partitions (app/audit/design.py), never read by the measurement.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ STREAMS = (
     "utility",
     "generations",
     "power",
+    "pilot",
 )
 
 

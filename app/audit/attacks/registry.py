@@ -1,5 +1,6 @@
 """Attack name → module with `build_query(...) -> AuditQuery`, `MECHANISMS` (those it can audit) and
-optionally `DEFAULT_CANARY` (the canary text used when the request gives none; default: a dataset row)."""
+optionally `DEFAULT_CANARY` (the canary text used when the request gives none; default: a dataset row) and
+`plant(contexts, dataset, spec, rng)` (a canary design that rewrites the canary exemplar of C1: copy, rare token)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ ATTACKS: dict[str, str] = {
     "lira_offline": "app.audit.attacks.lira_offline",
     "recall": "app.audit.attacks.recall",
     "blind": "app.audit.attacks.blind",
+    "copy": "app.audit.attacks.copy_canary",
+    "rare_token": "app.audit.attacks.rare_token",
+    "auto": "app.audit.design",
 }
 
 

@@ -335,11 +335,15 @@ class Setup:
         return self.mechanism.binary_view(self.mechanism.release(batch, rng), self.target)
 
 
-def _setup(request: Request, ctx: RunContext) -> Setup:
+def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
     if ctx.datasets is None or ctx.engines is None:
         raise AuditError("a mia audit needs datasets and engines in its run context")
     seeds = SeedTree.from_seed(request.seed)
     dataset = ctx.datasets.load(request.dataset)
+    if measured:  # after `auto` selection: only the records its pilot did not see (app/audit/design.py)
+        from app.audit.design import measurement_records
+
+        dataset = measurement_records(dataset)
     mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
     mechanism.egress = ctx.egress  # where an http_endpoint may call (the service's allow-list)
     mechanism.secrets = ctx.secrets  # its headers' secret references (app/secrets.py)
@@ -347,7 +351,10 @@ def _setup(request: Request, ctx: RunContext) -> Setup:
     contexts = build_contexts(
         dataset, mechanism.context_size(request.mechanism), seeds.rng("contexts"), canary_text
     )
-    query = attack_module(request.attack.name).build_query(
+    attack = attack_module(request.attack.name)
+    if hasattr(attack, "plant"):  # a canary design that writes its own canary exemplar (copy, rare token)
+        contexts = attack.plant(contexts, dataset, request.attack, seeds.rng("attack"))
+    query = attack.build_query(
         canary=contexts.canary, dataset=dataset, spec=request.attack, rng=seeds.rng("attack")
     )
     parts_in, parts_out = mechanism.partition(contexts, seeds.rng("partitions"))
@@ -491,6 +498,8 @@ ESTIMATORS = {"bootstrap": _bootstrap, "direct": _direct}
 
 def run(request: Request, ctx: RunContext) -> dict:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
+    if request.attack.name == "auto":
+        return judged(request, _run_auto(request, ctx))
     module = attack_module(request.attack.name)
     own_audit = getattr(module, "run_audit", None)
     owns = getattr(module, "owns_audit", lambda _request: True)
@@ -578,9 +587,30 @@ def _evidence(setup: Setup, trials: Any) -> dict:
     )
 
 
-def _run_trials(request: Request, ctx: RunContext) -> dict:
+def _run_auto(request: Request, ctx: RunContext) -> dict:
+    """`attack: auto`: the pilot chooses design and T on records and a seed stream the measurement never
+    uses (app/audit/design.py); the measurement is the chosen design's audit on the other records."""
+    from app.audit.design import choose
+
+    if ctx.datasets is None or ctx.engines is None:
+        raise AuditError("a mia audit needs datasets and engines in its run context")
+    ctx.progress("pilot", 0.0, "choosing the canary design on the pilot records")
+    llm = ctx.engines.llm(request.model or "oracle")
+    choice = choose(request, ctx.datasets.load(request.dataset), llm, SeedTree.from_seed(request.seed))
+    chosen = request.model_copy(
+        update={
+            "attack": request.attack.model_copy(update={"name": choice.attack}),
+            "mechanism": request.mechanism.model_copy(update={"partitions": choice.partitions}),
+        }
+    )
+    result = _run_trials(chosen, ctx, measured=True)
+    result["design"] = choice.as_dict()
+    return result
+
+
+def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> dict:
     """The membership audit of one canary: contexts → clean statistics → trials → both bounds."""
-    setup = _setup(request, ctx)
+    setup = _setup(request, ctx, measured)
     mechanism, llm = setup.mechanism, setup.llm
     passes_before = llm.counters.forward_passes if llm is not None else 0
     theory = mechanism.theory
@@ -610,6 +640,11 @@ def _run_trials(request: Request, ctx: RunContext) -> dict:
     result["theory_violation"] = result.get("calibration_valid") is False
     result["llm_forward_passes"] = llm.counters.forward_passes - passes_before if llm is not None else None
     result.update(mechanism.result_extras())
+    from app.audit.design import canary_signal
+
+    result["signal"] = canary_signal(
+        mechanism, setup.query, setup.prompts_in, setup.prompts_out, setup.source
+    )
     result["distinct_prompts"] = setup.source.distinct_prompts
     result["llm_calls"] = request.llm_calls
     result["trials"] = request.trials if request.estimator != "exact" else None
