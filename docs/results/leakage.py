@@ -37,8 +37,15 @@ from app.audit.mechanisms.registry import build_mechanism  # noqa: E402
 from app.audit.runtime import no_progress  # noqa: E402
 from app.audit.seeds import SeedTree  # noqa: E402
 
+FAMILY = ("min_k", "min_k_pp", "zlib_ratio", "lira_offline", "recall")
+"""The likelihood family (app/audit/attacks/token_likelihood.py): one collection per secret scores them all."""
+FAMILY_NAMES = tuple(f"{score}-{secret}none" for secret in ("", "code-") for score in FAMILY)
+BLIND_NAMES = ("blind-none", "blind-code-none")
+"""The blind baseline (the record's text alone) beside the plain-ICL rows of each secret."""
 NAMES = (
     "none",
+    *FAMILY_NAMES[: len(FAMILY)],
+    "blind-none",
     "none-label",
     "voting-eps1",
     "voting-eps8",
@@ -46,6 +53,8 @@ NAMES = (
     "defense2",
     "defense3",
     "code-none",
+    *FAMILY_NAMES[len(FAMILY) :],
+    "blind-code-none",
     "code-defense1",
     "code-defense2",
     "code-defense3",
@@ -88,11 +97,64 @@ def roc(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[list[float], lis
     return fpr, tpr
 
 
-def run(name: str, ctx, small: bool) -> dict:
+def body_of(name: str, small: bool) -> dict:
     body = json.loads(request_file(name).read_text())
     if small:
-        body["attack"].update(canaries=2, contexts=1)
+        body["attack"].update(canaries=2, contexts=2)
         body["llm_calls"] = 20
+    return body
+
+
+def run_family(names: list[str], ctx, small: bool) -> list[dict]:
+    """The family rows of one secret from ONE collection (token statistics, + the ReCaLL prefix when
+    `recall` is among them): their requests differ in `attack.name` only (checked)."""
+    from app.audit.attacks import token_likelihood
+
+    bodies = {name: body_of(name, small) for name in names}
+    first = next(iter(bodies.values()))
+    strip = [{**b, "attack": {**b["attack"], "name": "_"}} for b in bodies.values()]
+    if any(b != strip[0] for b in strip):
+        raise SystemExit(f"family rows {names} differ in more than attack.name")
+    request = Request.model_validate(first)
+    mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
+    start = time.time()
+    with_recall = any(b["attack"]["name"] == "recall" for b in bodies.values())
+    family = token_likelihood.collect_family(
+        request, ctx, mechanism, SeedTree.from_seed(request.seed), with_recall=with_recall
+    )
+    seconds = round(time.time() - start, 1)
+    rows = []
+    for name, body in bodies.items():
+        request = Request.model_validate(body)
+        score = body["attack"]["name"]
+        trials = token_likelihood.scored(family, score, request.attack.contexts)
+        result = token_likelihood.run_scored(request, ctx, score, trials)
+        fpr, tpr = roc(trials.scores_in, trials.scores_out)
+        rows.append(
+            {
+                "name": name,
+                "request": body,
+                "seconds": seconds,
+                "result": result,
+                "roc": {"fpr": fpr, "tpr": tpr},
+            }
+        )
+    return rows
+
+
+def all_rows(names: list[str], ctx, small: bool):
+    """Each named run's row: the family rows one collection per secret, the others one by one."""
+    family = [n for n in names if n in FAMILY_NAMES]
+    for group in ([n for n in family if ("code-" in n) == code] for code in (False, True)):
+        if group:
+            yield from run_family(group, ctx, small)
+    for name in names:
+        if name not in FAMILY_NAMES:
+            yield run(name, ctx, small)
+
+
+def run(name: str, ctx, small: bool) -> dict:
+    body = body_of(name, small)
     request = Request.model_validate(body)
     mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
     start = time.time()
@@ -104,6 +166,11 @@ def run(name: str, ctx, small: bool) -> dict:
         result = released_text.run_generated(request, ctx, build_query, trials)
         fpr, tpr = roc(trials.decisions_in, trials.decisions_out)
         row["roc_black_box"] = {"fpr": fpr, "tpr": tpr}
+    elif name in BLIND_NAMES:
+        from app.audit.attacks import token_likelihood
+
+        trials = token_likelihood.blind_trials(request, ctx, mechanism, seeds)
+        result = token_likelihood.run_scored(request, ctx, "blind", trials)
     else:
         trials = collect(request, ctx, mechanism, seeds)
         result = run_audit(request, ctx, trials)
@@ -202,6 +269,8 @@ def report() -> str:
         else:
             cost = r["likelihood"]["cost"]
             secret = f"{r['likelihood']['secret']}{' + ref' if r['likelihood']['reference'] else ''}"
+            if r["likelihood"].get("score"):
+                secret += f" ({r['likelihood']['score']})"
         for tm in ("white_box", "black_box"):
             if tm not in r:
                 continue
@@ -269,8 +338,8 @@ def main(argv: list[str]) -> int:
     out = Path(argv[argv.index("--out") + 1]) if "--out" in argv else RUNS  # parallel runs: one file each
     names = [a for a in argv if not a.startswith("--") and a != str(out)] or [*NAMES, *GENERATED]
     ctx = local_context(progress=no_progress)
-    for name in names:
-        row = run(name, ctx, small)
+    for row in all_rows(names, ctx, small):
+        name = row["name"]
         r = row["result"]
         summary = {
             tm: {k: r[tm].get(k) for k in ("tpr", "fpr", "auc", "epsilon_lower", "tpr_at_fpr")}
