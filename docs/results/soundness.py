@@ -45,8 +45,9 @@ BUG_TRIALS = 10_000
 
 
 def run(ctx, **body) -> dict:
+    mechanism = {"name": "private_voting", **body.pop("mechanism", {})}  # a request names its mechanism
     request = {"kind": "mia", "dataset": "ag_news", "model": "simulated", "epsilon": 1.0, **body}
-    return mia.run(mia.Request.model_validate(request), ctx)
+    return mia.run(mia.Request.model_validate({**request, "mechanism": mechanism}), ctx)
 
 
 def upper(k: int, n: int) -> float:
@@ -96,7 +97,7 @@ def independent_pools_cell(ctx, n: int, partitions: int, llm_calls: int) -> dict
             "epsilon": 1.0,
             "llm_calls": llm_calls,
             "trials": TRIALS,
-            "mechanism": {"partitions": partitions, "calibration": "analytic"},
+            "mechanism": {"name": "private_voting", "partitions": partitions, "calibration": "analytic"},
         }
         request = mia.Request.model_validate(body)
         setup = mia._setup(request, ctx)

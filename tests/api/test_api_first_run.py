@@ -66,3 +66,23 @@ def test_missing_offline_copy_at_run_time_is_an_audit_error_not_internal(tmp_pat
         datasets.load("trec")
     message = str(err.value)
     assert "ICLAUDIT_DATA_DIR" in message and "Error" not in message
+
+
+def test_a_mia_request_must_name_its_mechanism(client) -> None:
+    """No silent default: without `mechanism`, or with one that has no `name`, a mia request is a 422 at
+    that field listing every mechanism, and nothing is stored."""
+    from app.audit.mechanisms.registry import MECHANISMS
+
+    body = {**_mia(SYNTHETIC_NAME)}
+    for given, path in (
+        ({k: v for k, v in body.items() if k != "mechanism"}, "$.mechanism"),
+        ({**body, "mechanism": None}, "$.mechanism"),
+        ({**body, "mechanism": {"partitions": 4}}, "$.mechanism.name"),
+    ):
+        response = client.post("/v1/audits", json=given)
+        assert response.status_code == 422, response.text
+        detail = response.json()["error"]["details"][0]
+        assert detail["path"] == path and "required" in detail["message"], detail
+        assert all(name in detail["message"] for name in MECHANISMS), detail
+    assert client.get("/v1/audits").json()["audits"] == []
+    assert client.post("/v1/audits", json=body).status_code == 202

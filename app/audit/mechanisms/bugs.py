@@ -35,7 +35,7 @@ class Bug:
     """Request fields (epsilon, mechanism.*) of an oracle audit where the bug breaks DP."""
 
 
-_T4 = {"partitions": 4}
+_T4 = {"name": "private_voting", "partitions": 4}
 BUGS: dict[str, Bug] = {
     "noise_divided_by_t": Bug(
         "noise standard deviation σ/T instead of σ",

@@ -30,7 +30,7 @@ def _exact_audit(ctx, epsilon: float, calibration: str, seed: int) -> dict:
         "epsilon": epsilon,
         "estimator": "exact",
         "assumption": "none",
-        "mechanism": {"partitions": 4, "calibration": calibration},
+        "mechanism": {"name": "private_voting", "partitions": 4, "calibration": calibration},
     }
     return mia.run(mia.Request.model_validate(body), ctx)
 

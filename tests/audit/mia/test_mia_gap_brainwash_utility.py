@@ -48,7 +48,7 @@ def test_gap_and_brainwash_with_smollm2(oracle_ctx, smollm2) -> None:
             "model": "smollm2",
             "epsilon": 8.0,
             "trials": 10_000,
-            "mechanism": {"partitions": 2, "shots_per_partition": 1},
+            "mechanism": {"name": "private_voting", "partitions": 2, "shots_per_partition": 1},
             "attack": {"name": attack},
         }
         r = mia.run(mia.Request.model_validate(body), oracle_ctx)

@@ -10,9 +10,9 @@ from app.audit.kinds import mia
 
 
 def audit(ctx, **body):
-    return mia.run(
-        mia.Request.model_validate({"kind": "mia", "dataset": "ag_news", "model": "oracle", **body}), ctx
-    )
+    mechanism = {"name": "private_voting", **body.pop("mechanism", {})}  # stated: no default any more
+    body = {"kind": "mia", "dataset": "ag_news", "model": "oracle", **body, "mechanism": mechanism}
+    return mia.run(mia.Request.model_validate(body), ctx)
 
 
 @pytest.mark.parametrize("epsilon", [1, 2, 4, 8])
@@ -89,13 +89,15 @@ def test_same_seed_same_result(oracle_ctx) -> None:
         ({"delta": 1.0}, "delta"),
         ({"mechanism": {"name": "nope"}}, "mechanism.name"),
         ({"attack": {"name": "nope"}}, "attack.name"),
-        ({"mechanism": {"bug": "nope"}}, "mechanism.bug"),
+        ({"mechanism": {"name": "private_voting", "bug": "nope"}}, "mechanism.bug"),
         ({"mechanism": {"name": "esa"}, "attack": {"name": "inquiry"}}, "attack.name"),
     ],
 )
 def test_invalid_requests_name_the_field(body, field) -> None:
     with pytest.raises(ValidationError) as err:
-        mia.Request.model_validate({"kind": "mia", "dataset": "ag_news", **body})
+        mia.Request.model_validate(
+            {"kind": "mia", "dataset": "ag_news", "mechanism": {"name": "private_voting"}} | body
+        )
     assert field.split(".")[-1] in str(err.value)
 
 

@@ -35,7 +35,7 @@ def test_smollm2_private_voting_end_to_end(oracle_ctx, smollm2) -> None:
         "model": "smollm2",
         "epsilon": 8.0,
         "trials": 20_000,
-        "mechanism": {"partitions": 4, "shots_per_partition": 1},
+        "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 1},
     }
     r = mia.run(mia.Request.model_validate(body), oracle_ctx)
     assert r["distinct_prompts"] == 5

@@ -22,8 +22,9 @@ from app.engines.simulated import SimulatedEngine, parse_simulated_name
 
 
 def audit(ctx, **body) -> dict:
+    mechanism = {"name": "private_voting", **body.pop("mechanism", {})}  # stated: no default any more
     request = {"kind": "mia", "dataset": "ag_news", "model": "simulated", "epsilon": 1.0, **body}
-    return mia.run(mia.Request.model_validate(request), ctx)
+    return mia.run(mia.Request.model_validate({**request, "mechanism": mechanism}), ctx)
 
 
 def test_seed_tree_streams_are_distinct_and_reproducible() -> None:
@@ -55,7 +56,7 @@ def test_simulated_engine_null_and_shift() -> None:
 def test_pools_share_every_partition_but_the_canarys(oracle_ctx) -> None:
     """Common random numbers: row i of the C1 and C0 pools differ by at most one moved vote."""
     body = {"kind": "mia", "dataset": "ag_news", "model": "simulated:shift=0.5", "seed": 2}
-    body["mechanism"] = {"partitions": 16}
+    body["mechanism"] = {"name": "private_voting", "partitions": 16}
     setup = mia._setup(mia.Request.model_validate(body), oracle_ctx)
     m, answers = setup.mechanism, setup.query.answers
     clean_in = m.collect(setup.prompts_in, answers, setup.source, 500, setup.seeds.rng("pool"))

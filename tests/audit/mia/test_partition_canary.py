@@ -59,6 +59,7 @@ def _body(seed: int, **mechanism) -> dict:
         "llm_calls": 20,
         "trials": 2000,
         "mechanism": {
+            "name": "private_voting",
             "partitions": 4,
             "calibration": "analytic",
             "partitioning": "disjoint_poisson",
