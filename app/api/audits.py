@@ -437,3 +437,32 @@ def get_result_png(audit_id: str, session: SessionDep, tenant: TenantDep) -> Res
     except plots.PlotError as exc:
         raise ApiError(404, str(exc)) from exc
     return Response(content=png, media_type="image/png")
+
+
+@router.get(
+    "/{audit_id}/report.html",
+    response_class=Response,
+    responses={**_ERRORS, 200: {"content": {"text/html": {}}, "description": "The report, one HTML file."}},
+)
+def get_report(audit_id: str, request: Request, session: SessionDep, tenant: TenantDep) -> Response:
+    """A report to share (app/reports/html.py): one self-contained HTML file — headline, request, method with
+    references, results and charts, per-record table, reproduction lines, software version and commit — that
+    opens offline and prints to PDF; 404 until the audit has SUCCEEDED."""
+    from app.reports import html as report
+
+    audit = _succeeded(session, tenant, audit_id)
+    body = report.render(
+        {
+            "id": audit.id,
+            "kind": audit.kind,
+            "request": audit.request,
+            "result": audit.result,
+            "created_at": audit.created_at.isoformat(timespec="seconds"),
+            "finished_at": audit.finished_at.isoformat(timespec="seconds") if audit.finished_at else None,
+        },
+        base_url=str(request.base_url).rstrip("/"),
+    )
+    name = f"iclaudit-report-{audit.id}.html"
+    return Response(
+        body, media_type="text/html", headers={"Content-Disposition": f'inline; filename="{name}"'}
+    )

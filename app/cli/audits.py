@@ -118,6 +118,7 @@ class ResultFormat(StrEnum):
     json = "json"
     csv = "csv"
     png = "png"
+    html = "html"
 
 
 AllowInconclusiveOpt = Annotated[
@@ -625,8 +626,8 @@ def result(
         ResultFormat,
         typer.Option(
             "--format",
-            help="json (default), csv (field,value rows), table (with what each field means) or png "
-            "(a plot; needs --output).",
+            help="json (default), csv (field,value rows), table (with what each field means), png "
+            "(a plot; needs --output) or html (a self-contained report to share, opens offline).",
         ),
     ] = ResultFormat.json,
     output: Annotated[
@@ -650,6 +651,8 @@ def result(
             audit_id = client.resolve_id(audit_id)
             if format_ == ResultFormat.png:
                 png = client.result_png(audit_id)
+            elif format_ == ResultFormat.html:
+                report = client.request("GET", f"/v1/audits/{audit_id}/report.html").text
             elif format_ == ResultFormat.table:
                 typed = client.result(audit_id)
             else:
@@ -660,6 +663,15 @@ def result(
         assert output is not None
         output.write_bytes(png)
         err_console.print(f"wrote {output} ({len(png):,} bytes)", highlight=False)
+        return
+    if format_ == ResultFormat.html:
+        if output is None:
+            sys.stdout.write(report)
+        else:
+            output.write_text(report, encoding="utf-8")
+            err_console.print(
+                f"wrote {output} ({len(report):,} characters; open it in a browser)", highlight=False
+            )
         return
     if format_ == ResultFormat.table:
         table = result_table(typed, f"{typed.kind} audit {audit_id}", explain=True)
@@ -690,8 +702,10 @@ def _records(
     audit_id: str, format_: ResultFormat, output: Path | None, url: str | None, api_key: str | None
 ) -> None:
     """`result --records`: GET /v1/audits/{id}/records as JSON, CSV or a table (riskiest first)."""
-    if format_ == ResultFormat.png:
-        raise fail("--records has no plot; use --format json, csv or table")
+    if format_ in (ResultFormat.png, ResultFormat.html):
+        raise fail(
+            f"--records has no {format_}; use --format json, csv or table (the html report holds the table)"
+        )
     try:
         with _open(url, api_key) as client:
             audit_id = client.resolve_id(audit_id)

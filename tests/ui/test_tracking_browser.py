@@ -1,17 +1,24 @@
-"""Run tracking in real headless Chromium against a real server (auth on, SQLite): names, labels, the measured ε
-and the verdict in the list, filters by name and label, a sweep's children folded under their sweep."""
+"""Run tracking and a report to share (issue 21) in real headless Chromium against a real server (auth on,
+SQLite): names, labels, the measured ε and the verdict in the list, filters by name and label, a sweep's children
+folded under their sweep; /ui/compare; the evidence view; the HTML report opened from file:// offline."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
-from ui.served import Served
+from ui.served import ICLAUDIT, Served
 
 from app.audit.kinds.registry import kind_module
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mia(name: str, epsilon: float, **labels: str) -> dict[str, Any]:
@@ -187,3 +194,92 @@ def test_the_evidence_view_shows_the_record_the_query_and_c1_beside_c0(page, ser
             assert shown == trial["score"]
     section.locator("details summary").click()
     assert section.locator(".prompt-in").inner_text().strip() == sample["prompt_in"].strip()
+
+
+def _pixels(page, selector: str) -> dict[str, int]:
+    """Of an <img>'s drawn pixels (onto a canvas): those not white, and those in colour (not grey)."""
+    return page.eval_on_selector(
+        selector,
+        """img => { const c = document.createElement('canvas'); c.width = img.naturalWidth; c.height = img.naturalHeight;
+             const g = c.getContext('2d'); g.drawImage(img, 0, 0); const d = g.getImageData(0, 0, c.width, c.height).data;
+             let ink = 0, colour = 0;
+             for (let i = 0; i < d.length; i += 4) {
+               const [r, gr, b] = [d[i], d[i + 1], d[i + 2]];
+               if (r < 235 || gr < 235 || b < 235) ink++;
+               if (Math.max(r, gr, b) - Math.min(r, gr, b) > 60) colour++;
+             }
+             return { ink, colour, width: c.width }; }""",
+    )
+
+
+def test_the_html_report_opens_offline_from_a_file_and_prints(
+    page, browser, served: Served, tracked, tmp_path
+) -> None:
+    audit = tracked["audits"]["baseline-eps1"]
+    # The button on the audit page and `iclaudit result ID --format html` give the same file.
+    _login(page, served, f"/ui/audits/{audit['id']}")
+    with page.expect_download() as download:
+        page.locator("#download-report").click()
+    report = tmp_path / download.value.suggested_filename
+    download.value.save_as(report)
+    assert report.name == f"iclaudit-report-{audit['id']}.html"
+    cli = tmp_path / "cli.html"
+    env = {**os.environ, "ICLAUDIT_API_KEY": served.alice, "ICLAUDIT_URL": served.url}
+    done = subprocess.run(
+        [str(ICLAUDIT), "result", audit["id"], "--format", "html", "-o", str(cli), "--url", served.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert cli.read_text(encoding="utf-8") == report.read_text(encoding="utf-8")
+
+    # Opened from file:// with the network off: nothing but the file itself is asked for.
+    context = browser.new_context(viewport={"width": 1000, "height": 900}, offline=True)
+    asked: list[str] = []
+    context.on("request", lambda r: asked.append(r.url))
+    context.route(
+        "**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort()
+    )
+    offline = context.new_page()
+    try:
+        offline.goto(report.as_uri())
+        offline.wait_for_load_state("load")
+        assert [u for u in asked if not u.startswith("data:")] == [report.as_uri()], asked
+        result = audit["result"]
+        assert offline.locator("#report-verdict").inner_text().lower() == result["verdict"]
+        assert result["headline"] in offline.locator("#report-headline").inner_text()
+        assert json.loads(offline.locator("#report-request").inner_text()) == audit["request"]
+        assert "membership-inference" in offline.locator("#report-method").inner_text()
+        refs = offline.locator("#report-references").inner_text()
+        assert "ContextLeak" in refs and "Tight and Practical Privacy Auditing" in refs
+        cells = offline.locator("#report-tests tbody tr").first.locator("td").all_inner_texts()
+        assert cells[0] == "ε lower bound the verdict used"
+        assert abs(float(cells[1]) - result["black_box"]["epsilon_lower"]) <= 5e-4 * max(1, float(cells[1]))
+        assert "iclaudit submit request.json" in offline.locator("#report-reproduce-cli").inner_text()
+        assert "/v1/audits" in offline.locator("#report-reproduce-curl").inner_text()
+        footer = offline.locator("#report-software").inner_text()
+        commit = offline.locator("#report-software .mono").inner_text()
+        assert "iclaudit " in footer and len(commit) == 40
+        assert subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", commit]).returncode == 0
+        sample = result["evidence"]["records"][0]
+        assert offline.locator(".evidence blockquote").first.inner_text() == sample["text"]
+        # The charts, by their drawn pixels: ink and colour in each (result plot, the sampled trials).
+        charts = offline.locator("img.chart")
+        assert charts.count() == 2
+        for i in range(charts.count()):
+            drawn = _pixels(offline, f"figure:nth-of-type({i + 1}) img.chart")
+            assert drawn["ink"] > 5_000 and drawn["colour"] > 500, drawn
+        # Printed: nothing runs off the A4 page, and it makes a PDF of a few pages.
+        offline.emulate_media(media="print")
+        offline.set_viewport_size({"width": 794, "height": 1123})  # A4 at 96 dpi
+        overflow = offline.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, overflow
+        pdf = offline.pdf(format="A4")
+        pages = len(re.findall(rb"/Type\s*/Page[^s]", pdf))
+        assert pdf.startswith(b"%PDF") and 2 <= pages <= 12, pages
+    finally:
+        context.close()

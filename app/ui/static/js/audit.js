@@ -486,6 +486,16 @@ async function renderResult(a) {
   const render = RENDER[a.kind];
   const pngButton = el("button", { type: "button", id: "download-png" }, "Download PNG");
   const img = el("img", { id: "result-png", alt: `Plot of the ${a.kind} result`, hidden: true, style: "max-width:100%" });
+  const reportButton = el("button", { type: "button", id: "download-report", class: "primary" }, "Download report (HTML)");
+  reportButton.addEventListener("click", async () => {
+    reportButton.disabled = true;
+    try {
+      const r = await api(`${path}/report.html`, { raw: true });
+      download(`iclaudit-report-${a.id}.html`, r.data, "text/html");
+    } finally {
+      reportButton.disabled = false;
+    }
+  });
   pngButton.addEventListener("click", async () => {
     const r = await api(`${path}/result.png`, { raw: true });
     download(`audit-${a.id}.png`, r.data);
@@ -496,7 +506,9 @@ async function renderResult(a) {
     ...(render ? render(a, res) : []),
     ...renderEvidence(a, res),
     el("h2", {}, "Downloads"),
+    el("p", { class: "muted" }, "The report is one self-contained HTML file to share: it opens offline and prints to PDF."),
     el("div", { class: "actions" },
+      reportButton,
       el("button", { type: "button", id: "download-json", onclick: () => download(`audit-${a.id}.json`, JSON.stringify(res, null, 2) + "\n", "application/json") }, "Download JSON"),
       el("button", { type: "button", id: "download-csv", onclick: () => download(`audit-${a.id}.csv`, toCsv(flatten(res)), "text/csv") }, "Download CSV"),
       pngButton),
