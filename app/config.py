@@ -6,6 +6,7 @@ tiny model. Every field is listed in the README.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -24,7 +25,13 @@ class Settings(BaseSettings):
     )
     broker_url: str | None = Field(default=None, description="Redis URL for Celery. Absent: no broker.")
     executor: Literal["inline", "celery"] = Field(default="inline", description="Where audits run.")
-    inline_workers: int = Field(default=1, ge=1, description="Threads of the in-process executor.")
+    inline_workers: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        description="Worker processes of the embedded executor (default: the cores): that many audits run at "
+        "once. Each process loads its own copy of the models it uses, once (about 0.5 GB for the packaged "
+        "model, a few GB for a 1B model): budget memory per process.",
+    )
     state_dir: Path = Field(default=Path("var"), description="SQLite file, model cache, uploaded files.")
     data_dir: Path | None = Field(
         default=None, description="Built-in datasets as <name>/{train,test}.jsonl (offline copies)."

@@ -34,7 +34,6 @@ from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import require_head
 from app.integrations.dispatch import IntegrationsTicker
 from app.jobs.executors import Sweeper, make_executor
-from app.jobs.providers import preload_in_background
 from app.observability import install_request_ids
 from app.ui.routes import install_ui
 
@@ -86,13 +85,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.executor = executor
         sweeper = Sweeper(session_factory=jobs_session_factory, executor=executor, settings=settings)
         sweeper.start()
-        if settings.executor == "inline" and settings.preload_models:
-            preload_in_background(settings.default_model)  # as a worker does at start-up
         # webhook events and deliveries, schedules (app/integrations/dispatch.py)
         integrations = IntegrationsTicker(sessions=jobs_session_factory, settings=settings, executor=executor)
         integrations.start()
         app.state.audit_watch = watch = AuditWatch(jobs_session_factory)  # wakes long-polls, /events
         await watch.start()
+        if hasattr(executor, "on_write"):  # the inline executor's worker processes commit out of our sight
+            executor.on_write = watch.wake_threadsafe
         log.info("iclaudit ready: database %s, executor %s", engine.url.render_as_string(), settings.executor)
         try:
             yield

@@ -1,4 +1,4 @@
-"""Where audits run: `inline` (a thread pool inside the API process, the embedded default) or `celery`
+"""Where audits run: `inline` (a pool of worker processes fed by the API process, the embedded default) or `celery`
 (a task carrying only the audit id, picked up by `iclaudit worker`). Both end in app.jobs.runner.run_audit.
 
 Every executor has a queue epoch, a name for the incarnation of its queue: a fresh id per inline process,
@@ -12,32 +12,31 @@ the runner's claim lets only one attempt run.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import threading
 import uuid
 from collections import deque
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from app import observability
 from app.config import Settings
 from app.db import audits
-from app.db.models import utcnow
+from app.db.models import Audit, AuditState, utcnow
 from app.db.retry import in_transaction, is_transient, short_reason
 from app.jobs.broker import TASK_NAME
+from app.jobs.pool import AUDIT_NICE
+
+if TYPE_CHECKING:
+    from app.jobs.pool import WorkerProcess
 
 log = logging.getLogger(__name__)
 
 
 EPOCH_KEY = "iclaudit:queue-epoch"
-AUDIT_NICE = 10
-"""Added to the nice value of the inline executor's audit threads (Linux schedules threads apart): an
-audit computing in the API process gets the CPU the requests leave, so polls and /healthz stay fast while
-it runs; on an idle machine it still gets a whole core."""
 
 
 def _lower_thread_priority() -> None:
@@ -111,21 +110,31 @@ class FairQueue:
 
 
 class InlineExecutor:
-    """`inline_workers` threads in this process taking audits from a `FairQueue` (the tenant served least
-    recently first: one tenant's backlog does not hold up another tenant's audit); on close, running audits stop at their
-    next progress call and go back to PENDING (re-run at the next start)."""
+    """`inline_workers` worker processes (app/jobs/pool.py), each running one audit at a time with its models
+    loaded once, fed from a `FairQueue` in this process: a slot hands the next audit (the tenant served
+    least recently first) to its process only when that process is idle, so one tenant's backlog does not
+    hold up another tenant's audit, and a long audit holds one process while the others take the rest. A
+    process is started at the first audit it gets (all at once when models are preloaded) and again after
+    it died. On close, running audits stop at their next progress call and go back to PENDING (re-run at
+    the next start)."""
 
     def __init__(self, *, session_factory: sessionmaker[Session], settings: Settings) -> None:
+        from app.jobs.pool import context
+
         self._sessions = session_factory
         self._settings = settings
         self._stopping = threading.Event()
+        self._process_stopping = context().Event()  # the worker processes' view of `_stopping`
         self._queue = FairQueue()
-        self._workers = [
-            threading.Thread(target=self._work, name=f"audit-{i}", daemon=True)
+        self.on_write: Callable[[], None] | None = None
+        """Called (from a reader thread) on every commit in a worker process: the API's long-poll hub."""
+        self._processes: list[WorkerProcess | None] = [None] * settings.inline_workers
+        self._slots = [
+            threading.Thread(target=self._work, args=(i,), name=f"audit-slot-{i}", daemon=True)
             for i in range(settings.inline_workers)
         ]
-        for worker in self._workers:
-            worker.start()
+        for slot in self._slots:
+            slot.start()
         self._epoch = f"inline-{uuid.uuid4().hex}"
 
     def epoch(self) -> str:
@@ -141,37 +150,66 @@ class InlineExecutor:
             return ""
 
     def submit(self, audit_id: str) -> None:
-        # in a copy of the caller's context: the submitting request's id reaches the audit's log lines
-        self._queue.put(self._tenant_of(audit_id), (contextvars.copy_context(), audit_id))
+        # the submitting request's id goes with it, for the audit's log lines
+        self._queue.put(self._tenant_of(audit_id), (observability.request_id.get(), audit_id))
 
-    def _work(self) -> None:
-        _lower_thread_priority()
+    def _process(self, index: int) -> WorkerProcess:
+        """Slot `index`'s worker process, started (again) if it is not running."""
+        from app.jobs.pool import WorkerProcess
+
+        process = self._processes[index]
+        if process is None or not process.alive:
+            if process is not None:
+                process.stop(timeout=0)
+            process = WorkerProcess(
+                settings=self._settings,
+                stopping=self._process_stopping,
+                name=f"iclaudit-audits-{index}",
+                on_write=self._wrote,
+            )
+            self._processes[index] = process
+        return process
+
+    def _wrote(self) -> None:
+        if self.on_write is not None:
+            self.on_write()
+
+    def _work(self, index: int) -> None:
+        if self._settings.preload_models:  # load the default model in every process at start-up
+            self._process(index)
         while (item := self._queue.get(self._stopping)) is not None:
-            context, audit_id = item
-            context.run(self._run, audit_id)
-
-    def _run(self, audit_id: str) -> None:
-        """run_audit, tried again every 2 s while the database keeps its claim from being made."""
-        from app.jobs.runner import run_audit
-
-        while not self._stopping.is_set():
-            try:
-                run_audit(
-                    audit_id, session_factory=self._sessions, settings=self._settings, stopping=self._stopping
+            request_id, audit_id = item
+            process = self._process(index)
+            if not process.run(audit_id, request_id):
+                log.error(
+                    "audit process %s died (exit code %s) running audit %s; started again, and the sweep "
+                    "re-runs the audit once its heartbeat is stale",
+                    process.process.name,
+                    process.process.exitcode,
+                    audit_id,
                 )
-                return
-            except Exception as exc:
-                if not is_transient(exc):
-                    log.exception("audit %s: the runner failed", audit_id)
-                    return
-                log.warning("audit %s: database unavailable (%s); trying again", audit_id, short_reason(exc))
-                self._stopping.wait(2.0)
+                self._requeue_unclaimed(audit_id)
+
+    def _requeue_unclaimed(self, audit_id: str) -> None:
+        """An audit whose process died before claiming it is still PENDING in this queue's epoch, which
+        the sweep leaves alone: queue it again (a claimed one is the sweep's, once its heartbeat is stale)."""
+        try:
+            with self._sessions() as session:
+                pending = session.get(Audit, audit_id)
+                if pending is not None and pending.state == AuditState.PENDING:
+                    self.submit(audit_id)
+        except Exception as exc:
+            log.warning("audit %s: not queued again (%s); the sweep will", audit_id, short_reason(exc))
 
     def close(self) -> None:
         self._stopping.set()
+        self._process_stopping.set()
         self._queue.wake_all()
-        for worker in self._workers:
-            worker.join()
+        for slot in self._slots:  # each ends once its process reports its audit released (or dies)
+            slot.join()
+        for process in self._processes:
+            if process is not None:
+                process.stop(timeout=self._settings.db_retry_seconds + 10)
 
 
 class CeleryExecutor:

@@ -1,0 +1,227 @@
+"""The inline executor's worker processes: each runs one audit at a time, loads its models once (kept for
+the life of the process) and has its own database engine; the API process only hands out audit ids.
+
+Processes start from a `forkserver` (a clean single-threaded server process that imports this module once,
+then forks a child per worker cheaply): forking the API process itself, which holds threads, locks and
+possibly torch, is unsafe. Parent and child talk over one duplex pipe per process:
+
+- parent → child: `(audit_id, request_id)` to run, or None to stop;
+- child → parent: `("log", record)` (its log records, handled by the parent's loggers so the operator's
+  log and its format are the API's), `("wrote", None)` (a commit: the parent wakes its long-polls at once)
+  and `("done", audit_id)`.
+
+A child that dies (SIGKILL, out of memory) is noticed by its slot, which starts a new one; the audit it held
+is RUNNING with a heartbeat that goes stale, so the sweep re-runs it (architecture.md, *Running exactly once*).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing
+import os
+import threading
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event as ProcessEvent
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.db.retry import is_transient, short_reason
+from app.observability import ContextFilter, bind
+
+log = logging.getLogger(__name__)
+
+AUDIT_NICE = 10
+"""Added to the nice value of the audit processes (and of the threads the thread executor used): an audit
+gets the CPU the requests leave, so polls and /healthz stay fast while it runs; alone it gets a whole core."""
+
+PRELOAD = [
+    "app.jobs.runner",
+    "app.jobs.providers",
+    "app.jobs.pool",
+    "numpy",
+    "scipy.stats",
+    "transformers.utils.logging",
+]
+"""Imported once by the forkserver, so each worker process starts with them (~7 s of imports on a busy
+2-core machine); torch is not (the engines import it when a model is loaded; forking after torch started
+its threads is unsafe)."""
+
+_context: multiprocessing.context.BaseContext | None = None
+_context_lock = threading.Lock()
+
+
+def context() -> multiprocessing.context.BaseContext:
+    """The forkserver context, its server preloading this module (and through it the runner and the db)."""
+    global _context
+    with _context_lock:
+        if _context is None:
+            ctx = multiprocessing.get_context("forkserver")
+            ctx.set_forkserver_preload(PRELOAD)
+            _context = ctx
+        return _context
+
+
+class _PipeLog(logging.Handler):
+    """Sends each record, formatted and stamped with its context (audit, tenant, request), to the parent."""
+
+    def __init__(self, send: Any) -> None:
+        super().__init__()
+        self._send = send
+        self.addFilter(ContextFilter())
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            record.msg = record.getMessage()
+            record.args = None
+            if record.exc_info:
+                record.exc_text = logging.Formatter().formatException(record.exc_info)
+                record.msg = f"{record.msg}\n{record.exc_text}"
+            record.exc_info = record.exc_text = None
+            self._send(("log", record))
+        except Exception:  # the parent is gone: nothing to log to
+            pass
+
+
+def child_main(
+    conn: Connection, settings: Settings, stopping: ProcessEvent, log_level: int, environ: dict[str, str]
+) -> None:
+    """A worker process: take audit ids from `conn` and run each to its end; `stopping` (set by the parent
+    at shutdown) makes a running audit go back to PENDING at its next progress call. `environ` is the
+    parent's environment when it started the process (the forkserver's is older): engines and secrets
+    read it."""
+    os.environ.clear()
+    os.environ.update(environ)
+    from app.config import get_settings
+
+    get_settings.cache_clear()
+    from app.db.engine import make_engine, make_session_factory
+    from app.jobs.providers import preload_in_background
+    from app.jobs.runner import run_audit
+
+    lock = threading.Lock()
+
+    def send(message: tuple[str, Any]) -> None:
+        with lock:
+            conn.send(message)
+
+    with contextlib.suppress(AttributeError, OSError):  # below the API's priority; later threads inherit it
+        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + AUDIT_NICE)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(_PipeLog(send))
+    root.setLevel(log_level)
+
+    def wrote(_session: Session) -> None:
+        with contextlib.suppress(OSError):
+            send(("wrote", None))
+
+    event.listen(Session, "after_commit", wrote)
+    engine = make_engine(
+        settings.sqlalchemy_url, pool_size=2, max_overflow=2, connect_retry_seconds=5, name="iclaudit-audits"
+    )
+    sessions = make_session_factory(engine)
+    if settings.preload_models:
+        preload_in_background(settings.default_model)
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):  # the parent is gone
+                return
+            if message is None:
+                return
+            audit_id, request_id = message
+            with bind(request_id=request_id):
+                while not stopping.is_set():
+                    try:
+                        run_audit(audit_id, session_factory=sessions, settings=settings, stopping=stopping)  # type: ignore[arg-type]
+                        break
+                    except Exception as exc:
+                        if not is_transient(exc):
+                            log.exception("audit %s: the runner failed", audit_id)
+                            break
+                        log.warning(
+                            "audit %s: database unavailable (%s); trying again", audit_id, short_reason(exc)
+                        )
+                        stopping.wait(2.0)
+            send(("done", audit_id))
+    finally:
+        engine.dispose()
+
+
+class WorkerProcess:
+    """The parent's handle on one worker process, and a thread that reads what it sends."""
+
+    def __init__(self, *, settings: Settings, stopping: ProcessEvent, name: str, on_write: Any) -> None:
+        ctx = context()
+        self._conn, child_conn = ctx.Pipe(duplex=True)
+        level = min(logging.getLogger().getEffectiveLevel(), logging.INFO)
+        self.process = ctx.Process(
+            target=child_main, args=(child_conn, settings, stopping, level, dict(os.environ)), name=name, daemon=True
+        )
+        self.process.start()
+        child_conn.close()  # so that the parent's recv sees EOF when the child dies
+        self._on_write = on_write
+        self._done: list[str] = []
+        self._changed = threading.Condition()
+        self._alive = True
+        self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError):
+                break
+            if kind == "log":
+                logger = logging.getLogger(payload.name)
+                if logger.isEnabledFor(payload.levelno):
+                    logger.handle(payload)
+            elif kind == "wrote":
+                if self._on_write is not None:
+                    self._on_write()
+            elif kind == "done":
+                with self._changed:
+                    self._done.append(payload)
+                    self._changed.notify_all()
+        with self._changed:
+            self._alive = False
+            self._changed.notify_all()
+
+    def run(self, audit_id: str, request_id: str | None) -> bool:
+        """Send the audit and wait until the process reports it done (True) or dies (False)."""
+        try:
+            self._conn.send((audit_id, request_id))
+        except OSError:
+            self._alive = False
+            return False
+        with self._changed:
+            while audit_id not in self._done and self._alive:
+                self._changed.wait(1.0)
+            if audit_id in self._done:
+                self._done.remove(audit_id)
+                return True
+        return False
+
+    @property
+    def alive(self) -> bool:
+        return self._alive and self.process.is_alive()
+
+    def stop(self, timeout: float) -> None:
+        """Ask the process to end (after the audit it runs, which `stopping` cuts short); kill it past
+        `timeout` seconds."""
+        with contextlib.suppress(OSError):
+            self._conn.send(None)
+        self.process.join(timeout)
+        if self.process.is_alive():
+            log.warning("audit process %s did not stop in %.0f s; killed", self.process.name, timeout)
+            self.process.kill()
+            self.process.join(5)
+        self._reader.join(5)
+        self._conn.close()
