@@ -383,6 +383,20 @@ async def audit_events(
     return EventSourceResponse(stream(), ping=15)
 
 
+@router.post("/plan", response_model=dict[str, Any], responses=_ERRORS)
+def plan_audit(
+    body: Annotated[AuditRequest, Body(openapi_examples=request_examples())],  # type: ignore[valid-type]
+    session: SessionDep,
+    tenant: TenantDep,
+    settings: SettingsDep,
+) -> dict[str, Any]:
+    """What this audit would cost and could resolve, without running it: model or endpoint calls, tokens,
+    expected wall time from this deployment's finished audits, `epsilon_detectable` at the requested trials
+    and the trials needed to resolve the claim (app/audit/plan.py). The same body and checks as a submit;
+    nothing is stored and nothing is called."""
+    return service.plan_audit(session=session, tenant_id=tenant.id, request=body, settings=settings)
+
+
 def _summary(session: Session, tenant_id: str, audit_id: str) -> Any:
     return polling.get_summary(session, tenant_id=tenant_id, audit_id=audit_id)
 

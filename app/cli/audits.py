@@ -869,6 +869,23 @@ def models(
     console.print(table)
 
 
+def plan(
+    file: Annotated[str, typer.Argument(help="The audit request (a JSON file), or - to read it from stdin.")],
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """What an audit would cost and could resolve, without running it (POST /v1/audits/plan): model or
+    endpoint calls, tokens, expected seconds, epsilon_detectable at its trials and the trials needed. JSON
+    on stdout."""
+    body = _read_request(file)
+    try:
+        with _open(url, api_key) as client:
+            answer = client.request("POST", "/v1/audits/plan", json=body).json()
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    print(json.dumps(answer, indent=2))
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(map(str, value[:6])) + (" …" if len(value) > 6 else "")
@@ -886,5 +903,6 @@ def register(app: typer.Typer) -> None:
         (cancel, "cancel"),
         (datasets, "datasets"),
         (models, "models"),
+        (plan, "plan"),
     ):
         app.command(name, cls=ClientCommand)(fn)

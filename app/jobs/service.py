@@ -231,6 +231,80 @@ def submit_audit(
     return audit
 
 
+PLAN_HISTORY = 20
+"""Finished audits a plan's throughput is measured from (the tenant's latest of the same model or URL)."""
+
+
+def _origin(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
+    """Seconds per model call (distinct prompt) of the tenant's latest SUCCEEDED mia audits of this model,
+    and per endpoint call of those to this endpoint's origin: the median of (finished − started) / calls
+    over up to PLAN_HISTORY of each (wall time, so it includes each audit's simulation and overheads)."""
+    import statistics
+
+    from app.audit.plan import Rates
+    from app.db.scoping import owned
+
+    endpoint = getattr(request.mechanism, "endpoint", None)
+    rows = session.scalars(
+        owned(Audit, tenant_id)
+        .where(Audit.kind == "mia", Audit.state == AuditState.SUCCEEDED, Audit.started_at.is_not(None))
+        .order_by(Audit.finished_at.desc())
+        .limit(20 * PLAN_HISTORY)
+    ).all()
+    model, url = [], []
+    for audit in rows:
+        result, body = audit.result or {}, audit.request or {}
+        seconds = (audit.finished_at - audit.started_at).total_seconds() if audit.finished_at else None
+        if seconds is None:
+            continue
+        their = (body.get("mechanism") or {}).get("endpoint") or {}
+        calls = result.get("endpoint_calls")
+        if endpoint is not None and their.get("url") and calls and _origin(their["url"]) == _origin(endpoint.url):
+            url.append(seconds / calls)
+        elif body.get("model") == request.model and result.get("distinct_prompts"):
+            model.append(seconds / result["distinct_prompts"])
+    model, url = model[:PLAN_HISTORY], url[:PLAN_HISTORY]
+    basis = ", ".join(
+        f"{len(v)} finished audits {what}" for v, what in ((model, f"of {request.model}"), (url, "of this endpoint")) if v
+    )
+    return Rates(
+        model_seconds_per_call=statistics.median(model) if model else None,
+        endpoint_seconds_per_call=statistics.median(url) if url else None,
+        basis=basis or "no finished audit to measure from",
+    )
+
+
+def plan_audit(*, session: Session, tenant_id: str, request: AuditRequestBase, settings: Settings) -> dict:
+    """What the request would cost and could resolve, without running it (app/audit/plan.py): the same
+    checks as a submit (422s), nothing stored, no model or endpoint called."""
+    from app.audit.plan import model_tokens, plan_mia
+    from app.audit.runtime import AuditError
+    from app.jobs.providers import TenantDatasets
+
+    check_request(session, tenant_id=tenant_id, request=request, settings=settings, quota=False)
+    if request.kind != "mia":
+        raise Rejected("$.kind", f"plans cover kind mia; {request.kind!r} is not planned yet.")
+    rates = measured_rates(session, tenant_id=tenant_id, request=request)
+    datasets = TenantDatasets(
+        session_factory=sessionmaker(bind=session.get_bind()),
+        tenant_id=tenant_id,
+        data_dir=settings.data_dir,
+        max_rows=settings.upload_max_rows,
+    )
+    try:
+        tokens = model_tokens(request.model) if request.mechanism.name != "http_endpoint" else None
+        return plan_mia(request, datasets=datasets, rates=rates, tokens=tokens, max_trials=settings.max_trials)
+    except AuditError as exc:
+        raise Rejected("$", f"this request cannot be planned: {exc}") from None
+
+
 def cancel_audit(*, session: Session, tenant_id: str, audit_id: str) -> Audit | None:
     """Cooperative cancel (None if not found). Conflict for an audit that already SUCCEEDED or FAILED."""
     audit = audits.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
