@@ -30,6 +30,7 @@ PAGES = {
     "submit": ("Submit an audit", "submit.js"),
     "sweeps": ("Sweeps", "sweeps.js"),
     "compare": ("Compare audits", "compare.js"),
+    "datasets": ("Datasets", "datasets.js"),
 }
 
 
@@ -49,6 +50,7 @@ def page(name: str, **data: str) -> HTMLResponse:
             ("audits", "/ui", "Audits"),
             ("submit", "/ui/submit", "Submit"),
             ("sweeps", "/ui/sweeps", "Sweeps"),
+            ("datasets", "/ui/datasets", "Datasets"),
             ("docs", "/docs", "API docs"),
         )
     )
@@ -113,6 +115,12 @@ def submit_page() -> HTMLResponse:
 def compare_page() -> HTMLResponse:
     """2–4 audits side by side (`?ids=a,b,…`): requests diffed, results in columns, ROC curves overlaid."""
     return page("compare")
+
+
+@router.get("/ui/datasets")
+def datasets_page() -> HTMLResponse:
+    """Upload a dataset (a progress bar for big files) and list the uploaded and built-in ones."""
+    return page("datasets")
 
 
 @router.get("/ui/sweeps")

@@ -283,3 +283,63 @@ def test_the_html_report_opens_offline_from_a_file_and_prints(
         assert pdf.startswith(b"%PDF") and 2 <= pages <= 12, pages
     finally:
         context.close()
+
+
+def _rows(n: int) -> str:
+    """`n` JSONL rows of a two-label classification dataset (about 120 bytes each)."""
+    return "".join(
+        json.dumps(
+            {"text": f"record {i}: " + "lorem ipsum dolor sit amet " * 3, "label": "yes" if i % 2 else "no"}
+        )
+        + "\n"
+        for i in range(n)
+    )
+
+
+def test_upload_a_big_file_with_a_progress_bar(page, served: Served, tmp_path) -> None:
+    big = tmp_path / "big.jsonl"
+    big.write_text(_rows(90_000))
+    size = big.stat().st_size
+    assert size > 8 * 2**20
+    _login(page, served, "/ui/datasets")
+    page.locator("#datasets-h").wait_for()
+    # The bar is drawn from the upload's own progress events: throttle the upload to ~4 MiB/s so there are some.
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Network.enable")
+    cdp.send(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": 4 * 2**20},
+    )
+    page.evaluate(
+        """() => { window.__sent = [];
+             new MutationObserver(() => window.__sent.push(Number(document.querySelector('#upload-progress').dataset.loaded)))
+               .observe(document.querySelector('#upload-progress'), { attributes: true, attributeFilter: ['data-loaded'] }); }"""
+    )
+    page.locator("#upload-file").set_input_files(str(big))
+    page.locator("#upload-name").fill("big rows")
+    page.locator("#upload-submit").click()
+    page.locator("#upload-done").wait_for(timeout=120_000)
+    sent = page.evaluate("window.__sent")
+    total = sent[-1]  # the multipart body: the file and its part headers
+    assert size < total < size + 2048, (size, total)
+    between = [s for s in sent if 0 < s < total]
+    assert len(between) >= 3 and between == sorted(between), sent  # the bar moved, forwards, before the end
+    dataset = page.locator("#upload-id").inner_text()
+    with served.client(served.alice) as api:
+        stored = api.get(f"/v1/datasets/{dataset}").json()
+    assert stored["name"] == "big rows" and stored["n_train"] + stored["n_test"] == 90_000
+    page.locator(f"#datasets tr[data-id='{dataset}']").wait_for()
+    # A bad file: refused, with the line and field named, nothing stored.
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(_rows(3) + json.dumps({"txt": "misspelt", "label": "no"}) + "\n")
+    cdp.send(
+        "Network.emulateNetworkConditions",
+        {"offline": False, "latency": 0, "downloadThroughput": -1, "uploadThroughput": -1},
+    )
+    page.locator("#upload-file").set_input_files(str(bad))
+    page.locator("#upload-name").fill("")
+    page.locator("#upload-submit").click()
+    error = page.locator("#upload-error")
+    error.wait_for()
+    assert "422" in error.inner_text() and "4" in error.inner_text()
+    assert page.locator("#datasets tbody tr").count() == 1

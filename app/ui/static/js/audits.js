@@ -54,7 +54,8 @@ const pageLabel = el("span", { class: "muted" });
 
 main.append(
   el("h1", {}, "Audits"),
-  el("p", { class: "actions" }, el("a", { class: "button primary", href: "/ui/submit" }, "Submit an audit"), compare),
+  el("p", { class: "actions" }, el("a", { class: "button primary", href: "/ui/submit" }, "Submit an audit"),
+    el("a", { class: "button", href: "/ui/datasets" }, "Upload a dataset"), compare),
   form, status, el("div", { class: "table-wrap" }, table),
   el("div", { class: "pager" }, newer, pageLabel, older),
 );
