@@ -18,7 +18,7 @@ Sweeps, webhooks and schedules come back as the API's own response models (app/s
 `SweepResult`, `WebhookCreated`, `DeliveryList`, `ScheduleResource`, `ScheduleRunList`, …); `wait_sweep`
 polls a sweep with back-off until every child audit has ended.
 
-Retries (tenacity): connection failures, time-outs and 429/502/503/504 answers are retried with exponential
+Retries: connection failures, time-outs and 429/502/503/504 answers are retried with exponential
 back-off and jitter, waiting at least what `Retry-After` asks. Every POST carries an `Idempotency-Key`
 (one per logical call, reused by its retries), so a retried submit never creates a second audit. The
 server de-duplicates submitAudit, uploadDataset and submitSweep by that key; the other creating POSTs
@@ -39,6 +39,7 @@ first use and `iclaudit submit` starts fast.
 from __future__ import annotations
 
 import email.utils
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -47,31 +48,42 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import BaseModel, ConfigDict, model_validator
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
-from app.audit.kinds.registry import validate_result
-from app.audit.results.base import ResultBase
-from app.db.constants import TERMINAL_STATES
-from app.schemas.audits import AuditResult, Verdict
-from app.schemas.webhooks import (
-    DeliveryList,
-    DeliveryResource,
-    NotifySecret,
-    WebhookCreated,
-    WebhookList,
-    WebhookResource,
-)
+try:  # the server's distribution: every kind's typed result and the API's own response models
+    from app.audit.kinds.registry import validate_result
+    from app.audit.results.base import ResultBase
+    from app.schemas.audits import AuditResult, Verdict
+    from app.schemas.webhooks import (
+        DeliveryList,
+        DeliveryResource,
+        NotifySecret,
+        WebhookCreated,
+        WebhookList,
+        WebhookResource,
+    )
+
+    TYPED = True
+except ImportError:  # the light client (clients/python: httpx and pydantic only): the same fields, loosely
+    from iclaudit._loose import (  # type: ignore[assignment]
+        AuditResult,
+        DeliveryList,
+        DeliveryResource,
+        NotifySecret,
+        ResultBase,
+        Verdict,
+        WebhookCreated,
+        WebhookList,
+        WebhookResource,
+        validate_result,
+    )
+
+    TYPED = False
 
 if TYPE_CHECKING:
     from app.schemas.schedules import ScheduleList, ScheduleResource, ScheduleRunList
     from app.schemas.sweeps import SweepList, SweepResource, SweepResult
 
+TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})  # app/db/constants.py (test_client.py)
 RETRY_STATUS = frozenset({429, 502, 503, 504})
 # Answers after which the server has written nothing (rate limit, busy, database unavailable).
 NOT_PROCESSED_STATUS = frozenset({429, 503})
@@ -161,6 +173,18 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
 def _body(value: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
     """A request body from a dict or from the API's own request model (dumped as the server stores it)."""
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
+
+
+def _schema(module: str, name: str) -> Any:
+    """A response model of app/schemas (imported on first use: it builds every kind's request model), or
+    the light client's loose model where the server's distribution is not installed."""
+    if TYPED:
+        import importlib
+
+        return getattr(importlib.import_module(f"app.schemas.{module}"), name)
+    from iclaudit import _loose
+
+    return getattr(_loose, name)
 
 
 def _page(size: int, token: str | None) -> dict[str, str | int]:
@@ -300,7 +324,7 @@ class IclauditClient:
         self.retries = retries
         self.retry_unreachable = retry_unreachable
         self._answered = False
-        self._backoff = wait_exponential_jitter(initial=backoff, max=max_backoff, jitter=backoff)
+        self.backoff, self.max_backoff = backoff, max_backoff
         self._http = httpx.Client(
             base_url=self.url, headers=headers, timeout=self._timeout(timeout), transport=transport
         )
@@ -319,10 +343,10 @@ class IclauditClient:
 
     # -- transport -----------------------------------------------------------------------------------
 
-    def _wait(self, state: RetryCallState) -> float:
-        """Exponential back-off with jitter, but never less than the server's Retry-After."""
-        delay = self._backoff(state)
-        exc = state.outcome.exception() if state.outcome else None
+    def _wait(self, attempt: int, exc: Exception) -> float:
+        """Exponential back-off with jitter (`backoff`·2^(n-1) + U(0, `backoff`), at most `max_backoff`),
+        but never less than the server's Retry-After."""
+        delay = min(self.backoff * 2 ** (attempt - 1) + random.uniform(0, self.backoff), self.max_backoff)
         if isinstance(exc, _Retryable) and exc.retry_after is not None:
             delay = max(delay, min(exc.retry_after, MAX_RETRY_AFTER_S))
         return delay
@@ -363,19 +387,21 @@ class IclauditClient:
                 return exc.response.status_code in NOT_PROCESSED_STATUS
             return isinstance(exc, NOT_SENT_ERRORS)
 
-        retrying = Retrying(
-            retry=retry_if_exception(worth_retrying),
-            stop=stop_after_attempt(self.retries + 1),
-            wait=self._wait,
-            reraise=True,
-        )
-        try:
-            response = retrying(once)
-        except _Retryable as exc:
-            response = exc.response
-        except httpx.TransportError as exc:
-            what = type(exc).__name__
-            raise ServiceUnreachable(f"cannot reach {self.url} ({what}: {exc or 'no answer'})") from exc
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = once()
+                break
+            except (_Retryable, httpx.TransportError) as exc:
+                if attempt <= self.retries and worth_retrying(exc):
+                    time.sleep(self._wait(attempt, exc))
+                    continue
+                if isinstance(exc, _Retryable):
+                    response = exc.response
+                    break
+                what = type(exc).__name__
+                raise ServiceUnreachable(f"cannot reach {self.url} ({what}: {exc or 'no answer'})") from exc
         if response.is_success or response.status_code in ok:
             return response
         raise ApiError.of(response)
@@ -536,21 +562,21 @@ class IclauditClient:
     ) -> SweepResource:
         """POST /v1/sweeps: {base: <audit request>, grid: {path: [values]}, seeds: n} (a dict or a
         `SweepRequest`); the same idempotency key returns the same sweep."""
-        from app.schemas.sweeps import SweepResource
+        model = _schema("sweeps", "SweepResource")
 
         body = self._json("POST", "/v1/sweeps", json=_body(sweep), idempotency_key=idempotency_key)
-        return SweepResource.model_validate(body)
+        return model.model_validate(body)
 
     def get_sweep(self, sweep_id: str) -> SweepResource:
-        from app.schemas.sweeps import SweepResource
+        model = _schema("sweeps", "SweepResource")
 
-        return SweepResource.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}"))
+        return model.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}"))
 
     def list_sweeps(self, *, page_size: int = 20, page_token: str | None = None) -> SweepList:
         """One page of the caller's sweeps, newest first."""
-        from app.schemas.sweeps import SweepList
+        model = _schema("sweeps", "SweepList")
 
-        return SweepList.model_validate(self._json("GET", "/v1/sweeps", params=_page(page_size, page_token)))
+        return model.model_validate(self._json("GET", "/v1/sweeps", params=_page(page_size, page_token)))
 
     def wait_sweep(
         self,
@@ -580,15 +606,15 @@ class IclauditClient:
 
     def cancel_sweep(self, sweep_id: str) -> SweepResource:
         """Cancels every child not yet finished (409 when all had)."""
-        from app.schemas.sweeps import SweepResource
+        model = _schema("sweeps", "SweepResource")
 
-        return SweepResource.model_validate(self._json("POST", f"/v1/sweeps/{sweep_id}/cancel"))
+        return model.model_validate(self._json("POST", f"/v1/sweeps/{sweep_id}/cancel"))
 
     def sweep_result(self, sweep_id: str) -> SweepResult:
         """The grid as a table (per child and per point over its seeds); 409 until every child ended."""
-        from app.schemas.sweeps import SweepResult
+        model = _schema("sweeps", "SweepResult")
 
-        return SweepResult.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}/result"))
+        return model.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}/result"))
 
     def sweep_result_csv(self, sweep_id: str) -> str:
         return self.request("GET", f"/v1/sweeps/{sweep_id}/result.csv").text
@@ -647,7 +673,7 @@ class IclauditClient:
     ) -> ScheduleResource:
         """POST /v1/schedules: an audit `request` or a `sweep`, re-run at every `cron` time (UTC; five
         fields, or six with seconds last) or every `interval_seconds`."""
-        from app.schemas.schedules import ScheduleResource
+        model = _schema("schedules", "ScheduleResource")
 
         body: dict[str, Any] = {
             name: value
@@ -658,27 +684,23 @@ class IclauditClient:
             body["request"] = _body(request)
         if sweep is not None:
             body["sweep"] = _body(sweep)
-        return ScheduleResource.model_validate(
-            self._json("POST", "/v1/schedules", json=body, replay_safe=False)
-        )
+        return model.model_validate(self._json("POST", "/v1/schedules", json=body, replay_safe=False))
 
     def get_schedule(self, schedule_id: str) -> ScheduleResource:
-        from app.schemas.schedules import ScheduleResource
+        model = _schema("schedules", "ScheduleResource")
 
-        return ScheduleResource.model_validate(self._json("GET", f"/v1/schedules/{schedule_id}"))
+        return model.model_validate(self._json("GET", f"/v1/schedules/{schedule_id}"))
 
     def list_schedules(self, *, page_size: int = 50, page_token: str | None = None) -> ScheduleList:
-        from app.schemas.schedules import ScheduleList
+        model = _schema("schedules", "ScheduleList")
 
-        return ScheduleList.model_validate(
-            self._json("GET", "/v1/schedules", params=_page(page_size, page_token))
-        )
+        return model.model_validate(self._json("GET", "/v1/schedules", params=_page(page_size, page_token)))
 
     def schedule_runs(self, schedule_id: str) -> ScheduleRunList:
         """Each firing, newest first (at most 100), with its audit's state and verdict."""
-        from app.schemas.schedules import ScheduleRunList
+        model = _schema("schedules", "ScheduleRunList")
 
-        return ScheduleRunList.model_validate(self._json("GET", f"/v1/schedules/{schedule_id}/runs"))
+        return model.model_validate(self._json("GET", f"/v1/schedules/{schedule_id}/runs"))
 
     def delete_schedule(self, schedule_id: str) -> None:
         """No further runs; the audits it started stay."""

@@ -1,22 +1,35 @@
 """iclaudit.client against a real HTTP server on loopback that answers 429/503 first: retries wait at least
 what Retry-After asks, keep one Idempotency-Key across the retries of a POST, and give up with one clear
-error; a POST the server does not de-duplicate is retried only when nothing can have been written."""
+error; a POST the server does not de-duplicate is retried only when nothing can have been written. And the
+light distribution (clients/python): installed alone into an empty venv, it runs an audit on a live server."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
-from service.servers import free_port
+import uvicorn
+from service.client import bound_request
+from service.servers import free_port, fresh_database
 
+import iclaudit.client as client_module
+from app.config import Settings
+from app.db import keys
+from app.db.engine import make_engine, make_session_factory
+from app.main import create_app
 from iclaudit.client import ApiError, IclauditClient, ServiceUnreachable, retry_after_seconds
+
+ROOT = Path(__file__).resolve().parents[2]
 
 AUDIT = {
     "id": "a" * 32,
@@ -104,3 +117,96 @@ def test_retry_after_as_seconds_or_http_date() -> None:
     assert retry_after_seconds("7") == 7.0
     assert retry_after_seconds(format_datetime(now + timedelta(seconds=30), usegmt=True), now=now) == 30.0
     assert retry_after_seconds("soon") is None and retry_after_seconds(None) is None
+
+
+def test_the_clients_terminal_states_are_the_servers() -> None:
+    from app.db.constants import TERMINAL_STATES
+
+    assert client_module.TERMINAL_STATES == TERMINAL_STATES and client_module.TYPED
+
+
+def _load_client_size() -> Any:
+    spec = importlib.util.spec_from_file_location("client_size", ROOT / "scripts" / "client_size.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+SERVER_STACK = {
+    "fastapi",
+    "uvicorn",
+    "sqlalchemy",
+    "alembic",
+    "celery",
+    "redis",
+    "torch",
+    "transformers",
+    "numpy",
+}
+LIGHT_SCRIPT = """
+import json, sys
+from iclaudit.client import TYPED, IclauditClient
+
+url, key, body = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+with IclauditClient(url, api_key=key) as client:
+    audit = client.wait(client.submit(body).id, timeout=120)
+    result = client.result(audit.id)
+    page = client.list(kind="bound")
+print(json.dumps({"typed": TYPED, "id": audit.id, "state": audit.state, "outcome": audit.outcome,
+                  "headline": audit.headline, "epsilon_lower": result.epsilon_lower,
+                  "listed": [a.id for a in page.audits]}))
+"""
+
+
+def test_light_client_installs_alone_and_runs_an_audit(tmp_path: Path, data_dir: Path) -> None:
+    """`pip install ./clients/python` into an empty venv (from the package index) brings httpx and pydantic
+    and nothing of the server; the client then runs an audit against a live server (issue 21). Sizes:
+    docs/results/client.md (scripts/client_size.py, the same install)."""
+    client_size = _load_client_size()
+    light = client_size.install_light(tmp_path / "venv")
+    installed = set(light["dists"])
+    assert {"iclaudit-client", "httpx", "pydantic"} <= installed
+    assert not installed & SERVER_STACK, installed & SERVER_STACK
+    light_bytes = sum(size for _, size in light["dists"].values())
+    full_bytes = sum(size for _, size in client_size.full_install().values())
+    assert light_bytes < 0.05 * full_bytes, (light_bytes, full_bytes)
+
+    settings = Settings(
+        database_url=fresh_database("sqlite", tmp_path),
+        state_dir=tmp_path,
+        data_dir=data_dir,
+        executor="inline",
+        auth_enabled=True,
+        preload_models=False,
+    )
+    engine = make_engine(settings.sqlalchemy_url)
+    with make_session_factory(engine).begin() as session:
+        key = keys.create_api_key(session, "light")[1]
+    engine.dispose()
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), port=port, log_config=None))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}"
+        out = subprocess.run(
+            [str(light["python"]), "-c", LIGHT_SCRIPT, url, key, json.dumps(bound_request())],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=tmp_path,  # not the checkout: only the installed client is importable
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        seen = json.loads(out.stdout)
+        with IclauditClient(url, api_key=key) as typed:  # the server's distribution, typed
+            audit = typed.get(seen["id"])
+        assert seen["typed"] is False and seen["state"] == "SUCCEEDED" == audit.state
+        assert (seen["outcome"], seen["headline"]) == (audit.outcome, audit.headline) and audit.outcome
+        assert seen["epsilon_lower"] == audit.result.epsilon_lower and seen["listed"] == [audit.id]  # type: ignore[union-attr]
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
