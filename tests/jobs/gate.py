@@ -1,0 +1,93 @@
+"""A gated model for tests that must hold an audit RUNNING: an OpenAI-compatible HTTP server (registered as
+model `gated` through ICLAUDIT_MODELS_FILE) whose every request waits until the test opens the gate, then
+is refused (400), so the audit holding it ends FAILED. The audit is held by an event, never by its size."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Gate:
+    url: str
+    models_file: Path
+    opened: threading.Event = field(default_factory=threading.Event)
+    arrivals: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+
+    def wait_arrival(self, timeout: float = 60.0) -> None:
+        """Until one more model request is held at the gate (an audit RUNNING in its model call)."""
+        if not self.arrivals.acquire(timeout=timeout):
+            raise AssertionError(f"no audit reached the gated model within {timeout}s")
+
+    def open(self) -> None:
+        self.opened.set()
+
+
+def gated_request(seed: int = 1) -> dict[str, Any]:
+    """A membership audit whose first model call is held at the gate."""
+    return {
+        "kind": "mia",
+        "dataset": "ag_news",
+        "model": "gated",
+        "seed": seed,
+        "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 2},
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "attack": {"name": "inquiry", "threat_model": "both"},
+        "llm_calls": 20,
+        "trials": 1000,
+    }
+
+
+@contextmanager
+def gate_server(workdir: Path) -> Iterator[Gate]:
+    gate: Gate | None = None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            assert gate is not None
+            gate.arrivals.release()
+            gate.opened.wait(300)
+            body = json.dumps({"error": {"message": "the test's gate refuses every request"}}).encode()
+            try:
+                self.send_response(400)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:  # the process that asked was killed by the test
+                pass
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    models_file = workdir / "gated-models.json"
+    entry = {
+        "name": "gated",
+        "engine": "openai",
+        "base_url": url,
+        "model": "gated",
+        "max_retries": 0,
+        "max_concurrency": 1,
+    }
+    models_file.write_text(json.dumps([entry]))
+    gate = Gate(url=url, models_file=models_file)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield gate
+    finally:
+        gate.open()
+        httpd.shutdown()
+        httpd.server_close()

@@ -1,0 +1,153 @@
+"""The inline executor's worker processes, on a real `iclaudit serve` (uvicorn, SQLite, auth on): audits run
+outside the API process, so polling a computing audit costs about what polling an idle server does
+(issue 23), a quick audit does not wait behind a long one (issue 21), and a worker process that dies is
+started again while the sweep re-runs its audit. Audits are held RUNNING by a gated model (jobs/gate.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from jobs.gate import Gate, gate_server
+from service.client import TERMINAL, bound_request, long_mia_request, wait_for
+from ui.served import make_key, serve, stop
+
+from app.audit.kinds.registry import kind_module
+
+LONG_TRIALS = 50_000_000  # the computing audit is cancelled once measured; it never needs to finish
+
+
+def gated_iclinf(seed: int = 0) -> dict:
+    """An iclinf audit whose first model call waits at the gate."""
+    return {**kind_module("iclinf").EXAMPLE, "model": "gated", "seed": seed}
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[Gate]:
+    with gate_server(tmp_path) as g:
+        yield g
+
+
+def _serve(tmp_path: Path, gate: Gate, **env: str) -> tuple[object, httpx.Client]:
+    state = tmp_path / "state"
+    state.mkdir()
+    extra = {
+        "ICLAUDIT_MODELS_FILE": str(gate.models_file),
+        "ICLAUDIT_MAX_TRIALS": str(LONG_TRIALS),
+        **env,
+    }
+    proc, url, _ = serve(state, auth=True, extra_env=extra)
+    key = make_key(state, "alice")
+    return proc, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
+
+
+def _polls(client: httpx.Client, audit_id: str, state: str, n: int = 200) -> float:
+    """Seconds for `n` sequential polls of the audit (after 20 not timed), each seeing it in `state`."""
+    for _ in range(20):
+        client.get(f"/v1/audits/{audit_id}")
+    start = time.perf_counter()
+    seen = {client.get(f"/v1/audits/{audit_id}").json()["state"] for _ in range(n)}
+    elapsed = time.perf_counter() - start
+    assert seen == {state}, f"the audit was {seen} during the polls, not only {state}"
+    return elapsed
+
+
+def test_polls_of_a_computing_audit_take_at_most_twice_the_idle_time(tmp_path: Path, gate: Gate) -> None:
+    """Issue 23: while an audit computes, 200 sequential polls of it take ≤ 2× what they take while idle.
+    One worker process: a gated audit holds it, so the measured audit is PENDING (nothing computes) for
+    the idle polls; the gate opens, and it is RUNNING with progress for the busy ones."""
+    proc, client = _serve(tmp_path, gate, ICLAUDIT_INLINE_WORKERS="1")
+    try:
+        held = client.post("/v1/audits", json=gated_iclinf()).json()
+        gate.wait_arrival()
+        audit = client.post("/v1/audits", json=long_mia_request(trials=LONG_TRIALS)).json()
+        idle = _polls(client, audit["id"], "PENDING")
+        gate.open()
+        assert wait_for(client.get, held["id"], timeout=60)["state"] == "FAILED"  # the gate refused it
+        wait_for(client.get, audit["id"], ("RUNNING",), timeout=60, min_fraction=1e-9)
+        busy = _polls(client, audit["id"], "RUNNING")
+        client.post(f"/v1/audits/{audit['id']}/cancel")
+        print(f"200 polls: idle {idle:.3f} s, while the audit computes {busy:.3f} s ({busy / idle:.2f}x)")
+        assert busy <= 2 * idle, (idle, busy)
+        assert wait_for(client.get, audit["id"], timeout=60)["state"] == "CANCELLED"
+    finally:
+        client.close()
+        stop(proc)
+
+
+def test_a_bound_audit_ends_within_10s_while_a_long_iclinf_audit_runs(tmp_path: Path, gate: Gate) -> None:
+    """Issue 21: with two worker processes, an iclinf audit held in its model call keeps one; a bound
+    audit submitted meanwhile runs on the other and ends within 10 s."""
+    proc, client = _serve(tmp_path, gate, ICLAUDIT_INLINE_WORKERS="2")
+    try:
+        held = client.post("/v1/audits", json=gated_iclinf()).json()
+        gate.wait_arrival()
+        start = time.monotonic()
+        quick = client.post("/v1/audits", json=bound_request()).json()
+        done = wait_for(client.get, quick["id"], timeout=10)
+        elapsed = time.monotonic() - start
+        print(
+            f"bound audit ended {done['state']} {elapsed:.2f} s after its submit, behind a held iclinf audit"
+        )
+        assert done["state"] == "SUCCEEDED" and elapsed <= 10
+        assert client.get(f"/v1/audits/{held['id']}").json()["state"] == "RUNNING"  # held throughout
+        gate.open()
+        assert wait_for(client.get, held["id"], timeout=60)["state"] == "FAILED"
+    finally:
+        client.close()
+        stop(proc)
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry))
+    return found
+
+
+def test_a_killed_worker_process_is_replaced_and_its_audit_run_again(tmp_path: Path, gate: Gate) -> None:
+    """SIGKILL the worker process holding an audit: the API stays up, the sweep re-runs the audit (attempt
+    2, in a new process, held at the gate again) once its heartbeat is stale, and later audits run."""
+    proc, client = _serve(
+        tmp_path,
+        gate,
+        ICLAUDIT_INLINE_WORKERS="1",
+        ICLAUDIT_HEARTBEAT_SECONDS="0.5",
+        ICLAUDIT_STALE_AFTER_SECONDS="3",
+        ICLAUDIT_SWEEP_SECONDS="1",
+    )
+    try:
+        held = client.post("/v1/audits", json=gated_iclinf()).json()
+        gate.wait_arrival()
+        assert client.get(f"/v1/audits/{held['id']}").json()["attempt"] == 1
+        (forkserver,) = [
+            pid
+            for pid in _children(proc.pid)  # type: ignore[attr-defined]
+            if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        (worker,) = _children(forkserver)
+        os.kill(worker, signal.SIGKILL)
+        gate.wait_arrival()  # attempt 2, in a new process, at the gate again
+        again = client.get(f"/v1/audits/{held['id']}").json()
+        assert (again["state"], again["attempt"]) == ("RUNNING", 2)
+        assert worker not in _children(forkserver)
+        gate.open()
+        assert wait_for(client.get, held["id"], timeout=60)["state"] in TERMINAL
+        quick = client.post("/v1/audits", json=bound_request()).json()
+        assert wait_for(client.get, quick["id"], timeout=30)["state"] == "SUCCEEDED"
+        assert client.get("/healthz").status_code == 200
+    finally:
+        client.close()
+        stop(proc)
+    assert "died" in (tmp_path / "state" / "serve.log").read_text()
