@@ -1,7 +1,7 @@
 """Reproduce docs/results/iclinf.md's ICLInf sections: run the iclinf request files, then tabulate and plot.
 (The synthetic-generation section has its own script: examples/synthgen-experiments.py.)
 
-    .venv/bin/python examples/iclinf-experiments.py run [FILES...]   # default: every examples/iclinf-*.json
+    .venv/bin/python examples/iclinf-experiments.py run [FILES...]   # default: every iclinf request in ORDER
     .venv/bin/python examples/iclinf-experiments.py report           # tables (markdown, stdout) + docs/img/iclinf-*.png
 
 `run` executes each request in one process through `app.audit.local.run_request` (the same `run`
@@ -30,6 +30,15 @@ ORDER = [  # most informative first: k = 4 labels, calibration, vocabulary, shot
 DATASETS = {"agnews": "ag_news", "trec": "trec", "dbpedia": "dbpedia14"}
 
 
+def request_file(name: str) -> Path:
+    """examples/<name> (dbpedia14: runs on a fresh `make serve`), else docs/results/requests/<name> (AG News
+    and TREC, which need their offline copies in ICLAUDIT_DATA_DIR: their terms keep them out of the package)."""
+    for folder in (ROOT / "examples", ROOT / "docs" / "results" / "requests"):
+        if (folder / name).is_file():
+            return folder / name
+    raise FileNotFoundError(name)
+
+
 def load_runs() -> dict[str, dict]:
     if not RUNS.is_file():
         return {}
@@ -46,7 +55,7 @@ def run(files: list[str]) -> None:
     for name in files or ORDER:
         if name in done:
             continue
-        body = json.loads((ROOT / "examples" / name).read_text())
+        body = json.loads(request_file(name).read_text())
         started = time.perf_counter()
         result = run_request(body, ctx)
         row = {"file": name, "wall_seconds": round(time.perf_counter() - started, 1), "result": result}

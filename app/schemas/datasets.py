@@ -36,8 +36,9 @@ class DatasetResource(BaseModel):
 class BuiltinDataset(BaseModel):
     name: str = Field(description="Use it as `dataset` in an audit request.")
     available: bool = Field(description="Whether this server can load it now.")
-    source: Literal["synthetic", "data_dir", "hub"] | None = Field(
-        description="synthetic: generated; data_dir: an offline copy in ICLAUDIT_DATA_DIR; hub: downloaded."
+    source: Literal["synthetic", "data_dir", "package", "hub"] | None = Field(
+        description="synthetic: generated; data_dir: an offline copy in ICLAUDIT_DATA_DIR; package: the copy "
+        "shipped with iclaudit (dbpedia14, CC BY-SA); hub: downloaded."
     )
     reason: str = Field(description="Why it is unavailable (empty when available).")
 

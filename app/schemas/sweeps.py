@@ -45,7 +45,7 @@ class SweepRequest(BaseModel):
 EXAMPLE: dict[str, Any] = {
     "base": {
         "kind": "mia",
-        "dataset": "ag_news",
+        "dataset": "dbpedia14",
         "model": "oracle",
         "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 2},
         "epsilon": 1.0,

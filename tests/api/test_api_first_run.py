@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from service.servers import redis_server  # noqa: F401 - fixture
 
 from app.audit.kinds.registry import kind_module
 from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME, availability
@@ -86,3 +87,46 @@ def test_a_mia_request_must_name_its_mechanism(client) -> None:
         assert all(name in detail["message"] for name in MECHANISMS), detail
     assert client.get("/v1/audits").json()["audits"] == []
     assert client.post("/v1/audits", json=body).status_code == 202
+
+
+def test_every_example_and_docs_example_is_accepted_by_a_fresh_server(
+    app_client,
+    make_key,
+    redis_server,  # noqa: F811 - the fixture
+) -> None:
+    """Each examples/*.json and each request example of /docs is accepted (202) by a server with no
+    ICLAUDIT_DATA_DIR and the default limits: validation only, so the audits are handed to a queue
+    that no worker reads (Celery on a real Redis) and none runs. The one setting given is the operator's
+    allow-list entry that mia-http-endpoint.json's endpoint needs (an endpoint audit always does)."""
+    import json
+    from pathlib import Path
+
+    from app.config import Settings
+    from app.schemas.audits import request_examples
+
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.json"))
+    bodies = {p.name: json.loads(p.read_text()) for p in examples}
+    bodies |= {f"/docs {kind}": example["value"] for kind, example in request_examples().items()}
+    assert len(examples) >= 40
+    defaults = {
+        name: Settings.model_fields[name].default
+        for name in ("max_trials", "max_llm_calls", "max_active_audits")
+    }
+    endpoint = bodies["mia-http-endpoint.json"]["mechanism"]["endpoint"]["url"]
+    fresh = {
+        "data_dir": None,
+        "executor": "celery",
+        "broker_url": redis_server.url,
+        "endpoint_allowlist": [endpoint],
+        **defaults,
+    }
+    with app_client(**fresh) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('newcomer')}"
+        refused = {}
+        for name, body in bodies.items():
+            route = "/v1/sweeps" if "base" in body else "/v1/audits"
+            response = client.post(route, json=body)
+            if response.status_code != 202:
+                refused[name] = response.json()["error"]
+        assert refused == {}
+        assert all(a["state"] == "PENDING" for a in client.get("/v1/audits").json()["audits"])

@@ -25,7 +25,7 @@ REQUESTS: dict[str, dict[str, Any]] = {
     "mia_bug": _example("mia-oracle-bug-noise-divided-by-t.json", trials=20_000, llm_calls=100),
     "mia_exact": _example("mia-oracle-eps1.json", estimator="exact", trials=2),
     "mia_leak": _example("likelihood-oracle-records.json"),  # mechanism none: verdict leak
-    "iclinf": _example("iclinf-trec-k1.json", shots=2, queries=3),
+    "iclinf": _example("../docs/results/requests/iclinf-trec-k1.json", shots=2, queries=3),
     "synthetic_generation": _example("synthgen-eps1.json", sequences=2, max_new_tokens=3, batch_size=4),
     "synthetic_generation_svt": _example(
         "synthgen-svt-eps10.json", sequences=2, max_new_tokens=3, batch_size=4

@@ -9,7 +9,7 @@ optionally calibrated by the content-free distribution of the same exemplars (00
 left blank (`content_free: blank`, the default) or the mean over "N/A", "" and "[MASK]" (`zhao2021`,
 the inputs of the method 001 App. B cites, Zhao et al. 2021 §4).
 
-    python -m app.audit.kinds.iclinf examples/iclinf-agnews.json
+    python -m app.audit.kinds.iclinf examples/iclinf-dbpedia-k4.json
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ class Request(AuditRequestBase):
 
 EXAMPLE: dict = {
     "kind": "iclinf",
-    "dataset": "ag_news",
+    "dataset": "dbpedia14",
     "model": "smollm2-135m-instruct",
     "shots": 4,
     "queries": 50,

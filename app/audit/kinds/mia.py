@@ -294,7 +294,7 @@ class Request(AuditRequestBase):
 
 EXAMPLE: dict = {
     "kind": "mia",
-    "dataset": "ag_news",
+    "dataset": "dbpedia14",
     "model": "oracle",
     "seed": 0,
     "mechanism": {

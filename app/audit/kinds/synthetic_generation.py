@@ -109,7 +109,7 @@ class Request(AuditRequestBase):
 
 EXAMPLE: dict = {
     "kind": "synthetic_generation",
-    "dataset": "ag_news",
+    "dataset": "dbpedia14",
     "model": "smollm2-135m-instruct",
     "label": "Sports",
     "batch_size": 10,

@@ -64,7 +64,7 @@ class IclinfAuditResult(ResultBase):
 Result = IclinfAuditResult
 
 
-# The output of a real run of examples/iclinf-trec-k1.json with shots = 2, queries = 3 (shown in the OpenAPI document as the example result).
+# The output of a real run of docs/results/requests/iclinf-trec-k1.json with shots = 2, queries = 3 (shown in the OpenAPI document as the example result).
 EXAMPLE: dict[str, Any] = {
     "kind": "iclinf",
     "dataset": "trec",
