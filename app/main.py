@@ -25,6 +25,7 @@ from app.api import (
 )
 from app.api.deps import get_tenant
 from app.api.errors import document_error_responses, install_error_handlers
+from app.api.fast_poll import install_fast_poll
 from app.api.limits import install_limits
 from app.api.openapi import install_openapi, operation_id
 from app.api.watch import AuditWatch
@@ -116,7 +117,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_limits(app, settings)
     metrics.install_metrics(app)  # HTTP latency histograms + the database's audit figures
-    install_request_ids(app)  # outermost: every answer, limits' included, carries X-Request-ID
+    install_request_ids(app)  # every answer, limits' included, carries X-Request-ID
+    install_fast_poll(app)  # outermost: polls of audits rendered here (app/api/fast_poll.py)
     app.include_router(health.router)
     app.include_router(audits.router)
     app.include_router(records.router)  # /v1/audits/{id}/records

@@ -15,7 +15,9 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import re
 import sys
 import uuid
@@ -117,6 +119,30 @@ def valid_request_id(value: str) -> bool:
     return 0 < len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value
 
 
+_ID_PREFIX = uuid.uuid4().hex[:16]
+_id_counter = itertools.count(1)
+
+
+def _new_id_prefix() -> None:
+    global _ID_PREFIX, _id_counter
+    _ID_PREFIX, _id_counter = uuid.uuid4().hex[:16], itertools.count(1)
+
+
+os.register_at_fork(after_in_child=_new_id_prefix)  # a forked API process numbers its own requests
+
+
+def new_request_id() -> str:
+    """A fresh request id: 32 hex digits, this process's random half then a counter (unique without a
+    system call per request, as uuid4 makes)."""
+    return f"{_ID_PREFIX}{next(_id_counter):016x}"
+
+
+def request_id_for(given: str | None) -> str:
+    """The id a request carries: the caller's X-Request-ID when valid, else a fresh one (as the
+    middleware decides; app.api.fast_poll answers without it)."""
+    return given if given and valid_request_id(given) else new_request_id()
+
+
 def install_request_ids(app: Any) -> None:
     """X-Request-ID in (kept when valid) and out, on every answer."""
     from asgi_correlation_id import CorrelationIdMiddleware
@@ -124,7 +150,7 @@ def install_request_ids(app: Any) -> None:
     app.add_middleware(
         CorrelationIdMiddleware,
         header_name="X-Request-ID",
-        generator=lambda: uuid.uuid4().hex,
+        generator=new_request_id,
         validator=valid_request_id,
         transformer=lambda value: value,
     )

@@ -26,6 +26,7 @@ from app.api.deps import (
     tenant_id_of,
 )
 from app.api.errors import ApiError
+from app.api.fast_poll import RunningBodies, running_of
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.strict_json import StrictJSONRoute
 from app.api.watch import (
@@ -217,20 +218,27 @@ def _label_filter(given: list[str]) -> list[Any]:
 
 
 def _read_audit(
-    session: Session, tenant_id: str, audit_id: str, if_none_match: str | None, bodies: FinishedBodies
+    session: Session,
+    tenant_id: str,
+    audit_id: str,
+    if_none_match: str | None,
+    bodies: FinishedBodies,
+    running: RunningBodies | None = None,
 ) -> tuple[str, str, Response | None]:
     """(ETag, state, answer): a finished audit rendered before from `bodies` (no query); no answer while
     `If-None-Match` holds (the narrow mark read only); else the whole audit (its ETag taken from the same
-    read as its body)."""
+    read as its body), kept in `bodies` when finished, in `running` (app.api.fast_poll) otherwise."""
+    stamp = running.stamp() if running is not None else 0
     final = _finished_answer(bodies, tenant_id, audit_id, if_none_match)
     if final is not None:
         return final
-    mark = polling.get_mark(session, tenant_id=tenant_id, audit_id=audit_id)
-    if mark is None:
-        raise _not_found(audit_id)
-    etag = etag_of(mark)
-    if matches(if_none_match, etag):
-        return etag, mark.state, None
+    if if_none_match is not None:  # without one the whole row is read at once (one query, not two)
+        mark = polling.get_mark(session, tenant_id=tenant_id, audit_id=audit_id)
+        if mark is None:
+            raise _not_found(audit_id)
+        etag = etag_of(mark)
+        if matches(if_none_match, etag):
+            return etag, mark.state, None
     audit = audit_rows.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
     if audit is None:
         raise _not_found(audit_id)
@@ -238,6 +246,8 @@ def _read_audit(
     body = AuditResource.of(audit).model_dump_json().encode()
     if audit.state in TERMINAL_STATES:
         bodies.put(tenant_id, audit_id, etag, audit.state, body)
+    elif running is not None:
+        running.put(tenant_id, audit_id, etag, audit.state, body, stamp)
     return etag, audit.state, _json_bytes(body, etag)
 
 
@@ -269,7 +279,7 @@ async def get_audit(
     """The audit, with a strong `ETag` that changes with its state, progress and result. `If-None-Match`
     → 304 while unchanged. `wait=30s` → long-poll: the answer comes when the audit changes (or the wait
     ends); no thread, database connection or request slot is held meanwhile."""
-    watch, bodies = watch_of(request.app), bodies_of(request.app)
+    watch, bodies, running = watch_of(request.app), bodies_of(request.app), running_of(request.app)
     # A finished audit this tenant polled before, by a key verified moments ago: answered on the event
     # loop, with no thread, slot or database (limits still counted).
     remembered = remembered_tenant_id(request, authorization)
@@ -282,7 +292,7 @@ async def get_audit(
     held = if_none_match or ("*" if wait > 0 else None)
     # One thread hop: authentication (from memory for a recently verified key), the mark, the body.
     tenant_id, (etag, state, answer) = await run_in_session(
-        request, _authenticated, request, authorization, _read_audit, audit_id, held, bodies
+        request, _authenticated, request, authorization, _read_audit, audit_id, held, bodies, running
     )
     if answer is None and held != if_none_match and state in TERMINAL_STATES:
         etag, state, answer = await run_in_session(request, _read_audit, tenant_id, audit_id, None, bodies)

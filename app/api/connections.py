@@ -65,3 +65,9 @@ def serve_options(settings: Settings) -> dict[str, Any]:
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "timeout_keep_alive": settings.keep_alive_seconds,
     }
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """Everything `iclaudit serve` hands uvicorn.run besides the app, host and port (`serve_options` and the
+    logging left to the root logger), so bench/bare_app.py serves its baseline app the same way."""
+    return {"log_config": None, **serve_options(settings)}

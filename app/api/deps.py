@@ -161,10 +161,15 @@ def remembered_tenant_id(request: Request, authorization: str | None) -> str | N
     """`tenant_id_of`'s answer when it needs neither the database nor I/O (auth off, or a key verified here
     within the memo's TTL, with the limits counted in this process's memory); None when it does. Checks
     and counts nothing: `count_remembered` does, once the caller answers from memory."""
-    if not request.app.state.guard.local:
+    return remembered_tenant_id_at(request.app.state, authorization)
+
+
+def remembered_tenant_id_at(state: Any, authorization: str | None) -> str | None:
+    """`remembered_tenant_id` from the app's state (app.api.fast_poll has no Request)."""
+    if not state.guard.local:
         return None
-    if not request.app.state.settings.auth_enabled:
-        return request.app.state.default_tenant_id
+    if not state.settings.auth_enabled:
+        return state.default_tenant_id  # type: ignore[no-any-return]
     scheme, _, key = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return None
@@ -174,14 +179,21 @@ def remembered_tenant_id(request: Request, authorization: str | None) -> str | N
 def count_remembered(request: Request, authorization: str | None, tenant_id: str) -> None:
     """The checks and counts `tenant_id_of` makes around a successful authentication (429s included), for
     a caller `remembered_tenant_id` recognised."""
-    guard: Guard = request.app.state.guard
-    if request.app.state.settings.auth_enabled:
+    address = request.client.host if request.client else "unknown"
+    count_remembered_at(request.app.state, authorization, address, request.method, tenant_id)
+
+
+def count_remembered_at(
+    state: Any, authorization: str | None, address: str, method: str, tenant_id: str
+) -> None:
+    """`count_remembered` from the app's state and the request's parts (app.api.fast_poll has no Request)."""
+    guard: Guard = state.guard
+    if state.settings.auth_enabled:
         key = _bearer(authorization)
         parsed = keys.parse_api_key(key)
-        address = request.client.host if request.client else "unknown"
         guard.before_authentication(key, parsed[0] if parsed else None, address)
         guard.authenticated(key)
-    guard.request(tenant_id, request.method)
+    guard.request(tenant_id, method)
 
 
 def get_tenant(

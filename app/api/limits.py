@@ -7,10 +7,11 @@ Retry-After), each answered in the API's error shape with the setting that sets 
   FastAPI re-raises and the error handler renders). Per route (`body_limit_for`): `POST /v1/datasets` has
   ICLAUDIT_UPLOAD_MAX_BYTES plus multipart room, `POST /v1/audits` ICLAUDIT_MAX_REQUEST_BYTES, everything
   else ICLAUDIT_MAX_SMALL_REQUEST_BYTES.
-- `Guard`: sliding-window-counter limits from the `limits` library (O(1) per hit), keyed by tenant,
-  key id and client address.
+- `Guard`: sliding-window-counter limits (O(1) per hit), keyed by tenant, key id and client address.
   Storage: ICLAUDIT_RATE_LIMIT_STORAGE, else the broker's Redis when there is one (so every API process
-  shares the counts), else this process's memory (the embedded default).
+  shares the counts; the `limits` library), else this process's memory (the embedded default:
+  `LocalWindows`, the same arithmetic in a dict, since `limits`' MemoryStorage starts a timer thread every
+  10 ms under load, which was a tenth of a poll's CPU).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import contextlib
 import hashlib
 import logging
 import math
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -131,6 +133,74 @@ class BodyLimit:
 
 
 @dataclass(frozen=True)
+class WindowStats:
+    reset_time: float
+    remaining: int
+
+
+class LocalWindows:
+    """Sliding-window counters in this process's memory, with `limits`' strategy interface (`hit`, `test`,
+    `get_window_stats`) and its arithmetic: the previous window's count weighted by the part of it still
+    inside the sliding window, plus the current window's count. Thread-safe; entries of windows long past
+    are dropped as the table grows."""
+
+    _PRUNE_AT = 10_000
+
+    def __init__(self) -> None:
+        self._counts: dict[str, tuple[int, int, int]] = {}  # key → (window index, previous, current)
+        self._ends: dict[str, float] = {}  # key → when its counts are all past (two windows after its own)
+        self._lock = threading.Lock()
+        self._pruned = 0.0
+
+    def _state(self, key: str, expiry: int, now: float) -> tuple[int, int, int]:
+        index = int(now // expiry)
+        at, previous, current = self._counts.get(key, (index, 0, 0))
+        if at == index:
+            return index, previous, current
+        return index, current if at == index - 1 else 0, 0
+
+    @staticmethod
+    def _weighted(previous: int, current: int, expiry: int, now: float) -> float:
+        return previous * (1 - (now % expiry) / expiry) + current
+
+    def hit(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> bool:
+        key, expiry, now = item.key_for(*identifiers), item.get_expiry(), time.time()
+        with self._lock:
+            index, previous, current = self._state(key, expiry, now)
+            if math.floor(self._weighted(previous, current, expiry, now)) + cost > item.amount:
+                self._counts[key] = (index, previous, current)
+                return False
+            self._counts[key] = (index, previous, current + cost)
+            self._ends[key] = (index + 2) * expiry
+            if len(self._counts) > self._PRUNE_AT and now - self._pruned > 1.0:
+                self._prune(now)
+        return True
+
+    def test(self, item: RateLimitItem, *identifiers: str, cost: int = 1) -> bool:
+        key, expiry, now = item.key_for(*identifiers), item.get_expiry(), time.time()
+        with self._lock:
+            _, previous, current = self._state(key, expiry, now)
+        return math.floor(self._weighted(previous, current, expiry, now)) + cost <= item.amount
+
+    def get_window_stats(self, item: RateLimitItem, *identifiers: str) -> WindowStats:
+        """When one more hit would be allowed (`reset_time`, epoch seconds) and how many are left now."""
+        key, expiry, now = item.key_for(*identifiers), item.get_expiry(), time.time()
+        with self._lock:
+            index, previous, current = self._state(key, expiry, now)
+        remaining = max(0, item.amount - math.floor(self._weighted(previous, current, expiry, now)))
+        if current >= item.amount or previous == 0:
+            return WindowStats((index + 1) * expiry, remaining)
+        # the previous window's weight falls below what the limit leaves: previous·(1 − f) < amount − current
+        return WindowStats(index * expiry + expiry * (1 - (item.amount - current) / previous), remaining)
+
+    def _prune(self, now: float) -> None:
+        self._pruned = now
+        for key in [k for k, end in self._ends.items() if end <= now]:
+            del self._ends[key]
+            self._counts.pop(key, None)
+
+
+@dataclass(frozen=True)
 class _Rule:
     items: tuple[RateLimitItem, ...]
     setting: str
@@ -154,8 +224,10 @@ class Guard:
         auth_failures_per_key: str,
         auth_failures_per_address: str,
     ) -> None:
-        self._limiter = SlidingWindowCounterRateLimiter(storage)
         self.local = isinstance(storage, MemoryStorage)
+        self._limiter: SlidingWindowCounterRateLimiter | LocalWindows = (
+            LocalWindows() if self.local else SlidingWindowCounterRateLimiter(storage)
+        )
         """Counts in this process's memory: checking a limit costs no I/O (may run on the event loop)."""
         self._rate = _Rule.of(rate, "ICLAUDIT_RATE_LIMIT")
         self._write_rate = _Rule.of(write_rate, "ICLAUDIT_WRITE_RATE_LIMIT")

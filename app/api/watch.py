@@ -55,7 +55,7 @@ def matches(if_none_match: str | None, etag: str) -> bool:
     return any(tag.strip() in ("*", etag, f"W/{etag}") for tag in if_none_match.split(","))
 
 
-def wait_seconds(
+async def wait_seconds(  # async: a sync dependency costs every poll a thread hop
     wait: Annotated[
         str | None,
         Query(

@@ -36,7 +36,7 @@ def serve(
     """Run the HTTP API (uvicorn). With no URLs set: SQLite in ./var and the in-process executor."""
     import uvicorn
 
-    from app.api.connections import serve_options
+    from app.api.connections import uvicorn_options
     from app.config import get_settings
 
     _logging()
@@ -45,8 +45,7 @@ def serve(
         factory=True,
         host=host,
         port=port,
-        log_config=None,
-        **serve_options(get_settings()),  # header deadline and size, keep-alive (issue 20)
+        **uvicorn_options(get_settings()),  # header deadline and size, keep-alive (issue 20), logging
     )
 
 

@@ -1,0 +1,191 @@
+"""The poll of a finished or running audit, answered before the middleware stack and the router (pure
+ASGI, issue 23).
+
+A finished audit's answer never changes (app.api.watch.FinishedBodies), and a key verified in the last
+few seconds needs no database (app.db.keys.remembered_tenant_id), so `GET /v1/audits/{id}` for such an
+audit and key is a dictionary look-up. Through the whole stack (request ids, metrics' route matching,
+security headers, the body limit, the gate, strict JSON, FastAPI's dependency solving) it cost about ten
+times the look-up. `FastPoll` stands outermost and answers exactly that case with what the stack would have
+answered: the body or a 304, `ETag`, `Cache-Control`, the security headers, `X-Request-ID` (set for the
+log lines too), the tenant's rate limits counted (429 in the error shape), and the HTTP metrics recorded
+under the route's template. Anything else — a query string, another path, a key not remembered, an
+audit not rendered here, limits counted in Redis — goes down the stack unchanged.
+
+A running audit's answer is kept too (`RunningBodies`), on the inline executor only, where every write
+of an audit's state or progress reaches this process (its own commits wake app.api.watch.AuditWatch, the
+worker processes' writes come through the executor's `on_write`): an entry holds while the hub has not
+woken since it was read and for at most RUNNING_TTL_SECONDS (1 s, the bound long-polls already have for
+writes from other processes, such as another API process's cancel). With one API process a running
+audit's poll is as fresh as a read of the database; with Celery every such poll reads it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from cachetools import LRUCache
+from prometheus_fastapi_instrumentator import metrics
+from prometheus_fastapi_instrumentator.middleware import PrometheusInstrumentatorMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.api.deps import count_remembered_at, remembered_tenant_id_at
+from app.api.errors import ApiError, error_response
+from app.api.headers import HEADERS, csp_for
+from app.api.limits import TooManyRequests
+from app.api.watch import CACHE_CONTROL, bodies_of, matches, watch_of
+from app.observability import request_id, request_id_for
+
+RUNNING_TTL_SECONDS = 1.0
+RUNNING_CACHE_ENTRIES = 4096
+
+PREFIX = "/v1/audits/"
+TEMPLATE = "/v1/audits/{audit_id}"
+_SECURITY = [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
+
+
+class RunningBodies:
+    """Running audits' ETag, state and JSON by (tenant id, audit id), each with the hub's wake count read
+    before the read that rendered it; valid while that count stands and for RUNNING_TTL_SECONDS."""
+
+    def __init__(self, watch: Any, max_entries: int = RUNNING_CACHE_ENTRIES) -> None:
+        self._watch = watch
+        self._cache: LRUCache[tuple[str, str], tuple[str, str, bytes, int, float]] = LRUCache(max_entries)
+        self._lock = threading.Lock()
+
+    def stamp(self) -> int:
+        """Read before the database read whose answer `put` keeps."""
+        return int(self._watch.wakes)
+
+    def get(self, tenant_id: str, audit_id: str) -> tuple[str, str, bytes] | None:
+        with self._lock:
+            held = self._cache.get((tenant_id, audit_id))
+        if held is None:
+            return None
+        etag, state, body, stamp, at = held
+        if stamp != self._watch.wakes or time.monotonic() - at > RUNNING_TTL_SECONDS:
+            return None
+        return etag, state, body
+
+    def put(self, tenant_id: str, audit_id: str, etag: str, state: str, body: bytes, stamp: int) -> None:
+        with self._lock:
+            self._cache[(tenant_id, audit_id)] = (etag, state, body, stamp, time.monotonic())
+
+
+def running_of(app: Any) -> RunningBodies | None:
+    """The app's RunningBodies on the inline executor (made on first use, on the event loop), else None."""
+    state = app.state
+    if state.settings.executor != "inline":
+        return None
+    running = getattr(state, "running_bodies", None)
+    if running is None:
+        running = state.running_bodies = RunningBodies(watch_of(app))
+    return running
+
+
+class FastPoll:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._metrics: PrometheusInstrumentatorMiddleware | bool | None = False  # False: not looked up
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
+            path: str = scope["path"]
+            audit_id = path[len(PREFIX) :] if path.startswith(PREFIX) else ""
+            if audit_id and "/" not in audit_id and await self._answer(scope, audit_id, send):
+                return
+        await self.app(scope, receive, send)
+
+    async def _answer(self, scope: Scope, audit_id: str, send: Send) -> bool:
+        """Answer a remembered caller's poll of a finished audit rendered before; False to go the long way."""
+        started = time.perf_counter()
+        state = scope["app"].state
+        authorization = if_none_match = given_id = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+            elif name == b"if-none-match":
+                if_none_match = value.decode("latin-1")
+            elif name == b"x-request-id":
+                given_id = value.decode("latin-1")
+        tenant_id = remembered_tenant_id_at(state, authorization)
+        if tenant_id is None:
+            return False
+        held = bodies_of(scope["app"]).get(tenant_id, audit_id)
+        if held is None and (running := running_of(scope["app"])) is not None:
+            held = running.get(tenant_id, audit_id)
+        if held is None:
+            return False
+        rid = request_id_for(given_id)
+        request_id.set(rid)  # the access line and any other log line of this request carry it
+        common = [*_SECURITY, (b"content-security-policy", csp_for(scope["path"]).encode())]
+        common.append((b"x-request-id", rid.encode()))
+        client = scope.get("client")
+        try:
+            count_remembered_at(state, authorization, client[0] if client else "unknown", "GET", tenant_id)
+        except (TooManyRequests, ApiError) as exc:
+            retry = {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManyRequests) else {}
+            status = 429 if isinstance(exc, TooManyRequests) else exc.code
+            refused = error_response(status, exc.message, **retry)
+            await self._send(send, status, [*refused.raw_headers, *common], refused.body)
+            self._record(scope, status, refused.raw_headers, started)
+            return True
+        etag, _, body = held
+        headers = [(b"etag", etag.encode()), (b"cache-control", CACHE_CONTROL.encode()), *common]
+        if matches(if_none_match, etag):
+            await self._send(send, 304, headers, b"")
+            self._record(scope, 304, headers, started)
+            return True
+        headers = [
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", b"application/json"),
+            *headers,
+        ]
+        await self._send(send, 200, headers, body)
+        self._record(scope, 200, headers, started)
+        return True
+
+    @staticmethod
+    async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _record(self, scope: Scope, status: int, headers: list[tuple[bytes, bytes]], started: float) -> None:
+        """The HTTP metrics the instrumentator would have recorded for this answer (its own instruments)."""
+        if self._metrics is False:
+            self._metrics = _instrumentator(scope["app"])
+        found = self._metrics
+        if not isinstance(found, PrometheusInstrumentatorMiddleware):
+            return
+        duration = max(time.perf_counter() - started, 0.0)
+        response = Response(status_code=status)
+        response.raw_headers = headers
+        info = metrics.Info(
+            request=Request(scope),
+            response=response,
+            method="GET",
+            modified_handler=TEMPLATE,
+            modified_status=str(status),
+            modified_duration=duration,
+            modified_duration_without_streaming=duration,
+        )
+        for instrumentation in found.instrumentations:
+            instrumentation(info)
+
+
+def _instrumentator(app: Any) -> PrometheusInstrumentatorMiddleware | None:
+    """The app's prometheus-fastapi-instrumentator middleware, found down its built middleware stack."""
+    node = getattr(app, "middleware_stack", None)
+    while node is not None:
+        if isinstance(node, PrometheusInstrumentatorMiddleware):
+            return node
+        node = getattr(node, "app", None)
+    return None
+
+
+def install_fast_poll(app: Any) -> None:
+    """Outermost (call after every other add_middleware)."""
+    app.add_middleware(FastPoll)
