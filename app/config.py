@@ -88,6 +88,11 @@ class Settings(BaseSettings):
         "then path prefix; app/egress.py). Empty: such audits are refused. Internal addresses are called only "
         "when an entry names the address itself (`http://10.0.0.5:8000/`).",
     )
+    default_budget: dict[str, float] | None = Field(
+        default=None,
+        description='Budget given to every tenant\'s mia audit that sets none (JSON: {"max_calls": 100000, '
+        '"max_seconds": 3600}; app/audit/budget.py). Stored with the audit at submit.',
+    )
     secrets_dir: Path | None = Field(
         default=None,
         description="Per-tenant target secrets: `<dir>/<tenant>.json` maps names to values, read when an audit "

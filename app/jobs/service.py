@@ -199,6 +199,16 @@ def check_request(
             ) from exc
 
 
+def with_default_budget(request: AuditRequestBase, settings: Settings) -> AuditRequestBase:
+    """A mia request without a budget gets ICLAUDIT_DEFAULT_BUDGET (stored with it, so a resume or a re-run
+    keeps the caps it was submitted under)."""
+    if settings.default_budget is None or "budget" not in type(request).model_fields or request.budget:
+        return request
+    from app.audit.budget import BudgetSpec
+
+    return request.model_copy(update={"budget": BudgetSpec.model_validate(settings.default_budget)})
+
+
 def submit_audit(
     *,
     session: Session,
@@ -212,6 +222,7 @@ def submit_audit(
     enqueue. If the broker is down the audit stays PENDING and the sweep enqueues it later. `on_stored` writes in the same transaction (an idempotency
     key, a schedule's run) and may raise to store nothing."""
     check_request(session, tenant_id=tenant_id, request=request, settings=settings)
+    request = with_default_budget(request, settings)
     body: dict[str, Any] = request.model_dump(mode="json")
     reserve_active(session, tenant_id=tenant_id, settings=settings)
     audit = audits.add_audit(
@@ -266,13 +277,20 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
             continue
         their = (body.get("mechanism") or {}).get("endpoint") or {}
         calls = result.get("endpoint_calls")
-        if endpoint is not None and their.get("url") and calls and _origin(their["url"]) == _origin(endpoint.url):
+        if (
+            endpoint is not None
+            and their.get("url")
+            and calls
+            and _origin(their["url"]) == _origin(endpoint.url)
+        ):
             url.append(seconds / calls)
         elif body.get("model") == request.model and result.get("distinct_prompts"):
             model.append(seconds / result["distinct_prompts"])
     model, url = model[:PLAN_HISTORY], url[:PLAN_HISTORY]
     basis = ", ".join(
-        f"{len(v)} finished audits {what}" for v, what in ((model, f"of {request.model}"), (url, "of this endpoint")) if v
+        f"{len(v)} finished audits {what}"
+        for v, what in ((model, f"of {request.model}"), (url, "of this endpoint"))
+        if v
     )
     return Rates(
         model_seconds_per_call=statistics.median(model) if model else None,
@@ -300,7 +318,9 @@ def plan_audit(*, session: Session, tenant_id: str, request: AuditRequestBase, s
     )
     try:
         tokens = model_tokens(request.model) if request.mechanism.name != "http_endpoint" else None
-        return plan_mia(request, datasets=datasets, rates=rates, tokens=tokens, max_trials=settings.max_trials)
+        return plan_mia(
+            request, datasets=datasets, rates=rates, tokens=tokens, max_trials=settings.max_trials
+        )
     except AuditError as exc:
         raise Rejected("$", f"this request cannot be planned: {exc}") from None
 

@@ -57,7 +57,9 @@ def test_plan_predicts_calls_exactly_and_time_within_2x(app_client, make_key) ->
         plan = client.post("/v1/audits/plan", json=endpoint_body(url + "/", 300, seed=6)).json()
         assert target.answered == before  # planning called nothing
         done = run(client, endpoint_body(url + "/", 300, seed=6))
-        assert plan["calls"]["endpoint"] == done["result"]["endpoint_calls"] == target.answered - before == 600
+        assert (
+            plan["calls"]["endpoint"] == done["result"]["endpoint_calls"] == target.answered - before == 600
+        )
         ratio = plan["time"]["expected_seconds"] / seconds(done)
         assert 0.5 <= ratio <= 2.0, (plan["time"], seconds(done))
         assert plan["power"]["trials_needed"] > 300  # 300 calls per side cannot resolve ε = 1 black-box

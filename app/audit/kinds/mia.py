@@ -19,6 +19,7 @@ Run it from a file: `python -m app.audit.kinds.mia examples/mia-oracle-eps1.json
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
+from app.audit.budget import BudgetSpec, Meter, MeteredEngine
 from app.audit.icl.contexts import NeighbouringContexts, build_contexts
 from app.audit.kinds.base import (
     PUBLIC_TEMPERATURE,
@@ -228,6 +230,11 @@ class Request(AuditRequestBase):
         "none otherwise (http_endpoint).",
     )
     utility_queries: int = Field(default=0, ge=0, le=1000, description="Held-out queries for utility.")
+    budget: BudgetSpec | None = Field(
+        default=None,
+        description="Caps on calls, tokens and seconds (app/audit/budget.py); a direct audit stopped by one is "
+        "judged on the trials it finished (inconclusive: budget, unless they show a violation).",
+    )
     max_epsilon: float = Field(
         default=0.0,
         ge=0,
@@ -329,6 +336,7 @@ class Setup:
     target: BinaryTarget
     llm: Any
     dataset: Any
+    meter: Meter
 
     def release(self, batch: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """One batch of private releases → (black-box decision, white-box score)."""
@@ -358,7 +366,11 @@ def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
         canary=contexts.canary, dataset=dataset, spec=request.attack, rng=seeds.rng("attack")
     )
     parts_in, parts_out = mechanism.partition(contexts, seeds.rng("partitions"))
+    meter = ctx.extra.get("meter") or Meter(request.budget)
+    mechanism.meter = meter  # an endpoint's calls are checked and charged per call
     llm = ctx.engines.llm(request.model or "oracle") if mechanism.needs_llm else None
+    if llm is not None and request.budget is not None:
+        llm = MeteredEngine(llm, meter)
     embedder = ctx.engines.embedder() if mechanism.needs_embedder else None
     source = CleanSource(llm, embedder, seed=seeds.integer("generations"))
     mechanism.prepare(query, source)
@@ -376,6 +388,7 @@ def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
         target=mechanism.binary_target(query, source),
         llm=llm,
         dataset=dataset,
+        meter=meter,
     )
 
 
@@ -498,6 +511,14 @@ ESTIMATORS = {"bootstrap": _bootstrap, "direct": _direct}
 
 def run(request: Request, ctx: RunContext) -> dict:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
+    if request.budget is not None:  # the spend is checked and shown at every progress report
+        meter, report = Meter(request.budget), ctx.progress
+
+        def progress(stage: str, fraction: float, message: str = "") -> None:
+            meter.check()
+            report(stage, fraction, f"{message} · {meter.summary()}" if message else meter.summary())
+
+        ctx = dataclasses.replace(ctx, progress=progress, extra={**ctx.extra, "meter": meter})
     if request.attack.name == "auto":
         return judged(request, _run_auto(request, ctx))
     module = attack_module(request.attack.name)
@@ -549,6 +570,12 @@ def judged(request: Request, result: dict) -> dict:
         blocked=blocked,
     )
     verdict = judgement.as_dict()
+    stopped = result.get("stopped")
+    if stopped and judgement.verdict != "violation":
+        reason = f"{stopped['message']}; judged on the {stopped['trials']} trials per context it finished"
+        verdict.update(
+            verdict="inconclusive", verdict_reason=reason, headline=f"Inconclusive (budget): {reason}"
+        )
     if result.get("calibration_valid") is False and judgement.verdict != "violation":
         ceiling = result.get("epsilon_ceiling")
         exact = f"{ceiling:.3g}" if isinstance(ceiling, int | float) else "above the claim"
@@ -630,6 +657,11 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
         evidence = _evidence(setup, trials)
 
     result: dict = {"estimator": request.estimator, **bounds}
+    if request.estimator != "exact" and trials.stopped is not None:
+        stop = trials.stopped
+        result["stopped"] = {"reason": "budget", "cap": stop.cap, "message": str(stop), "trials": trials.done}
+    if request.budget is not None:
+        result.update(setup.meter.as_dict())
     if theory is not None:
         result.update(theory.as_dict())
     else:
@@ -647,7 +679,7 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
     )
     result["distinct_prompts"] = setup.source.distinct_prompts
     result["llm_calls"] = request.llm_calls
-    result["trials"] = request.trials if request.estimator != "exact" else None
+    result["trials"] = trials.done if request.estimator != "exact" else None
     result["canary"] = setup.contexts.canary.text
     result["mechanism"] = {
         "name": request.mechanism.name,

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.audit.budget import Meter
 from app.audit.icl.contexts import format_exemplar
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, claimed_theory
 from app.audit.runtime import AuditError
@@ -144,6 +145,7 @@ class HttpEndpoint(Mechanism):
         self.calls = 0
         self.egress: AllowList | None = None  # set from RunContext.egress by the kind (the service always)
         self.secrets: Callable[[str], str] | None = None  # RunContext.secrets; None: ICLAUDIT_SECRET_* only
+        self.meter: Meter | None = None  # the audit's budget (set by the kind)
 
     def resolved_headers(self) -> dict[str, str]:
         """The headers with every secret reference replaced by its value (AuditError naming a missing one)."""
@@ -196,7 +198,12 @@ class HttpEndpoint(Mechanism):
             client = httpx.Client(transport=transport, timeout=self.timeout_s, headers=headers)
         with client:
             for i in range(n_calls):
+                if self.meter is not None:
+                    self.meter.check(calls=1)  # the call that would pass max_calls is not made
                 reply = self._post(client, body)
+                self.calls += 1
+                if self.meter is not None:
+                    self.meter.charge(calls=1)
                 try:
                     answer = read_path(reply, self.answer_path)
                 except KeyError as exc:
@@ -205,7 +212,6 @@ class HttpEndpoint(Mechanism):
                         f"(a {type(reply).__name__}; the reply itself is not shown)"
                     ) from exc
                 out[i, 0] = index.get(_normal(answer), -1)
-        self.calls += n_calls
         return out
 
     def _post(self, client, body: Any) -> Any:

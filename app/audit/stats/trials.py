@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.audit.budget import BudgetExhausted
+
 Release = Callable[[np.ndarray, np.random.Generator], tuple[np.ndarray, np.ndarray]]
 Draw = Callable[[int, np.random.Generator], np.ndarray]
 """`draw(size, rng)` → `size` clean statistics of one context (rows)."""
@@ -44,6 +46,11 @@ class TrialScores:
     decisions_out: np.ndarray
     scores_in: np.ndarray
     scores_out: np.ndarray
+    stopped: BudgetExhausted | None = None  # run_trials stopped by a budget after `done` trials
+
+    @property
+    def done(self) -> int:
+        return int(self.decisions_in.size)
 
 
 def run_trials(
@@ -67,18 +74,24 @@ def run_trials(
     decisions = {"in": np.empty(n_trials, dtype=bool), "out": np.empty(n_trials, dtype=bool)}
     scores = {"in": np.empty(n_trials), "out": np.empty(n_trials)}
     chunk, done = min(FIRST_CHUNK, max_chunk), 0
-    while done < n_trials:
-        size = min(chunk, n_trials - done)
-        for side, draw, rng in (("in", draw_in, rng_in), ("out", draw_out, rng_out)):
-            clean = draw(size, rng)
-            decision, score = release(clean, rng)
-            decisions[side][done : done + size] = decision
-            scores[side][done : done + size] = score
-        width = max(1, int(np.prod(clean.shape[1:])))
-        chunk = min(max_chunk, max(FIRST_CHUNK, MEMORY_FLOATS // width))
-        done += size
-        if progress is not None:
-            progress(done / n_trials)
+    try:
+        while done < n_trials:
+            size = min(chunk, n_trials - done)
+            for side, draw, rng in (("in", draw_in, rng_in), ("out", draw_out, rng_out)):
+                clean = draw(size, rng)
+                decision, score = release(clean, rng)
+                decisions[side][done : done + size] = decision
+                scores[side][done : done + size] = score
+            width = max(1, int(np.prod(clean.shape[1:])))
+            chunk = min(max_chunk, max(FIRST_CHUNK, MEMORY_FLOATS // width))
+            done += size
+            if progress is not None:
+                progress(done / n_trials)
+    except BudgetExhausted as exc:  # keep the finished trials, both sides alike (app/audit/budget.py)
+        if done < 2:
+            raise
+        cut = {k: v[:done] for k, v in decisions.items()}, {k: v[:done] for k, v in scores.items()}
+        return TrialScores(cut[0]["in"], cut[0]["out"], cut[1]["in"], cut[1]["out"], stopped=exc)
     return TrialScores(decisions["in"], decisions["out"], scores["in"], scores["out"])
 
 

@@ -1,0 +1,122 @@
+"""Budgets (issue 22 §2): `budget: {max_calls, max_tokens, max_seconds}` on an audit, counted as it runs.
+
+Calls are the model's distinct prompts (each goes to the engine once) and an endpoint's calls; tokens the
+engine's prompt and generated tokens; seconds the audit's wall time since its computation began. The
+meter is checked before every model or endpoint call and at every progress report: the call that would
+pass `max_calls` is not made; `max_tokens` and `max_seconds` are seen after the call that passed them, and
+the audit stops before the next. An audit whose trials are real calls (estimator `direct`) keeps the
+trials it finished — both contexts, the same number — and is judged on them (`inconclusive` with reason
+`budget` unless they already show a violation); one stopped before it has two trials per side fails with
+the budget's message.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.audit.runtime import AuditError
+
+
+class BudgetSpec(BaseModel):
+    """Caps on what one audit may spend; absent fields are not capped."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    max_calls: int | None = Field(default=None, ge=1, description="Model prompts plus endpoint calls.")
+    max_tokens: int | None = Field(default=None, ge=1, description="Model prompt + generated tokens.")
+    max_seconds: float | None = Field(default=None, gt=0, le=7 * 24 * 3600, description="Wall time.")
+
+
+class BudgetExhausted(AuditError):
+    """A cap was reached; `cap` names it (max_calls, max_tokens, max_seconds)."""
+
+    def __init__(self, cap: str, limit: float, spent: dict[str, float]) -> None:
+        super().__init__(
+            f"budget: {cap} = {limit:g} reached (spent {spent['calls']:g} calls, {spent['tokens']:g} tokens, "
+            f"{spent['seconds']:.1f} s)"
+        )
+        self.cap = cap
+        self.limit = limit
+        self.spent = spent
+
+
+@dataclass
+class Meter:
+    """What one audit has spent against its budget (`spec` None: only counted)."""
+
+    spec: BudgetSpec | None = None
+    calls: int = 0
+    tokens: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def spent(self) -> dict[str, float]:
+        return {"calls": self.calls, "tokens": self.tokens, "seconds": time.monotonic() - self.started}
+
+    def check(self, calls: int = 0) -> None:
+        """BudgetExhausted if `calls` more would pass max_calls, or tokens or seconds are spent."""
+        if self.spec is None:
+            return
+        spec, spent = self.spec, self.spent()
+        if spec.max_calls is not None and self.calls + calls > spec.max_calls:
+            raise BudgetExhausted("max_calls", spec.max_calls, spent)
+        if spec.max_tokens is not None and self.tokens >= spec.max_tokens:
+            raise BudgetExhausted("max_tokens", spec.max_tokens, spent)
+        if spec.max_seconds is not None and spent["seconds"] >= spec.max_seconds:
+            raise BudgetExhausted("max_seconds", spec.max_seconds, spent)
+
+    def charge(self, calls: int = 0, tokens: int = 0) -> None:
+        self.calls += calls
+        self.tokens += tokens
+
+    def summary(self) -> str:
+        """`calls 120/500, tokens 0, 3.2/60 s`: the spend against each cap, for progress messages."""
+        spec, spent = self.spec or BudgetSpec(), self.spent()
+
+        def part(name: str, value: float, cap: float | None, unit: str = "") -> str:
+            shown = f"{value:.1f}" if isinstance(value, float) and name == "" else f"{value:g}"
+            return f"{name}{shown}{'/' + format(cap, 'g') if cap is not None else ''}{unit}"
+
+        return ", ".join(
+            [
+                part("calls ", spent["calls"], spec.max_calls),
+                part("tokens ", spent["tokens"], spec.max_tokens),
+                part("", round(spent["seconds"], 1), spec.max_seconds, " s"),
+            ]
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        spent = self.spent()
+        return {
+            "budget": self.spec.model_dump() if self.spec is not None else None,
+            "spent": {"calls": self.calls, "tokens": self.tokens, "seconds": round(spent["seconds"], 3)},
+        }
+
+
+class MeteredEngine:
+    """An engine whose calls are checked against and charged to a Meter (calls = prompts sent: the
+    CleanSource in front sends each distinct prompt once; tokens from the engine's own counters)."""
+
+    def __init__(self, engine: Any, meter: Meter) -> None:
+        self._engine = engine
+        self._meter = meter
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._engine, name)
+        if name not in ("label_logprobs", "generate", "next_token_logprobs"):
+            return attr
+
+        def metered(prompts: Any, *args: Any, **kwargs: Any) -> Any:
+            self._meter.check(calls=len(prompts))
+            counters = self._engine.counters
+            before = counters.prompt_tokens + counters.generated_tokens
+            try:
+                return attr(prompts, *args, **kwargs)
+            finally:
+                after = counters.prompt_tokens + counters.generated_tokens
+                self._meter.charge(calls=len(prompts), tokens=after - before)
+
+        return metered
