@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -173,7 +174,46 @@ def remembered_tenant_id_at(state: Any, authorization: str | None) -> str | None
     scheme, _, key = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return None
-    return keys.remembered_tenant_id(key.strip())
+    found = keys.remembered(key.strip())
+    if found is None:
+        return None
+    if found[1] > keys.VERIFIED_TTL_SECONDS / 2:
+        _renew_soon(state, key.strip())
+    return found[0]
+
+
+_renewing: set[str] = set()
+_renewals: set[asyncio.Task[None]] = set()
+
+
+def _renew_soon(state: Any, key: str) -> None:
+    """Re-read a remembered key's row in the background (one at a time per key) before its memo runs out,
+    so a fleet polling with one key never meets an expired memo all at once (each poll would then read the
+    row under a request slot). A key revoked elsewhere is still refused within the memo's TTL."""
+    if key in _renewing:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # a worker thread: the next poll on the event loop renews it
+        return
+    _renewing.add(key)
+    task = loop.create_task(_renew(state, key))
+    _renewals.add(task)
+    task.add_done_callback(_renewals.discard)
+
+
+async def _renew(state: Any, key: str) -> None:
+    try:
+        async with state.db_slots:
+            await to_thread.run_sync(_in_session, state.session_factory, _reread_key, (key,))
+    except Exception as exc:  # the memo then runs out and the next poll reads the row itself
+        log.warning("renewing a verified key failed (%s)", short_reason(exc))
+    finally:
+        _renewing.discard(key)
+
+
+def _reread_key(session: Session, key: str) -> str | None:
+    return keys.authenticated_tenant_id(session, key, max_age=0)
 
 
 def count_remembered(request: Request, authorization: str | None, tenant_id: str) -> None:

@@ -78,13 +78,21 @@ def parse_api_key(key: str) -> tuple[str, str] | None:
 
 def remembered_tenant_id(key: str) -> str | None:
     """The tenant id of a key verified here in the last VERIFIED_TTL_SECONDS (no database), else None."""
+    found = remembered(key)
+    return None if found is None else found[0]
+
+
+def remembered(key: str) -> tuple[str, float] | None:
+    """(tenant id, seconds since its row was last read) of a key verified here in the last
+    VERIFIED_TTL_SECONDS, else None. A caller may re-read the row before the TTL runs out
+    (`authenticated_tenant_id(session, key, max_age=0)`), which renews the entry."""
     digest = hashlib.sha256(key.encode()).digest()
     with _verified_lock:
         hit = _verified.get(digest)
-        if hit is None or time.monotonic() - hit[2] >= VERIFIED_TTL_SECONDS:
+        if hit is None or (age := time.monotonic() - hit[2]) >= VERIFIED_TTL_SECONDS:
             return None
         _verified.move_to_end(digest)
-        return hit[1]
+        return hit[1], age
 
 
 _decoy: tuple[bytes, bytes] | None = None

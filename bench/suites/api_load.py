@@ -1,12 +1,21 @@
-"""Load on the real servers over loopback (part of `bench/run.py api`): status pollers in open loop (300 and
-1,000 req/s for 20 s) and closed loop (200 and 500 clients, plain and with If-None-Match), and submit
-bursts, while `mia` audits run; `/healthz` probed every 0.5 s throughout; at the end every audit that ran
-during the load must have SUCCEEDED.
+"""Load on the real servers over loopback (part of `bench/run.py api`).
 
-Two stacks, each with authentication on: the embedded default (`iclaudit serve`: SQLite, inline executor)
-and PostgreSQL + Redis + one `iclaudit worker` (Celery), started as tests/service/servers.py starts them.
-The load generator (bench/loadgen.py) runs in this process and shares the machine's cores with the server.
-`ICLAUDIT_BENCH_LOAD_SECONDS` shortens every phase (default 20).
+**Against bare FastAPI** (issue 23; `_side_by_side`): a bare FastAPI app (bench/bare_app.py) runs beside
+the service under the same uvicorn settings, and each phase offers both the same load, the bare app first:
+open loop at 300 and 1,000 req/s and closed loop with 200 pollers, of finished audits and of running ones,
+while two `mia` audits compute (topped up every second; ICLAUDIT_INLINE_WORKERS=2). Each row holds both
+servers' figures, the ratio of the service's served req/s (2xx and 304; a 429 is counted apart) to the bare
+app's, and each server's CPU per request (its process's /proc CPU time over the phase ÷ requests) and
+their ratio.
+
+**The rest** (`_scenarios`, with ICLAUDIT_BENCH_EXTRAS=1): closed loop with 500 clients, the same with
+If-None-Match, and submit bursts; at the end every audit that ran during the load must have SUCCEEDED.
+
+Stacks (ICLAUDIT_BENCH_STACKS, default `embedded`): the embedded default (`iclaudit serve`: SQLite, inline
+executor) and `postgres_celery` (PostgreSQL + Redis + one `iclaudit worker`), started as
+tests/service/servers.py starts them, authentication on. `/healthz` is probed every 0.5 s throughout. The
+load generator (bench/loadgen.py) runs in this process and shares the machine's cores with the servers.
+`ICLAUDIT_BENCH_LOAD_SECONDS` sets every phase's length (default 20).
 """
 
 from __future__ import annotations
@@ -102,6 +111,10 @@ def _stack(name: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
         "ICLAUDIT_DATA_DIR": str(ROOT.parent / "shared" / "datasets"),
         "ICLAUDIT_AUTH_ENABLED": "true",
         "ICLAUDIT_DEFAULT_MODEL": "oracle",
+        "ICLAUDIT_INLINE_WORKERS": "2",  # two audits compute at once
+        # counted on every request as always, but high enough that a catch-up burst after a stall of this
+        # shared machine is not refused (the bare app has no limit; 1,200/s is the default)
+        "ICLAUDIT_RATE_LIMIT": os.environ.get("ICLAUDIT_RATE_LIMIT", "100000/second"),
         "HF_HUB_OFFLINE": "1",
     }
     servers, procs = [], []
@@ -262,10 +275,146 @@ async def _scenarios(stack: str, base: str, key: str, pid: int) -> list[dict]:
     return rows
 
 
-def run(stacks: tuple[str, ...] = ("embedded", "postgres_celery")) -> Iterator[dict]:
+@contextlib.contextmanager
+def _bare(workdir: Path) -> Iterator[tuple[str, int]]:
+    """(base URL, pid) of bench/bare_app.py served as `iclaudit serve` serves the service."""
+    port = free_port()
+    proc = _start(
+        [sys.executable, "-m", "bench.bare_app", "--port", str(port)],
+        {"PYTHONPATH": str(ROOT), "ICLAUDIT_STATE_DIR": str(workdir)},
+        workdir / "bare.log",
+    )
+    try:
+        wait_for_port(port, proc, "bench/bare_app.py", timeout=60)
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        _stop(proc)
+
+
+def _served_rps(stats: loadgen.Stats) -> float:
+    served = sum(n for s, n in stats.statuses.items() if s.startswith("2") or s == "304")
+    return served / stats.elapsed if stats.elapsed else 0.0
+
+
+class _Computing:
+    """Keeps two `mia` audits queued or running for as long as it runs (checked every second)."""
+
+    def __init__(self, client: aiohttp.ClientSession, base: str) -> None:
+        self.client, self.base = client, base
+        self.ids: list[str] = []
+        self.live: list[str] = []
+        self.running_at_checks: list[int] = []
+
+    async def top_up(self) -> None:
+        states = await _states(self.client, self.base, self.live)
+        self.live = [i for i, s in states.items() if s not in TERMINAL]
+        self.running_at_checks.append(sum(s == "RUNNING" for s in states.values()))
+        while len(self.live) < 2:
+            audit_id, _, status = await _submit(self.client, self.base, MIA)
+            assert audit_id, f"mia submit answered {status}"
+            self.ids.append(audit_id)
+            self.live.append(audit_id)
+
+    async def loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.top_up()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 1.0)
+
+
+async def _phase(
+    base: str, pid: int, auth: dict[str, str], load: str, url_for, seconds: float
+) -> tuple[loadgen.Stats, float, list[float]]:
+    """(stats, server CPU seconds, /healthz latencies) of one load on one server."""
+    kind, n = load.split("_")
+    cpu = _cpu_seconds(pid)
+    async with loadgen.probe(base) as health, loadgen.session(1024 if kind == "open" else int(n)) as client:
+        if kind == "open":
+            stats = await loadgen.open_loop(client, url_for, auth, int(n), seconds)
+        else:
+            stats = await loadgen.closed_loop(client, url_for, auth, int(n), seconds)
+    return stats, _cpu_seconds(pid) - cpu, health.latencies
+
+
+async def _side_by_side(stack: str, base: str, key: str, pid: int, bare: str, bare_pid: int) -> list[dict]:
+    auth = {"Authorization": f"Bearer {key}"}
+    rows: list[dict] = []
+    async with aiohttp.ClientSession(headers=auth, timeout=loadgen.TIMEOUT) as admin:
+        bound = kind_module("bound").EXAMPLE
+        finished = [i for i, _, _ in await asyncio.gather(*(_submit(admin, base, bound) for _ in range(20)))]
+        await _until_done(admin, base, finished, 120)
+        computing = _Computing(admin, base)
+        await computing.top_up()
+        stop = asyncio.Event()
+        keeper = asyncio.create_task(computing.loop(stop))
+        await asyncio.sleep(2.0)  # the two audits are claimed and computing
+        try:
+            for target in ("finished", "running"):
+                for load in ("open_300", "open_1000", "closed_200"):
+                    figures: dict[str, dict] = {}
+                    for name, url, server_pid in (("bare", bare, bare_pid), ("service", base, pid)):
+                        await asyncio.sleep(2)  # the last phase's backlog drains
+
+                        def url_for(i: int, url: str = url, target: str = target) -> str:
+                            ids = finished if target == "finished" else computing.live or computing.ids[-2:]
+                            return f"{url}/v1/audits/{ids[i % len(ids)]}"
+
+                        stats, cpu, health = await _phase(url, server_pid, auth, load, url_for, SECONDS)
+                        summary = stats.summary()
+                        figures[name] = {
+                            **{k: summary[k] for k in ("achieved_rps", "p50_ms", "p99_ms", "errors")},
+                            "served_rps": round(_served_rps(stats), 1),
+                            "throttled": summary["throttled"],
+                            "requests": summary["requests"],
+                            "statuses": summary["statuses"],
+                            "cpu_ms_per_request": round(1000 * cpu / max(1, len(stats.latencies)), 3),
+                            "healthz_max_ms": round(1000 * max(health, default=float("nan")), 1),
+                        }
+                    service, baseline = figures["service"], figures["bare"]
+                    rows.append(
+                        {
+                            "name": f"{stack}/vs_bare/{load}/{target}",
+                            "value": round(service["served_rps"] / max(baseline["served_rps"], 1e-9), 3),
+                            "unit": "x bare FastAPI served req/s",
+                            "service": service,
+                            "baseline": baseline,
+                            "ratio": round(service["served_rps"] / max(baseline["served_rps"], 1e-9), 3),
+                            "cpu_ratio": round(
+                                service["cpu_ms_per_request"] / max(baseline["cpu_ms_per_request"], 1e-9), 2
+                            ),
+                            "audits_running": computing.running_at_checks[-1],
+                            "machine_load_1m": round(os.getloadavg()[0], 1),
+                            "phase_seconds": SECONDS,
+                        }
+                    )
+                    print(f"# {rows[-1]}", file=sys.stderr, flush=True)
+        finally:
+            stop.set()
+            await keeper
+        states = await _until_done(admin, base, computing.ids, 600)
+        rows.append(
+            {
+                "name": f"{stack}/vs_bare/audits_computing_succeeded",
+                "value": sum(s == "SUCCEEDED" for s in states.values()),
+                "unit": "audits",
+                "of": len(states),
+                "running_at_checks": {
+                    str(n): computing.running_at_checks.count(n)
+                    for n in sorted(set(computing.running_at_checks))
+                },
+            }
+        )
+    return rows
+
+
+def run(stacks: tuple[str, ...] | None = None) -> Iterator[dict]:
+    stacks = stacks or tuple(os.environ.get("ICLAUDIT_BENCH_STACKS", "embedded").split(","))
     for stack in stacks:
         with (
             tempfile.TemporaryDirectory(prefix=f"iclaudit-load-{stack}-") as tmp,
             _stack(stack, Path(tmp)) as (base, key, pid),
+            _bare(Path(tmp)) as (bare, bare_pid),
         ):
-            yield from asyncio.run(_scenarios(stack, base, key, pid))
+            yield from asyncio.run(_side_by_side(stack, base, key, pid, bare, bare_pid))
+            if os.environ.get("ICLAUDIT_BENCH_EXTRAS") == "1":
+                yield from asyncio.run(_scenarios(stack, base, key, pid))

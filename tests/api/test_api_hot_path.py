@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from service.client import bound_request, wait_for
+from service.client import bound_request, long_mia_request, wait_for
 from sqlalchemy import event, update
 
 from app.db import keys
@@ -145,6 +146,96 @@ def test_healthz_needs_no_database_and_no_slot(client) -> None:
         with _statements(engine) as seen:
             assert client.get("/healthz").json() == {"status": "ok"}
         assert seen == []
+    finally:
+        for _ in range(taken):
+            slots.release()
+
+
+# --- app/api/fast_poll.py: the outermost answer to polls of audits rendered here (issue 23) ----------------
+
+
+def _finished_audit(client) -> str:
+    audit_id = client.post("/v1/audits", json=bound_request()).json()["id"]
+    wait_for(client.get, audit_id)
+    client.get(f"/v1/audits/{audit_id}")  # rendered: kept in FinishedBodies
+    return audit_id
+
+
+def _headers(response) -> dict[str, str]:
+    return {k: v for k, v in response.headers.items() if k != "x-request-id"}
+
+
+def test_the_outermost_answer_is_the_stacks_answer(client) -> None:
+    """A poll with no query string takes app.api.fast_poll; `?wait=0` goes down the stack (a query string):
+    the same status, body and headers, for 200 and 304, and each carries a request id."""
+    audit_id = _finished_audit(client)
+    fast, stack = client.get(f"/v1/audits/{audit_id}"), client.get(f"/v1/audits/{audit_id}?wait=0")
+    assert fast.status_code == stack.status_code == 200
+    assert fast.content == stack.content and _headers(fast) == _headers(stack)
+    etag = {"If-None-Match": fast.headers["ETag"]}
+    fast = client.get(f"/v1/audits/{audit_id}", headers=etag)
+    stack = client.get(f"/v1/audits/{audit_id}?wait=0", headers=etag)
+    assert fast.status_code == stack.status_code == 304
+    assert fast.content == stack.content == b"" and _headers(fast) == _headers(stack)
+    assert len(fast.headers["X-Request-ID"]) == len(stack.headers["X-Request-ID"]) == 32
+    assert fast.headers["X-Request-ID"] != stack.headers["X-Request-ID"]
+    given = client.get(f"/v1/audits/{audit_id}", headers={"X-Request-ID": "dash-7"})
+    assert given.headers["X-Request-ID"] == "dash-7"
+
+
+def test_outermost_answers_count_in_metrics_and_rate_limits(app_client, make_key) -> None:
+    with app_client(rate_limit="30/minute") as client:
+        client.headers["Authorization"] = f"Bearer {make_key('erin')}"
+        audit_id = _finished_audit(client)
+        statuses = [client.get(f"/v1/audits/{audit_id}").status_code for _ in range(40)]
+        assert statuses.count(200) > 0 and statuses[-1] == 429
+        refused = client.get(f"/v1/audits/{audit_id}")
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert "ICLAUDIT_RATE_LIMIT" in refused.json()["error"]["message"]
+        assert refused.headers["X-Content-Type-Options"] == "nosniff"
+        token = {"Authorization": f"Bearer {client.app.state.settings.metrics_token}"}
+        text = client.get("/metrics", headers=token).text
+    counted = {
+        status: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("http_requests_total{")
+        and 'handler="/v1/audits/{audit_id}"' in line
+        and 'method="GET"' in line
+        for status in ("200", "429")
+        if f'status="{status}"' in line
+    }
+    assert counted["200"] >= statuses.count(200) and counted["429"] >= statuses.count(429) + 1
+
+
+def test_a_running_audits_kept_answer_ends_with_the_next_write(client) -> None:
+    """A pending or running audit's answer is kept (inline executor) until the next write this process
+    sees: a cancel shows at once."""
+    audit_id = client.post("/v1/audits", json=long_mia_request()).json()["id"]
+    first = client.get(f"/v1/audits/{audit_id}")
+    assert first.json()["state"] in ("PENDING", "RUNNING")
+    assert client.post(f"/v1/audits/{audit_id}/cancel").status_code == 200
+    after = client.get(f"/v1/audits/{audit_id}")
+    assert after.headers["ETag"] != first.headers["ETag"]
+    body = after.json()
+    assert body["state"] == "CANCELLED" or body["cancel_requested"] is True
+
+
+def test_a_remembered_key_is_renewed_before_its_memo_runs_out(client, monkeypatch) -> None:
+    """Past half its TTL, a poll renews the key in the background, so the polls after the TTL still need
+    no request slot or database (a fleet would otherwise all read the key's row at once)."""
+    audit_id = _finished_audit(client)
+    monkeypatch.setattr(keys, "VERIFIED_TTL_SECONDS", 1.0)
+    assert client.get("/v1/audits?page_size=1").status_code == 200  # verified now
+    time.sleep(0.6)
+    assert client.get(f"/v1/audits/{audit_id}").status_code == 200  # past half: renewed in the background
+    time.sleep(0.6)  # past the first verification's TTL
+    slots = client.app.state.db_slots
+    taken = 0
+    while slots.value > 0:  # every request slot held: a poll that read the key's row would wait, then 503
+        slots.acquire_nowait()
+        taken += 1
+    try:
+        assert client.get(f"/v1/audits/{audit_id}").status_code == 200
     finally:
         for _ in range(taken):
             slots.release()
