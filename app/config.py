@@ -32,6 +32,13 @@ class Settings(BaseSettings):
         "once. Each process loads its own copy of the models it uses, once (about 0.5 GB for the packaged "
         "model, a few GB for a 1B model): budget memory per process.",
     )
+    celery_tenant_audits: int = Field(
+        default=2,
+        ge=1,
+        description="Celery: most audits of one tenant in the broker at once (queued or running); the rest "
+        "wait in the database and are sent as these finish, so another tenant's audit never waits behind a "
+        "backlog. Raise it to let one tenant use more workers at once.",
+    )
     state_dir: Path = Field(default=Path("var"), description="SQLite file, model cache, uploaded files.")
     data_dir: Path | None = Field(
         default=None, description="Built-in datasets as <name>/{train,test}.jsonl (offline copies)."
@@ -166,6 +173,12 @@ class Settings(BaseSettings):
         default=2,
         ge=1,
         description="Dataset uploads one tenant may stream into one API process at once; one more is 429.",
+    )
+    max_open_streams: int = Field(
+        default=32,
+        ge=1,
+        description="Event streams and long-polls (`?wait=`) one tenant may hold open in one API process at "
+        "once; one more is 429.",
     )
     header_timeout_seconds: float = Field(
         default=10.0,

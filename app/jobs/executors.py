@@ -56,6 +56,10 @@ class Executor(Protocol):
 
     def submit(self, audit_id: str) -> None: ...
 
+    def admit(self, session: Session, audit_ids: Sequence[str], epoch: str) -> list[str]:
+        """Those of `audit_ids` to send now (the others stay PENDING, held for a later turn)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -153,6 +157,9 @@ class InlineExecutor:
         # the submitting request's id goes with it, for the audit's log lines
         self._queue.put(self._tenant_of(audit_id), (observability.request_id.get(), audit_id))
 
+    def admit(self, session: Session, audit_ids: Sequence[str], epoch: str) -> list[str]:
+        return list(audit_ids)  # the FairQueue takes turns itself
+
     def _process(self, index: int) -> WorkerProcess:
         """Slot `index`'s worker process, started (again) if it is not running."""
         from app.jobs.pool import WorkerProcess
@@ -213,13 +220,29 @@ class InlineExecutor:
 
 
 class CeleryExecutor:
-    """Sends `iclaudit.run_audit(audit_id)` to the broker; the worker re-reads the row."""
+    """Sends `iclaudit.run_audit(audit_id)` to the broker; the worker re-reads the row. At most
+    ICLAUDIT_CELERY_TENANT_AUDITS audits of a tenant are in the broker at once; the rest wait in the
+    database and a `Releaser` thread sends them as those finish (app/jobs/release.py)."""
 
-    def __init__(self, *, settings: Settings) -> None:
+    def __init__(self, *, settings: Settings, session_factory: sessionmaker[Session]) -> None:
         from app.jobs.broker import create_celery
+        from app.jobs.release import Releaser
 
         self._celery = create_celery(settings)
         self._broker_url = settings.broker_url
+        self._per_tenant = settings.celery_tenant_audits
+        self._releaser = Releaser(
+            session_factory=session_factory,
+            epoch=self.epoch,
+            send=lambda ids: _send(self, ids),
+            per_tenant=self._per_tenant,
+        )
+        self._releaser.start()
+
+    def admit(self, session: Session, audit_ids: Sequence[str], epoch: str) -> list[str]:
+        from app.jobs.release import admit
+
+        return admit(session, audit_ids, epoch=epoch, per_tenant=self._per_tenant)
 
     def epoch(self) -> str:
         import redis
@@ -238,6 +261,7 @@ class CeleryExecutor:
         )
 
     def close(self) -> None:
+        self._releaser.stop()
         self._celery.close()
 
 
@@ -245,7 +269,7 @@ def make_executor(*, settings: Settings, session_factory: sessionmaker[Session])
     if settings.executor == "celery":
         if not settings.broker_url:
             raise ValueError("ICLAUDIT_EXECUTOR=celery needs ICLAUDIT_BROKER_URL")
-        return CeleryExecutor(settings=settings)
+        return CeleryExecutor(settings=settings, session_factory=session_factory)
     return InlineExecutor(session_factory=session_factory, settings=settings)
 
 
@@ -262,8 +286,9 @@ def _send(executor: Executor, audit_ids: Sequence[str]) -> list[str]:
 
 
 def enqueue(session: Session, executor: Executor, audit_ids: Sequence[str]) -> list[str]:
-    """Send each audit's message and record the queue epoch that holds it (the caller commits). A send
-    that fails leaves the audit unmarked, for the sweep. Returns the ids sent. The epoch is read before
+    """Send each audit's message (those the executor admits now: the others are held for their turn) and
+    record the queue epoch that holds it (the caller commits). A send that fails leaves the audit
+    unmarked, for the sweep. Returns the ids sent. The epoch is read before
     sending: if the queue restarts in between, the audit is at worst sent twice, never lost."""
     try:
         epoch = executor.epoch()
@@ -271,7 +296,7 @@ def enqueue(session: Session, executor: Executor, audit_ids: Sequence[str]) -> l
         log.warning("queue unreachable (%s); the sweep will enqueue %d audit(s)", exc, len(audit_ids))
         return []
     sent_at = utcnow()
-    sent = _send(executor, audit_ids)
+    sent = _send(executor, executor.admit(session, audit_ids, epoch))
     audits.mark_enqueued(session, sent, queue_epoch=epoch, sent_at=sent_at)
     return sent
 
@@ -288,7 +313,8 @@ def requeue(
 
     def lost(session: Session) -> list[str]:
         stale_before = audits.stale_cutoff(stale_after_seconds)
-        return audits.cancel_stale_and_list_lost(session, stale_before=stale_before, queue_epoch=epoch)
+        lost_ids = audits.cancel_stale_and_list_lost(session, stale_before=stale_before, queue_epoch=epoch)
+        return executor.admit(session, lost_ids, epoch)
 
     ids = in_transaction(session_factory, lost, max_seconds=retry_seconds, what="sweep")
     sent_at = utcnow()

@@ -30,20 +30,11 @@ class Gate:
         self.opened.set()
 
 
-def gated_request(seed: int = 1) -> dict[str, Any]:
-    """A membership audit whose first model call is held at the gate."""
-    return {
-        "kind": "mia",
-        "dataset": "ag_news",
-        "model": "gated",
-        "seed": seed,
-        "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 2},
-        "epsilon": 1.0,
-        "delta": 1e-5,
-        "attack": {"name": "inquiry", "threat_model": "both"},
-        "llm_calls": 20,
-        "trials": 1000,
-    }
+def gated_iclinf(seed: int = 0) -> dict[str, Any]:
+    """An iclinf audit whose first model call waits at the gate."""
+    from app.audit.kinds.registry import kind_module
+
+    return {**kind_module("iclinf").EXAMPLE, "model": "gated", "seed": seed}
 
 
 @contextmanager

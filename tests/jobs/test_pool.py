@@ -13,18 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from jobs.gate import Gate, gate_server
+from jobs.gate import Gate, gate_server, gated_iclinf
 from service.client import TERMINAL, bound_request, long_mia_request, wait_for
 from ui.served import make_key, serve, stop
 
-from app.audit.kinds.registry import kind_module
-
 LONG_TRIALS = 50_000_000  # the computing audit is cancelled once measured; it never needs to finish
-
-
-def gated_iclinf(seed: int = 0) -> dict:
-    """An iclinf audit whose first model call waits at the gate."""
-    return {**kind_module("iclinf").EXAMPLE, "model": "gated", "seed": seed}
 
 
 @pytest.fixture

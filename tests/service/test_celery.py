@@ -3,6 +3,7 @@ this process with the celery executor."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,11 +15,14 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from jobs.gate import gate_server, gated_iclinf
 from service.client import bound_request, long_mia_request, sse_events, wait_for
 from service.servers import _die_with_parent, fresh_database
 
 from app.audit.kinds.registry import KINDS
-from app.config import Settings
+from app.config import Settings, get_settings
+from app.db import keys
+from app.db.engine import make_engine, make_session_factory
 from app.jobs.broker import TASK_NAME, create_celery
 from app.main import create_app
 
@@ -143,3 +147,54 @@ def test_sigkilled_worker_audit_finishes_once_on_a_new_worker_with_the_same_resu
     # the same request, run from scratch on the new worker, gives the same seeded result
     again = api.post("/v1/audits", json=request).json()
     assert wait_for(api.get, again["id"], timeout=120)["result"] == done["result"]
+
+
+def test_another_tenants_audit_does_not_wait_behind_a_backlog(
+    stack: dict[str, str], start_worker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 20 M3 on Celery: the broker holds at most ICLAUDIT_CELERY_TENANT_AUDITS (2) audits of a tenant;
+    its backlog waits in the database. One worker, held by the flood's gated audit: the flood's 12 more
+    audits put one message in Redis, the other tenant's audit the next; once the gate opens, the other
+    tenant's audit starts after at most one of the flood's (all 12 before, with one FIFO queue)."""
+    with gate_server(tmp_path) as gate:
+        stack["ICLAUDIT_MODELS_FILE"] = str(gate.models_file)  # the worker's registry
+        monkeypatch.setenv("ICLAUDIT_MODELS_FILE", str(gate.models_file))  # the API's, in this process
+        get_settings.cache_clear()
+        env = {k.removeprefix("ICLAUDIT_").lower(): v for k, v in stack.items() if k.startswith("ICLAUDIT_")}
+        settings = Settings(**{**env, "auth_enabled": True, "celery_tenant_audits": 2})
+        engine = make_engine(settings.sqlalchemy_url)
+        with make_session_factory(engine).begin() as session:
+            flood = {"Authorization": f"Bearer {keys.create_api_key(session, 'flood')[1]}"}
+            well = {"Authorization": f"Bearer {keys.create_api_key(session, 'well')[1]}"}
+        engine.dispose()
+        start_worker("w1")
+        try:
+            with TestClient(create_app(settings)) as api:
+                held = api.post("/v1/audits", json=gated_iclinf(), headers=flood).json()
+                gate.wait_arrival()
+                backlog = [
+                    api.post("/v1/audits", json=bound_request(), headers=flood).json()["id"]
+                    for _ in range(12)
+                ]
+                other = api.post("/v1/audits", json=bound_request(), headers=well).json()["id"]
+                time.sleep(1.5)  # a release round or more: the flood has no room, nothing more is sent
+                messages = redis.Redis.from_url(stack["ICLAUDIT_BROKER_URL"]).lrange("audits", 0, -1)
+                queued = [json.loads(m)["headers"]["argsrepr"] for m in messages]
+                names = {
+                    held["id"]: "held",
+                    other: "other",
+                    **{a: f"flood{i}" for i, a in enumerate(backlog)},
+                }
+                assert sorted(names.get(q.strip("[]'\""), q) for q in queued) == ["flood0", "other"], queued
+                gate.open()
+                assert (
+                    wait_for(lambda p: api.get(p, headers=flood), held["id"], timeout=60)["state"] == "FAILED"
+                )
+                done = wait_for(lambda p: api.get(p, headers=well), other, timeout=60)
+                flood_done = [wait_for(lambda p: api.get(p, headers=flood), i, timeout=120) for i in backlog]
+        finally:
+            get_settings.cache_clear()
+    assert done["state"] == "SUCCEEDED" and {a["state"] for a in flood_done} == {"SUCCEEDED"}
+    ahead = [a["id"] for a in flood_done if a["started_at"] < done["started_at"]]
+    print(f"the other tenant's audit started after {len(ahead)} of the flood's 12 queued audits")
+    assert len(ahead) <= 1, ahead
