@@ -53,7 +53,7 @@ def check(
     (`from_rows`), whose rows become the JSONL that is stored."""
     from pydantic import ValidationError
 
-    from app.datasets.validate import DatasetValidationError, parse_dataset
+    from app.datasets.validate import ROW_FORMAT, DatasetValidationError, parse_dataset
     from app.schemas.datasets import DatasetRows
 
     stored: bytes | None = None
@@ -75,7 +75,8 @@ def check(
             path = f"$.rows[{exc.line - 1}]" + (f".{exc.field}" if exc.field else "")
         else:
             path = "file" + (f":{exc.line}" if exc.line else "")
-        return Refused(422, f"The dataset was not stored: {exc}.", path=path, detail=str(exc))
+        message = f"The dataset was not stored: {exc}. ({ROW_FORMAT}.)"
+        return Refused(422, message, path=path, detail=str(exc))
     return Checked(
         content=stored,
         name=name,

@@ -32,7 +32,14 @@ import typer
 import typer.core
 from rich import box
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskProgressColumn,
+    TextColumn,
+    TransferSpeedColumn,
+)
 from rich.table import Table
 from rich.text import Text
 
@@ -89,6 +96,17 @@ class ClientCommand(typer.core.TyperCommand):
         try:
             return super().invoke(ctx)
         except UsageError as exc:  # values converted at call time (choices, ranges)
+            exc.exit_code = Exit.USAGE  # type: ignore[attr-defined]
+            raise
+
+
+class ClientGroup(typer.core.TyperGroup):
+    """A group of client commands whose bad options exit 3 too."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except UsageError as exc:
             exc.exit_code = Exit.USAGE  # type: ignore[attr-defined]
             raise
 
@@ -819,7 +837,85 @@ def cancel(
     console.print(f"{audit.id} {what}", highlight=False)
 
 
+ROW_FORMAT = (
+    "one row per line (.jsonl), a CSV with a header, or a JSON list: text and label (classification), "
+    "text and summary (generation), or text alone (unlabelled; audits that read no label); "
+    "optional split: train or test"
+)
+PROGRESS_FROM_BYTES = 1 << 20  # a progress bar for files from 1 MiB
+
+
+def upload(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            exists=True, dir_okay=False, readable=True, help="A .jsonl, .csv or .json file of rows."
+        ),
+    ],
+    name: Annotated[str | None, typer.Option("--name", help="Its name (default: the file's).")] = None,
+    file_format: Annotated[
+        str | None,
+        typer.Option("--format", help="jsonl, csv or json (default: the file's extension)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the stored dataset as JSON.")] = False,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Upload a dataset and print its id (use it as `dataset` in a request). Rows: one row per line
+    (.jsonl), a CSV with a header, or a JSON list; each {"text", "label"} (classification), {"text",
+    "summary"} (generation) or {"text"} alone (unlabelled); an optional "split" of train or test. A bad
+    row is refused naming its line, and nothing is stored."""
+    size = file.stat().st_size
+    columns = (
+        TextColumn("[bold]uploading"),
+        BarColumn(),
+        TaskProgressColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+    )
+    try:
+        with (
+            _open(url, api_key) as client,
+            Progress(*columns, console=err_console, disable=size < PROGRESS_FROM_BYTES) as bar,
+        ):
+            task = bar.add_task("upload", total=size)
+            stored = client.upload_dataset(
+                file,
+                name=name,
+                fmt=file_format,
+                on_progress=lambda sent, total: bar.update(task, completed=sent, total=total),
+            )
+    except ClientError as exc:
+        if isinstance(exc, ClientApiError) and exc.status == 422:
+            err_console.print(f"[dim]rows: {ROW_FORMAT}[/]", highlight=False, soft_wrap=True)
+        raise _client_error(exc) from None
+    if as_json:
+        print(json.dumps(stored, indent=2))
+        return
+    labels = ", ".join(stored.get("labels") or []) or "none"
+    err_console.print(
+        f"stored {stored['name']!r}: {stored['task']}, {stored['n_train']} train + {stored['n_test']} test "
+        f"rows, labels: {labels}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    print(stored["id"])
+
+
 def datasets(
+    ctx: typer.Context,
+    format_: FormatOpt = OutputFormat.table,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """List the datasets you can audit with (built-in ones and your uploads); `datasets upload FILE`
+    adds one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    list_datasets(format_, url, api_key)
+
+
+def list_datasets(
     format_: FormatOpt = OutputFormat.table, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None
 ) -> None:
     """List the datasets you can audit with: built-in ones and your uploads."""
@@ -901,8 +997,12 @@ def register(app: typer.Typer) -> None:
         (result, "result"),
         (list_audits, "list"),
         (cancel, "cancel"),
-        (datasets, "datasets"),
         (models, "models"),
         (plan, "plan"),
     ):
         app.command(name, cls=ClientCommand)(fn)
+    group = typer.Typer(cls=ClientGroup, no_args_is_help=False)
+    group.callback(invoke_without_command=True)(datasets)
+    group.command("list", cls=ClientCommand)(list_datasets)
+    group.command("upload", cls=ClientCommand)(upload)
+    app.add_typer(group, name="datasets")

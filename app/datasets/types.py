@@ -16,7 +16,7 @@ class Example:
 @dataclass(frozen=True)
 class Dataset:
     name: str
-    task: Literal["classification", "generation"]
+    task: Literal["classification", "generation", "unlabelled"]  # unlabelled: text alone (uploads)
     train: tuple[Example, ...]
     test: tuple[Example, ...]
     labels: tuple[str, ...] = ()  # the label set, in a stable order (classification only)

@@ -2,9 +2,10 @@
 
 Rules (each violation raises `DatasetValidationError` naming the line and field):
 - UTF-8 only (a leading BOM is ignored); at least 2 rows, at most `max_rows`.
-- Every row is `{text, label}` (classification) or `{text, summary}` (generation), decided by the first
-  row and the same for all rows; `text`, `summary` non-empty strings; `label` a non-empty string (an
-  integer label is kept as its decimal string). Classification needs at least 2 distinct labels.
+- Every row is `{text, label}` (classification), `{text, summary}` (generation) or `{text}` alone
+  (unlabelled: for audits that read no label, e.g. a likelihood attack on the records' own text), decided
+  by the first row and the same for all rows; `text`, `summary` non-empty strings; `label` a non-empty
+  string (an integer label is kept as its decimal string). Classification needs at least 2 distinct labels.
 - An optional `split` field, `train` or `test`: when one row has it, every row must, and both splits
   must be non-empty. Without it the rows are split 80/20 by a seeded permutation
   (`numpy.random.default_rng(0)`, test = ⌈0.2·n⌉ rows), each split kept in file order — so the same
@@ -31,7 +32,16 @@ from app.datasets.types import Dataset, Example
 SPLIT_SEED = 0
 TEST_FRACTION = 0.2
 _TOO_DEEP = "JSON nested too deeply (a row is one flat object)"
-_ALLOWED = {"classification": {"text", "label", "split"}, "generation": {"text", "summary", "split"}}
+_ALLOWED = {
+    "classification": {"text", "label", "split"},
+    "generation": {"text", "summary", "split"},
+    "unlabelled": {"text", "split"},
+}
+ROW_FORMAT = (
+    'rows are {"text", "label"} (classification), {"text", "summary"} (generation) or {"text"} alone '
+    '(unlabelled), with an optional "split" of "train" or "test": one JSON object per line (.jsonl), a CSV '
+    "with those columns in its header, or a JSON list of objects"
+)
 
 
 class DatasetValidationError(ValueError):
@@ -166,31 +176,37 @@ def parse_dataset(
         raise DatasetValidationError(
             "a row has both 'label' and 'summary'; choose one task", line=rows[0].line
         )
-    task: Literal["classification", "generation"]
+    task: Literal["classification", "generation", "unlabelled"]
     if "label" in first:
         task = "classification"
     elif "summary" in first:
         task = "generation"
+    elif "text" in first:
+        task = "unlabelled"
     else:
         raise DatasetValidationError(
-            "rows need 'text' and 'label' (classification) or 'text' and 'summary' (generation)",
+            "rows need 'text' (and 'label' for classification or 'summary' for generation)",
             line=rows[0].line,
+            field=next(iter(sorted(set(first) - _ALLOWED["classification"])), None),
         )
     has_split = "split" in first
     examples: list[tuple[Example, str | None]] = []
     for row in rows:
         unknown = sorted(set(row.data) - _ALLOWED[task])
         if unknown:
-            raise DatasetValidationError(
-                f"unknown field for a {task} dataset; allowed: {', '.join(sorted(_ALLOWED[task]))}",
-                line=row.line,
-                field=unknown[0],
+            why = (
+                "not on the first row, which has only text (an unlabelled dataset)"
+                if task == "unlabelled" and unknown[0] in ("label", "summary")
+                else f"unknown field for a {task} dataset; allowed: {', '.join(sorted(_ALLOWED[task]))}"
             )
+            raise DatasetValidationError(why, line=row.line, field=unknown[0])
         body = _string(row, "text")
         if task == "classification":
             example = Example(text=body, label=_string(row, "label"))
-        else:
+        elif task == "generation":
             example = Example(text=body, summary=_string(row, "summary"))
+        else:
+            example = Example(text=body)
         split = None
         if has_split or "split" in row.data:
             if not has_split:

@@ -82,6 +82,24 @@ def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
     return name in BUILTIN_NAMES or name == SYNTHETIC_NAME
 
 
+def check_labels(session: Session, *, tenant_id: str, request: AuditRequestBase) -> None:
+    """An audit that reads labels, on an upload of text alone, is refused (422 at the field that reads them:
+    the kind's `label_field`), not accepted and FAILED later."""
+    row = datasets.get_dataset(session, tenant_id=tenant_id, dataset_id=request.dataset or "")
+    if row is None or row.task != "unlabelled":
+        return
+    from app.audit.kinds.registry import kind_module
+
+    field = getattr(kind_module(request.kind), "label_field", lambda _: "$.kind")(request)
+    if field is not None:
+        raise Rejected(
+            field,
+            f"{field[2:]}: this audit reads the records' labels, and dataset {request.dataset!r} has none "
+            "(rows of text alone). Upload rows with a label, or audit the records' own text: mechanism none, "
+            "prompt_defense or http_endpoint with a text attack (likelihood, repeat, min_k, …).",
+        )
+
+
 def check_builtin_available(name: str, settings: Settings) -> None:
     """A built-in dataset this server cannot load is refused at submit (422 naming ICLAUDIT_DATA_DIR),
     not accepted and FAILED later."""
@@ -180,6 +198,7 @@ def check_request(
         )
     if request.dataset is not None:
         check_builtin_available(request.dataset, settings)
+        check_labels(session, tenant_id=tenant_id, request=request)
     endpoint = getattr(getattr(request, "mechanism", None), "endpoint", None)
     if endpoint is not None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -89,3 +90,86 @@ def test_upload_larger_than_the_limit_is_413(app_client, make_key) -> None:
             response.status_code == 413 and "ICLAUDIT_UPLOAD_MAX_BYTES" in response.json()["error"]["message"]
         )
         assert client.get("/v1/datasets").json()["datasets"] == []
+
+
+def _notes(n: int = 12) -> list[dict[str, str]]:
+    """Records of text alone (no label): made-up notes with a record number each."""
+    towns = ("Lindenholm", "Varrow", "Esk", "Marlow")
+    return [
+        {
+            "text": f"Patient {i} from {towns[i % 4]}, record {4400 + i}, reports cough and fever since week {i}"
+        }
+        for i in range(n)
+    ]
+
+
+def _text_audit(dataset: str, **changes) -> dict:
+    return {
+        "kind": "mia",
+        "dataset": dataset,
+        "model": "oracle",
+        "seed": 0,
+        "mechanism": {"name": "none", "shots_per_partition": 1},
+        "attack": {
+            "name": "likelihood",
+            "threat_model": "white_box",
+            "secret": "continuation",
+            "canaries": 2,
+            "contexts": 2,
+        },
+        **changes,
+    }
+
+
+def test_unlabelled_records_serve_a_text_audit_and_a_label_audit_is_422_naming_the_field(client) -> None:
+    """Rows of text alone upload as an unlabelled dataset; a likelihood audit of the records' own text runs
+    on it; audits that read labels are refused at the field that reads them, nothing stored."""
+    response = client.post("/v1/datasets", files={"file": ("notes.jsonl", _jsonl(_notes()))})
+    assert response.status_code == 201, response.text
+    dataset = response.json()
+    assert dataset["task"] == "unlabelled" and dataset["labels"] == []
+    assert dataset["n_train"] + dataset["n_test"] == 12
+    as_csv = client.post(
+        "/v1/datasets",
+        files={
+            "file": ("notes.csv", b"text\n" + b"\n".join(f'"{row["text"]}"'.encode() for row in _notes()))
+        },
+    )
+    assert as_csv.status_code == 201 and as_csv.json()["task"] == "unlabelled", as_csv.text
+
+    label_readers = {
+        "$.attack.secret": _text_audit(
+            dataset["id"], attack={"name": "likelihood", "secret": "label", "threat_model": "white_box"}
+        ),
+        "$.mechanism.name": _text_audit(
+            dataset["id"], mechanism={"name": "private_voting"}, attack={"name": "inquiry"}
+        ),
+        "$.attack.name": _text_audit(dataset["id"], attack={"name": "gap"}),
+        "$.kind": {"kind": "iclinf", "dataset": dataset["id"], "model": "oracle"},
+    }
+    for path, body in label_readers.items():
+        refused = client.post("/v1/audits", json=body)
+        assert refused.status_code == 422, (path, refused.text)
+        detail = refused.json()["error"]["details"][0]
+        assert detail["path"] == path and "labels" in detail["message"] and dataset["id"] in detail["message"]
+    assert client.get("/v1/audits").json()["audits"] == []
+
+    accepted = client.post("/v1/audits", json=_text_audit(dataset["id"]))
+    assert accepted.status_code == 202, accepted.text
+    audit_id = accepted.json()["id"]
+    deadline = time.monotonic() + 120
+    while (audit := client.get(f"/v1/audits/{audit_id}").json())["state"] in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, audit
+        time.sleep(0.2)
+    assert audit["state"] == "SUCCEEDED", audit["error"]
+
+
+def test_a_bad_row_names_its_line_and_the_row_format(client) -> None:
+    rows = _notes(5)
+    content = _jsonl(rows[:2]) + b'\n{"text": "x", "label": "late"}\n' + _jsonl(rows[2:])
+    response = client.post("/v1/datasets", files={"file": ("notes.jsonl", content)})
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["details"][0]["path"] == "file:3" and "line 3" in error["message"]
+    assert '{"text"} alone (unlabelled)' in error["message"] and '{"text", "label"}' in error["message"]
+    assert client.get("/v1/datasets").json()["datasets"] == []

@@ -442,3 +442,47 @@ def test_list_shows_whole_ids_and_commands_take_an_unambiguous_prefix(cli: CliRu
     assert missing.exit_code == 3 and "no audit of yours" in missing.output.replace("\n", " ")
     bad = httpx.get(f"{url}/v1/audits", params={"id_prefix": "xyz"}, timeout=30)
     assert bad.status_code == 422 and bad.json()["error"]["details"][0]["path"] == "query.id_prefix"
+
+
+def test_datasets_upload_with_a_progress_bar_then_a_bad_row_names_its_line(
+    cli: CliRunner, server, tmp_path: Path
+) -> None:
+    """`iclaudit datasets upload FILE`: a 3 MB JSONL of text-only rows goes up with a progress bar (bytes
+    sent) and prints the stored id; `datasets` lists it; a bad row exits 3 naming its line and the row
+    format, and nothing is stored."""
+    url, env = server[0], server[1]
+    big = tmp_path / "notes.jsonl"
+    with big.open("w") as fh:
+        for i in range(30_000):
+            fh.write(
+                json.dumps({"text": f"note {i}: patient reports cough since week {i % 52} " + "x" * 40})
+                + "\n"
+            )
+    assert big.stat().st_size > 3_000_000
+    shown = subprocess.run(
+        [str(ICLAUDIT), "datasets", "upload", str(big), "--name", "notes", "--url", url],
+        env={**env, "FORCE_COLOR": "1", "COLUMNS": "100"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert shown.returncode == 0, shown.stderr
+    dataset_id = shown.stdout.strip()
+    assert len(dataset_id) == 32 and "uploading" in shown.stderr and "MB" in shown.stderr
+    assert "unlabelled, 24000 train + 6000 test rows" in shown.stderr
+    listed = cli.invoke(app, ["datasets", "--format", "json", "--url", url])
+    assert listed.exit_code == 0 and dataset_id in listed.stdout
+
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,label\nfine,a\nalso fine,b\nmissing its label,\n")
+    refused = cli.invoke(app, ["datasets", "upload", str(bad), "--url", url])
+    assert refused.exit_code == 3, refused.output
+    flat = " ".join(refused.output.split())
+    assert "line 4" in flat and "label" in flat and '{"text"} alone (unlabelled)' in flat
+    names = [
+        d["name"]
+        for d in json.loads(cli.invoke(app, ["datasets", "--format", "json", "--url", url]).stdout)[
+            "datasets"
+        ]
+    ]
+    assert names == ["notes"]

@@ -85,6 +85,11 @@ class Request(AuditRequestBase):
         return self
 
 
+def label_field(request: Request) -> str | None:
+    """This kind always reads the records' labels (an unlabelled dataset cannot serve it)."""
+    return "$.kind"
+
+
 EXAMPLE: dict = {
     "kind": "iclinf",
     "dataset": "dbpedia14",

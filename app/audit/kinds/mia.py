@@ -299,6 +299,26 @@ class Request(AuditRequestBase):
         return self
 
 
+# Attacks that score a record's own text (its continuation or code), never its label: the only ones an
+# unlabelled dataset can serve, and only under a mechanism that releases text without label votes.
+TEXT_ATTACKS = frozenset(
+    {"likelihood", "blind", "lira_offline", "min_k", "min_k_pp", "recall", "zlib_ratio", "repeat"}
+)
+TEXT_MECHANISMS = frozenset({"none", "prompt_defense", "http_endpoint"})
+
+
+def label_field(request: Request) -> str | None:
+    """The field that makes this audit read the records' labels (its JSON path), or None when it reads
+    none, so that an unlabelled dataset can serve it."""
+    if request.mechanism.name not in TEXT_MECHANISMS:
+        return "$.mechanism.name"
+    if request.attack.name not in TEXT_ATTACKS:
+        return "$.attack.name"
+    if request.attack.secret == "label":
+        return "$.attack.secret"
+    return None
+
+
 EXAMPLE: dict = {
     "kind": "mia",
     "dataset": "dbpedia14",
