@@ -343,3 +343,33 @@ def test_upload_a_big_file_with_a_progress_bar(page, served: Served, tmp_path) -
     error.wait_for()
     assert "422" in error.inner_text() and "4" in error.inner_text()
     assert page.locator("#datasets tbody tr").count() == 1
+
+
+def test_legends_say_no_value_dash_and_iclinf_bars_start_at_zero(page, served: Served, tracked) -> None:
+    audit = tracked["audits"]["baseline-eps1"]
+    _login(page, served, f"/ui/audits/{audit['id']}")
+    page.locator("#chart-roc[data-drawn=true]").wait_for()
+    page.locator("#chart-epsilon[data-drawn=true]").wait_for()
+    for chart in ("#chart-roc", "#chart-epsilon"):
+        legend = page.locator(f"{chart} .u-legend").inner_text()
+        assert "—" not in legend and "value" not in legend.lower(), legend
+    assert "FPR " in page.locator("#chart-roc .u-legend").inner_text()  # a test's point says where it is
+    # Tick labels are drawn on the canvas; uPlot keeps the ones it drew (axis._values).
+    ticks = page.evaluate(
+        "document.querySelector('#chart-roc').uplot.axes.map(a => (a._values || []).filter(Boolean))"
+    )
+    for axis in ticks:
+        assert axis[0] == "1e-4" and "0" not in axis and "—" not in axis, ticks  # the floor is not labelled 0
+    # The iclinf charts (the page's own charts.js and uPlot) with close, small losses: the bars start at 0.
+    scale = page.evaluate(
+        """async () => {
+             const { seriesBars } = await import('/ui/static/js/charts.js?v=probe');
+             const fig = seriesBars('probe', 'Leave-one-out loss by removed position', 'position',
+               [0.0123, 0.0151, 0.0114, 0.0132], [{ label: 'ICLInf = 0.0141', value: 0.0141 }], null, { yLabel: 'loss' });
+             document.querySelector('main').append(fig);
+             await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
+             return { min: fig.uplot.scales.y.min, max: fig.uplot.scales.y.max, legend: fig.querySelector('.u-legend').innerText };
+           }"""
+    )
+    assert scale["min"] == 0 and scale["max"] > 0.0151, scale
+    assert "—" not in scale["legend"] and "value" not in scale["legend"].lower(), scale

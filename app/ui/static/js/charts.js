@@ -35,6 +35,18 @@ export const gdpCurve = (fpr, mu) => phi(phiInv(fpr) + mu);
 export const COLORS = ["#0b5cad", "#c05600", "#17663a", "#6b4fa0", "#a4161a", "#4f5660"];
 const FLOOR = 1e-4;
 
+/** A legend value: the hovered point's number, nothing while no point is hovered (never "value: —"). */
+const hovered = (u, v) => (v === null || v === undefined ? "" : fmt(v));
+/** Axis tick labels as the page writes numbers (uPlot's own rounding wrote 0.0025 as 0.003 and 1e-4 as 0). */
+const ticks = (u, splits) => splits.map((v) => (v === null || v === undefined ? "" : fmt(v)));
+/** Log-axis labels at the powers of 10 only (the minor ticks stay unlabelled), 1e-4 written as such. */
+const logTicks = (u, splits) => splits.map((v) => {
+  if (!(typeof v === "number" && v > 0)) return "";
+  const k = Math.log10(v);
+  if (Math.abs(k - Math.round(k)) > 1e-9) return "";
+  return v >= 1e-3 ? fmt(v) : `1e${Math.round(k)}`;
+});
+
 function figure(id, title, note) {
   const plot = el("div", { class: "plot" });
   const fig = el("figure", { class: "chart", id, "aria-label": title }, el("h3", {}, title), plot);
@@ -51,6 +63,7 @@ function mount(fig, plot, opts, data) {
   const make = () => {
     const u = new window.uPlot({ ...opts, width: width(fig), height: opts.height || 300 }, data, plot);
     new ResizeObserver(() => u.setSize({ width: width(fig), height: opts.height || 300 })).observe(fig);
+    fig.uplot = u; // for tests and the console
     fig.dataset.drawn = "true";
     return u;
   };
@@ -69,26 +82,27 @@ export function rocChart(id, title, curves, points, note) {
   for (let i = 0; i <= 160; i++) xs.add(FLOOR * Math.pow(1 / FLOOR, i / 160));
   for (const p of points) xs.add(Math.max(FLOOR, p.fpr));
   const x = [...xs].sort((a, b) => a - b);
-  const series = [{ label: "FPR", value: (u, v) => fmt(v) }];
+  const series = [{ label: "FPR", value: hovered }];
   const data = [x];
-  series.push({ label: "chance (μ = 0)", stroke: "#8a939c", dash: [4, 4], width: 1, points: { show: false } });
+  series.push({ label: "chance (μ = 0)", stroke: "#8a939c", dash: [4, 4], width: 1, points: { show: false }, value: hovered });
   data.push(x.map((v) => v));
   curves.forEach((c, i) => {
-    series.push({ label: c.label, stroke: c.color || COLORS[(i + 2) % COLORS.length], width: 2, dash: c.dash || undefined, points: { show: false }, value: (u, v) => fmt(v) });
+    series.push({ label: c.label, stroke: c.color || COLORS[(i + 2) % COLORS.length], width: 2, dash: c.dash || undefined, points: { show: false }, value: hovered });
     data.push(x.map((v) => Math.max(FLOOR, gdpCurve(v, c.mu))));
   });
   points.forEach((p, i) => {
     const fx = Math.max(FLOOR, p.fpr);
     series.push({
       label: p.label, stroke: p.color || COLORS[i % COLORS.length], fill: p.color || COLORS[i % COLORS.length], width: 0,
-      paths: () => null, points: { show: true, size: 11 }, value: (u, v) => fmt(v),
+      paths: () => null, points: { show: true, size: 11 },
+      value: (u, v) => (v === null || v === undefined ? `FPR ${fmt(p.fpr)}, TPR ${fmt(p.tpr)}` : fmt(v)),
     });
     data.push(x.map((v) => (v === fx ? Math.max(FLOOR, p.tpr) : null)));
   });
   const opts = {
     title: undefined,
     scales: { x: { time: false, distr: 3, range: [FLOOR, 1] }, y: { distr: 3, range: [FLOOR, 1] } },
-    axes: [{ label: "false-positive rate (log)" }, { label: "true-positive rate (log)" }],
+    axes: [{ label: "false-positive rate (log)", values: logTicks }, { label: "true-positive rate (log)", values: logTicks, size: 56 }],
     series,
     legend: { live: true },
     cursor: { drag: { x: true, y: true, uni: 20 } },
@@ -121,15 +135,16 @@ export function barChart(id, title, groups, seriesDefs, note, { yLabel = "ε", l
     scales: { x: { time: false, range: [-0.5, groups.length - 0.5] }, y: { range: [0, top] } },
     axes: [
       { splits: () => groups.map((_, i) => i), values: () => groups, grid: { show: false } },
-      { label: yLabel },
+      { label: yLabel, values: ticks, size: 64 },
     ],
     series: [
-      { label: "", value: () => "" },
+      // uPlot names an unlabelled x series "Value" (the legend read "Value: —"): name the hovered group instead.
+      { label: "group", value: (u, v) => (v === null || v === undefined ? "" : groups[Math.round(v)] ?? "") },
       ...seriesDefs.map((d, i) => ({
         label: d.label, stroke: d.color || COLORS[i % COLORS.length], fill: (d.color || COLORS[i % COLORS.length]) + "cc",
-        width: 1, paths: bars, points: { show: false }, value: (u, v) => (v === null ? "" : fmt(v)),
+        width: 1, paths: bars, points: { show: false }, value: hovered,
       })),
-      ...lines.map((l) => ({ label: l.label, stroke: l.color || "#17663a", width: 2, dash: [6, 4], points: { show: false }, value: (u, v) => fmt(v) })),
+      ...lines.map((l) => ({ label: l.label, stroke: l.color || "#17663a", width: 2, dash: [6, 4], points: { show: false }, value: () => fmt(l.value) })),
     ],
     cursor: { points: { show: false } },
   };
@@ -143,19 +158,22 @@ export function barChart(id, title, groups, seriesDefs, note, { yLabel = "ε", l
   return fig;
 }
 
-/** Bars over 1..n (e.g. ICLInf by removed position) with horizontal reference lines. */
+/** Bars over 1..n (e.g. ICLInf by removed position) with horizontal reference lines; the y axis starts at 0. */
 export function seriesBars(id, title, labelX, values, lines, note, { yLabel = "" } = {}) {
   const { fig, plot } = figure(id, title, note);
   const x = values.map((_, i) => i + 1);
   const bars = window.uPlot.paths.bars({ size: [0.6, 80], align: 0 });
+  const finite = values.concat(lines.map((l) => l.value)).filter((v) => v !== null && Number.isFinite(v));
+  const low = Math.min(0, ...finite);
+  const high = Math.max(0, ...finite);
   const opts = {
-    // Bars start at 0 (an auto range from the smallest bar made equal bars look different).
-    scales: { x: { time: false, range: [0.4, values.length + 0.6] }, y: { range: (u, min, max) => [Math.min(0, min), max > 0 ? max * 1.12 : 1] } },
-    axes: [{ label: labelX, splits: () => x, values: (u, s) => s.map(String) }, { label: yLabel }],
+    // Bars start at 0, whatever the data: an auto range from the smallest bar made equal bars look different.
+    scales: { x: { time: false, range: [0.4, values.length + 0.6] }, y: { auto: false, range: [low, high > low ? high * 1.12 : 1] } },
+    axes: [{ label: labelX, splits: () => x, values: (u, s) => s.map(String) }, { label: yLabel, values: ticks, size: 64 }],
     series: [
-      { label: labelX, value: (u, v) => String(v) },
-      { label: "value", stroke: COLORS[0], fill: COLORS[0] + "bb", paths: bars, points: { show: false }, value: (u, v) => fmt(v) },
-      ...lines.map((l, i) => ({ label: l.label, stroke: COLORS[(i + 4) % COLORS.length], width: 2, dash: [6, 4], points: { show: false }, value: (u, v) => fmt(v) })),
+      { label: labelX, value: (u, v) => (v === null || v === undefined ? "" : String(v)) },
+      { label: yLabel || title, stroke: COLORS[0], fill: COLORS[0] + "bb", paths: bars, points: { show: false }, value: hovered },
+      ...lines.map((l, i) => ({ label: l.label, stroke: COLORS[(i + 4) % COLORS.length], width: 2, dash: [6, 4], points: { show: false }, value: () => fmt(l.value) })),
     ],
   };
   mount(fig, plot, opts, [x, values, ...lines.map((l) => x.map(() => l.value))]);
@@ -167,8 +185,8 @@ export function lineChart(id, title, labelX, x, lines, note, { yLabel = "", logY
   const { fig, plot } = figure(id, title, note);
   const opts = {
     scales: { x: { time: false }, y: logY ? { distr: 3 } : {} },
-    axes: [{ label: labelX }, { label: yLabel }],
-    series: [{ label: labelX }, ...lines.map((l, i) => ({ label: l.label, stroke: COLORS[i % COLORS.length], width: 2, value: (u, v) => fmt(v) }))],
+    axes: [{ label: labelX }, { label: yLabel, values: logY ? logTicks : ticks, size: 64 }],
+    series: [{ label: labelX, value: hovered }, ...lines.map((l, i) => ({ label: l.label, stroke: COLORS[i % COLORS.length], width: 2, value: hovered }))],
   };
   mount(fig, plot, opts, [x, ...lines.map((l) => l.values)]);
   return fig;
