@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Query, Request, Response
-from pydantic import BaseModel, StringConstraints
+from pydantic import BaseModel, ConfigDict, StringConstraints
 from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
@@ -38,6 +38,7 @@ from app.api.watch import (
     matches,
     watch_of,
 )
+from app.audit.budget import BudgetSpec
 from app.audit.kinds.base import MAX_LABELS
 from app.audit.stats.verdict import Outcome
 from app.db import audits as audit_rows
@@ -405,6 +406,47 @@ def plan_audit(
     and the trials needed to resolve the claim (app/audit/plan.py). The same body and checks as a submit;
     nothing is stored and nothing is called."""
     return service.plan_audit(session=session, tenant_id=tenant.id, request=body, settings=settings)
+
+
+class ResumeChanges(BaseModel):
+    """What a resume may change: the budget (omit it to keep the audit's own; null removes it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget: BudgetSpec | None = None
+
+
+@router.post(
+    "/{audit_id}/resume",
+    status_code=202,
+    response_model=AuditResource,
+    responses={**_ERRORS, 409: {"model": ErrorResponse}},
+)
+def resume_audit(
+    audit_id: str,
+    response: Response,
+    session: SessionDep,
+    tenant: TenantDep,
+    settings: SettingsDep,
+    executor: ExecutorDep,
+    body: Annotated[ResumeChanges | None, Body()] = None,
+) -> AuditResource:
+    """Resume a FAILED or budget-stopped audit as a new audit with the same request and seed: the endpoint
+    calls already answered are replayed from the store, only the missing ones are sent (same result as an
+    uninterrupted run). 409 for an audit in any other state."""
+    changes = body.model_dump(mode="json", include=body.model_fields_set) if body is not None else None
+    audit = service.resume_audit(
+        session=session,
+        tenant_id=tenant.id,
+        audit_id=audit_id,
+        settings=settings,
+        executor=executor,
+        changes=changes,
+    )
+    if audit is None:
+        raise _not_found(audit_id)
+    response.headers["Location"] = f"/v1/audits/{audit.id}"
+    return AuditResource.of(audit)
 
 
 def _summary(session: Session, tenant_id: str, audit_id: str) -> Any:

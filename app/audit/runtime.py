@@ -7,9 +7,9 @@ queue code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from app.datasets.types import Dataset
@@ -50,6 +50,16 @@ class DatasetProvider(Protocol):
         """A built-in name (ag_news, trec, …) or a tenant's uploaded dataset id; AuditError if unknown."""
 
 
+class ResponseStore(Protocol):
+    """Answers of a target's calls, kept by the service per audit lineage (app/db/responses.py)."""
+
+    def get(self, keys: Iterable[str]) -> dict[str, Any]:
+        """The stored answers among `keys`."""
+
+    def put(self, answers: Mapping[str, Any]) -> None:
+        """Store answers (a key already stored keeps its first answer)."""
+
+
 @dataclass
 class RunContext:
     """Everything `kind.run(request, ctx)` may use besides its request."""
@@ -62,6 +72,9 @@ class RunContext:
     """Where an audit may call out (`http_endpoint`; app/egress.py). The service always sets it from
     ICLAUDIT_ENDPOINT_ALLOWLIST; None = a trusted local run (library, tests) that may call anything."""
     secrets: Callable[[str], str] | None = None
+    responses: ResponseStore | None = None
+    """Where an endpoint's answered calls are kept, so a resumed audit re-issues only what it lacks;
+    None: nothing kept (library runs)."""
     """Secret name → value for an endpoint's headers (app/secrets.py, the audit's tenant); None = the
     ICLAUDIT_SECRET_* environment only."""
     extra: dict[str, object] = field(default_factory=dict)

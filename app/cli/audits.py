@@ -982,6 +982,26 @@ def plan(
     print(json.dumps(answer, indent=2))
 
 
+def resume(
+    audit_id: Annotated[str, typer.Argument(help="The FAILED or budget-stopped audit.")],
+    no_budget: Annotated[
+        bool, typer.Option("--no-budget", help="Resume without the audit's budget.")
+    ] = False,
+    url: UrlOpt = DEFAULT_URL,
+    api_key: KeyOpt = None,
+) -> None:
+    """Resume a FAILED or budget-stopped audit (POST /v1/audits/{id}/resume): a new audit with the same
+    request and seed that re-issues only the endpoint calls not yet answered. Prints the new audit's id."""
+    body = {"budget": None} if no_budget else None
+    try:
+        with _open(url, api_key) as client:
+            answer = client.request("POST", f"/v1/audits/{audit_id}/resume", json=body).json()
+    except ClientError as exc:
+        raise _client_error(exc) from None
+    err_console.print(f"resumed {audit_id} as [bold]{answer['id']}[/] ({answer['state']})", highlight=False)
+    print(answer["id"])
+
+
 def _cell(value: Any) -> str:
     if isinstance(value, list):
         return ", ".join(map(str, value[:6])) + (" …" if len(value) > 6 else "")
@@ -999,6 +1019,7 @@ def register(app: typer.Typer) -> None:
         (cancel, "cancel"),
         (models, "models"),
         (plan, "plan"),
+        (resume, "resume"),
     ):
         app.command(name, cls=ClientCommand)(fn)
     group = typer.Typer(cls=ClientGroup, no_args_is_help=False)

@@ -263,3 +263,27 @@ class ScheduleRun(Base):
     audit_id: Mapped[str | None] = mapped_column(ForeignKey("audits.id", ondelete="SET NULL"), default=None)
     sweep_id: Mapped[str | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class AuditResume(Base):
+    """A resumed audit (POST /v1/audits/{id}/resume) and the lineage whose stored target responses it
+    replays: the first audit of the chain."""
+
+    __tablename__ = "audit_resumes"
+
+    audit_id: Mapped[str] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"), primary_key=True)
+    lineage_id: Mapped[str] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"), index=True)
+    resumed_from: Mapped[str] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"))
+
+
+class TargetResponse(Base):
+    """One answered call to an audited target, keyed by its lineage and the exact request (the body's
+    sha256 and its occurrence in the audit's call sequence), so a resumed audit re-issues only what is
+    missing. `answer` is the value read at the endpoint's answer_path, not the whole reply."""
+
+    __tablename__ = "target_responses"
+
+    lineage_id: Mapped[str] = mapped_column(ForeignKey("audits.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(96), primary_key=True)
+    answer: Mapped[Any] = mapped_column(JSON, nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

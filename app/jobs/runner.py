@@ -23,6 +23,7 @@ from app.audit.runtime import AuditCancelled, AuditError, EngineProvider, RunCon
 from app.config import Settings
 from app.db import audits
 from app.db.models import Audit, AuditState
+from app.db.responses import DbResponses
 from app.db.retry import in_transaction, is_transient, short_reason
 from app.jobs.progress import (
     ClaimLost,
@@ -120,6 +121,7 @@ def run_audit(
         ),
         egress=settings.endpoint_egress,
         secrets=tenant_secrets(session_factory, tenant_id, settings),
+        responses=DbResponses(session_factory, audit_id, max_seconds=settings.db_retry_seconds),
     )
 
     def release(session: Session) -> bool:

@@ -344,6 +344,52 @@ def plan_audit(*, session: Session, tenant_id: str, request: AuditRequestBase, s
         raise Rejected("$", f"this request cannot be planned: {exc}") from None
 
 
+def resume_audit(
+    *,
+    session: Session,
+    tenant_id: str,
+    audit_id: str,
+    settings: Settings,
+    executor: Executor,
+    changes: dict[str, Any] | None = None,
+) -> Audit | None:
+    """A new audit that resumes a FAILED or budget-stopped one (None if not found; Conflict otherwise): the
+    same request and seed (`changes` may replace its budget), linked to the first audit's lineage, so its
+    endpoint calls already answered are replayed from the store and only the missing ones are issued."""
+    from app.audit.kinds.registry import kind_module
+    from app.db import responses
+
+    old = audits.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
+    if old is None:
+        return None
+    stopped = old.state == AuditState.SUCCEEDED and bool((old.result or {}).get("stopped"))
+    if old.state != AuditState.FAILED and not stopped:
+        raise Conflict(
+            f"audit {audit_id} is {old.state}; only a FAILED audit or one a budget stopped can be resumed"
+        )
+    body = dict(old.request) | (changes or {})
+    try:
+        request = kind_module(old.kind).Request.model_validate(body)
+    except ValueError as exc:
+        raise Rejected("$.budget", f"budget: {exc}") from None
+    check_request(session, tenant_id=tenant_id, request=request, settings=settings)
+    reserve_active(session, tenant_id=tenant_id, settings=settings)
+    audit = audits.add_audit(
+        session,
+        tenant_id=tenant_id,
+        kind=old.kind,
+        request=request.model_dump(mode="json"),
+        request_id=observability.request_id.get(),
+    )
+    labels.add_labels(session, audit_id=audit.id, labels=request.labels)
+    responses.link_resume(session, audit_id=audit.id, resumed_from=old.id)
+    session.commit()
+    if enqueue(session, executor, [audit.id]):
+        session.commit()
+        session.refresh(audit)
+    return audit
+
+
 def cancel_audit(*, session: Session, tenant_id: str, audit_id: str) -> Audit | None:
     """Cooperative cancel (None if not found). Conflict for an audit that already SUCCEEDED or FAILED."""
     audit = audits.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)

@@ -38,6 +38,8 @@ class Target:
     down: bool = False  # answer 503 + Retry-After while set
     down_after: int | None = None  # go down once this many calls were answered
     retry_after: float = 0.0
+    fail_first: int = 0  # answer the first this many calls 503 + Retry-After (then as usual)
+    refused: int = 0  # calls answered 503
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def app(self) -> FastAPI:
@@ -52,7 +54,15 @@ class Target:
                 self.authorization.append(request.headers.get("authorization"))
                 if self.down_after is not None and self.answered >= self.down_after:
                     self.down = True
+                if self.fail_first > 0:
+                    self.fail_first -= 1
+                    self.down = True
+                    self.refused += 1
+                    headers = {"Retry-After": f"{self.retry_after:g}"}
+                    self.down = False
+                    return JSONResponse({"error": "busy"}, status_code=503, headers=headers)
                 if self.down:
+                    self.refused += 1
                     headers = {"Retry-After": f"{self.retry_after:g}"}
                     return JSONResponse({"error": "down"}, status_code=503, headers=headers)
                 digest = hashlib.sha256(raw).hexdigest()

@@ -68,6 +68,12 @@ class EndpointSpec(BaseModel):
     )
     timeout_s: float = Field(default=10.0, gt=0, le=300)
     retries: int = Field(default=2, ge=0, le=10, description="Retries on connection errors, 429, 5xx.")
+    rate: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000,
+        description="Most calls per second the audit sends (halved after each 429); Retry-After is honoured.",
+    )
 
 
 class SvtSpec(BaseModel):
@@ -375,6 +381,7 @@ def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
     mechanism = build_mechanism(request.mechanism, epsilon=request.epsilon, delta=request.delta)
     mechanism.egress = ctx.egress  # where an http_endpoint may call (the service's allow-list)
     mechanism.secrets = ctx.secrets  # its headers' secret references (app/secrets.py)
+    mechanism.responses = ctx.responses  # its answered calls, kept for a resume (app/db/responses.py)
     canary_text = request.attack.canary or default_canary(request.attack.name)
     contexts = build_contexts(
         dataset, mechanism.context_size(request.mechanism), seeds.rng("contexts"), canary_text

@@ -20,6 +20,7 @@ holding it: the value is resolved through `RunContext.secrets` only when the cli
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -33,12 +34,33 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.audit.budget import Meter
 from app.audit.icl.contexts import format_exemplar
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, claimed_theory
-from app.audit.runtime import AuditError
+from app.audit.runtime import AuditError, ResponseStore
 from app.datasets.types import Example
 from app.egress import AllowList, EgressRefused, egress_client
 from app.secrets import NAME_PATTERN, MissingSecret, resolver
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+STORE_EVERY = 50  # answered calls written to the response store at once
+MAX_RETRY_AFTER = 60.0  # longest Retry-After honoured, seconds
+MAX_INTERVAL = 60.0  # slowest pace adaptive back-off reaches, seconds per call
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date), capped; None if absent/invalid."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError):
+            return None
+    return min(MAX_RETRY_AFTER, max(0.0, seconds))
+
+
 _PATH_TOKEN = re.compile(r"[^.\[\]]+|\[\d+\]")
 
 
@@ -118,11 +140,12 @@ class HttpEndpoint(Mechanism):
             headers=e.headers,
             timeout_s=e.timeout_s,
             retries=e.retries,
+            rate=getattr(e, "rate", None),
             theory=claimed_theory(epsilon, delta),
         )
 
     def result_extras(self) -> dict:
-        return {"endpoint_calls": self.calls}
+        return {"endpoint_calls": self.calls, "endpoint_replayed": self.replayed}
 
     def __init__(
         self,
@@ -134,6 +157,7 @@ class HttpEndpoint(Mechanism):
         headers: dict[str, HeaderValue] | None = None,
         timeout_s: float = 10.0,
         retries: int = 2,
+        rate: float | None = None,
     ) -> None:
         super().__init__(partitions=1, theory=theory)
         self.url = url
@@ -146,6 +170,13 @@ class HttpEndpoint(Mechanism):
         self.egress: AllowList | None = None  # set from RunContext.egress by the kind (the service always)
         self.secrets: Callable[[str], str] | None = None  # RunContext.secrets; None: ICLAUDIT_SECRET_* only
         self.meter: Meter | None = None  # the audit's budget (set by the kind)
+        self.responses: ResponseStore | None = (
+            None  # RunContext.responses: answered calls, replayed on resume
+        )
+        self.replayed = 0
+        self._seen: dict[str, int] = {}
+        self.interval = 1.0 / rate if rate else 0.0
+        self._next_at = 0.0
 
     def resolved_headers(self) -> dict[str, str]:
         """The headers with every secret reference replaced by its value (AuditError naming a missing one)."""
@@ -190,29 +221,60 @@ class HttpEndpoint(Mechanism):
         body = fill_body(self.body, call)
         index = {_normal(a): i for i, a in enumerate(answers)}
         out = np.empty((n_calls, 1))
+        # the exact request (URL and body; never the headers) and its occurrence in this audit's calls
+        digest = hashlib.sha256(json.dumps([self.url, body], sort_keys=True).encode()).hexdigest()
+        first = self._seen.get(digest, 0)
+        self._seen[digest] = first + n_calls
+        keys = [f"{digest}#{first + i}" for i in range(n_calls)]
+        stored = self.responses.get(keys) if self.responses is not None else {}
+        fresh: dict[str, Any] = {}
         headers = self.resolved_headers()
         if self.egress is not None:
             client = egress_client(self.egress, timeout=self.timeout_s, retries=self.retries, headers=headers)
         else:  # a trusted local run (library, tests): no allow-list
             transport = httpx.HTTPTransport(retries=self.retries)
             client = httpx.Client(transport=transport, timeout=self.timeout_s, headers=headers)
-        with client:
-            for i in range(n_calls):
-                if self.meter is not None:
-                    self.meter.check(calls=1)  # the call that would pass max_calls is not made
-                reply = self._post(client, body)
-                self.calls += 1
-                if self.meter is not None:
-                    self.meter.charge(calls=1)
-                try:
-                    answer = read_path(reply, self.answer_path)
-                except KeyError as exc:
-                    raise AuditError(
-                        f"endpoint {self.url}: no answer at {self.answer_path!r} in its JSON reply "
-                        f"(a {type(reply).__name__}; the reply itself is not shown)"
-                    ) from exc
-                out[i, 0] = index.get(_normal(answer), -1)
+        try:
+            with client:
+                for i, key in enumerate(keys):
+                    if key in stored:
+                        answer = stored[key]
+                        self.replayed += 1
+                    else:
+                        answer = self._call(client, body)
+                        fresh[key] = answer
+                        if len(fresh) >= STORE_EVERY:
+                            self._store(fresh)
+                    out[i, 0] = index.get(_normal(answer), -1)
+        finally:  # what was answered is kept, whatever ends the loop (an outage, a budget)
+            self._store(fresh)
         return out
+
+    def _store(self, fresh: dict[str, Any]) -> None:
+        if self.responses is not None and fresh:
+            self.responses.put(dict(fresh))
+        fresh.clear()
+
+    def _call(self, client, body: Any) -> Any:
+        """One real call (paced to `rate`, checked against the budget); the value at answer_path."""
+        if self.meter is not None:
+            self.meter.check(calls=1)  # the call that would pass max_calls is not made
+        if self.interval > 0:
+            wait = self._next_at - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            self._next_at = max(time.monotonic(), self._next_at) + self.interval
+        reply = self._post(client, body)
+        self.calls += 1
+        if self.meter is not None:
+            self.meter.charge(calls=1)
+        try:
+            return read_path(reply, self.answer_path)
+        except KeyError as exc:
+            raise AuditError(
+                f"endpoint {self.url}: no answer at {self.answer_path!r} in its JSON reply "
+                f"(a {type(reply).__name__}; the reply itself is not shown)"
+            ) from exc
 
     def _post(self, client, body: Any) -> Any:
         import httpx
@@ -242,6 +304,12 @@ class HttpEndpoint(Mechanism):
                 problem = f"HTTP {response.status_code}"
                 if response.status_code not in _RETRY_STATUS:
                     break
+                if response.status_code == 429 and self.interval > 0:
+                    self.interval = min(MAX_INTERVAL, 2 * self.interval)  # adaptive: half the rate from now
+                told = _retry_after(response.headers.get("retry-after"))
+                if told is not None and attempt < self.retries:
+                    time.sleep(told)  # the target said when: honour it (capped at MAX_RETRY_AFTER)
+                    continue
             if attempt < self.retries:
                 time.sleep(min(2.0, 0.1 * 2**attempt))
         raise AuditError(f"endpoint {self.url} failed ({problem})")
