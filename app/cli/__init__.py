@@ -4,6 +4,19 @@ iclaudit.client) and calculators (app/cli/science.py)."""
 from __future__ import annotations
 
 import typer
+import typer.core
+
+_display_type_rich = typer.core.TyperOption.display_type_rich
+
+
+def _flag_shows_no_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+    """An on/off flag takes no value, so its help row shows no `<bool>` (typer's default shows one)."""
+    if self.is_flag and not self.count:
+        return None
+    return _display_type_rich(self, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _flag_shows_no_type  # type: ignore[method-assign]
 
 app = typer.Typer(name="iclaudit", help="Audit privacy leakage of in-context learning.", no_args_is_help=True)
 
@@ -17,5 +30,10 @@ def _register() -> None:
 
 
 def main() -> None:
+    import sys
+
+    from app.cli.reach import preflight
+
+    preflight(sys.argv[1:])  # before the client's imports: a server that is down is said so at once
     _register()
     app()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import sys
 from enum import IntEnum, StrEnum
 from pathlib import Path
@@ -44,6 +43,7 @@ from rich.table import Table
 from rich.text import Text
 
 from app.audit.results.base import ResultBase
+from app.cli.reach import CONNECT_TIMEOUT_S, START_HINT, default_url
 from app.db.constants import TERMINAL_STATES
 from app.reports.junit import gate_fails, gate_outcome
 from iclaudit.client import ApiError as ClientApiError
@@ -51,18 +51,6 @@ from iclaudit.client import Audit, ClientError, IclauditClient, ServiceUnreachab
 
 console = Console()
 err_console = Console(stderr=True)
-CONNECT_TIMEOUT_S = 1.5  # a server that is down is said so at once (no retry on a refused connection)
-START_HINT = (
-    "is the service running? Start it with `make serve` in the repository (it listens on "
-    "${HOST:-127.0.0.1}:${PORT:-8000}) or `iclaudit serve`, or point --url / ICLAUDIT_URL at it"
-)
-
-
-def default_url() -> str:
-    """Where `make serve` listens: http://${HOST:-127.0.0.1}:${PORT:-8000} (ICLAUDIT_URL overrides it)."""
-    return f"http://{os.environ.get('HOST') or '127.0.0.1'}:{os.environ.get('PORT') or '8000'}"
-
-
 DEFAULT_URL = None  # resolved when a command runs: ICLAUDIT_URL, else default_url()
 
 
@@ -163,8 +151,11 @@ def fail(message: str, code: Exit = Exit.USAGE) -> typer.Exit:
 def _client_error(exc: ClientError) -> typer.Exit:
     if isinstance(exc, ClientApiError):
         err_console.print(f"[red]{exc.status}[/] {exc.message}", highlight=False, soft_wrap=True)
-        for path, message in exc.details[1:]:
-            err_console.print(f"  {path}: {message}", highlight=False)
+        for path, message in exc.details:  # each with its JSON path ($.mechanism.epsilon), the first too
+            same = message.rstrip(".") in exc.message
+            err_console.print(
+                f"  at {path}" if same else f"  {path}: {message}", highlight=False, soft_wrap=True
+            )
         return typer.Exit(Exit.USAGE)
     if isinstance(exc, ServiceUnreachable):
         return fail(f"{exc}: {START_HINT}")

@@ -76,10 +76,33 @@ def _emit(result: dict, as_json: bool, title: str) -> None:
     table = Table(title=title)
     table.add_column("quantity")
     table.add_column("value", justify="right")
-    for key, value in result.items():
-        shown = f"{value:.6g}" if isinstance(value, float) and math.isfinite(value) else str(value)
-        table.add_row(key, shown)
+    for key, value in _rows(result):
+        table.add_row(key, _shown(value))
     console.print(table)
+
+
+def _rows(value: dict, prefix: str = "") -> list[tuple[str, object]]:
+    """Nested results as dotted rows (`counts.tp`), never a Python dict in a cell."""
+    rows: list[tuple[str, object]] = []
+    for key, item in value.items():
+        if isinstance(item, dict):
+            rows.extend(_rows(item, f"{prefix}{key}."))
+        else:
+            rows.append((f"{prefix}{key}", item))
+    return rows
+
+
+def _shown(value: object) -> str:
+    """A cell for people: 6 significant digits, — for none, yes/no, lists comma-separated."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.6g}" if math.isfinite(value) else str(value)
+    if isinstance(value, list | tuple):
+        return ", ".join(_shown(v) for v in value)
+    return str(value)
 
 
 def bound(

@@ -79,6 +79,16 @@ def _failed_rows(result: ResultBase, rows: list[Verdict], outcome: str | None) -
     return failed
 
 
+def _label(result: ResultBase, row: Verdict) -> str:
+    """What a case's ε is: the calibrated noise's exact ε at δ (the calibration row), the exact accounting of
+    what synthetic generation spent, or a measured lower bound (epsilon_empirical, the verdict's bound)."""
+    if row.name == "calibration":
+        return "epsilon_exact_at_delta"
+    if result.kind == "synthetic_generation":
+        return "epsilon_spent_exact"
+    return "epsilon_empirical"
+
+
 def _case(
     suite: ET.Element,
     classname: str,
@@ -89,7 +99,9 @@ def _case(
     failure: str | None,
 ) -> ET.Element:
     case = ET.SubElement(suite, "testcase", classname=classname, name=row.name, time=f"{seconds:.3f}")
-    text = f"epsilon_empirical = {_eps(row.epsilon_empirical)}\nepsilon_theory = {_eps(row.epsilon_theory)}"
+    text = (
+        f"{_label(result, row)} = {_eps(row.epsilon_empirical)}\nepsilon_theory = {_eps(row.epsilon_theory)}"
+    )
     if outcome is not None and (result.epsilon_detectable is not None or result.epsilon_detectable_unbounded):
         detectable = "unbounded" if result.epsilon_detectable_unbounded else _eps(result.epsilon_detectable)
         text += f"\nepsilon_detectable = {detectable}"

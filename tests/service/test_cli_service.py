@@ -298,10 +298,13 @@ def test_a_server_that_is_down_is_said_so_within_2_s_with_how_to_start_it(cli: C
         assert out.exit_code == 3, out.output
         assert f"cannot reach http://127.0.0.1:{port}" in out.output and "make serve" in out.output
         assert elapsed < 2.0, (args, elapsed)
-    started = time.monotonic()  # the installed command, start-up included
+    started = time.monotonic()  # the installed command, start-up included (checked before heavy imports)
     proc = subprocess.run([str(ICLAUDIT), "list"], env=env, capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - started
     assert proc.returncode == 3 and "make serve" in proc.stderr, proc.stderr
-    print(f"iclaudit list with the server down: {time.monotonic() - started:.2f} s")
+    assert proc.stderr.count("\n") == 1 and f"127.0.0.1:{port}" in proc.stderr  # one line
+    assert elapsed < 2.0, elapsed
+    print(f"iclaudit list with the server down: {elapsed:.2f} s")
 
 
 def test_wait_timeout_exits_3_and_says_how_to_reattach(cli: CliRunner, server) -> None:
@@ -486,3 +489,26 @@ def test_datasets_upload_with_a_progress_bar_then_a_bad_row_names_its_line(
         ]
     ]
     assert names == ["notes"]
+
+
+def test_cosmetics_flags_without_bool_bound_without_reprs_and_422_paths(cli: CliRunner, server) -> None:
+    """Help rows of on/off flags show no `<bool>`; `iclaudit bound` prints no Python reprs (a nested
+    figure is dotted rows, None a dash); a refused request prints every JSON path, the first included."""
+    helped = subprocess.run(
+        [str(ICLAUDIT), "submit", "--help"],
+        env={**os.environ, "COLUMNS": "140"},
+        capture_output=True,
+        text=True,
+    )
+    assert helped.returncode == 0 and "--wait" in helped.stdout and "<bool>" not in helped.stdout
+    bound = cli.invoke(app, ["bound", "--tp", "2400", "--fn", "1600", "--fp", "1500", "--tn", "2500"])
+    assert bound.exit_code == 0, bound.output
+    assert "counts.tp" in bound.stdout and "{'" not in bound.stdout and "None" not in bound.stdout
+    assert "False" not in bound.stdout and "True" not in bound.stdout
+    body = json.loads((ROOT / "examples/mia-oracle-eps1.json").read_text())
+    del body["mechanism"]
+    refused = cli.invoke(app, ["submit", "-", "--url", server[0]], input=json.dumps(body))
+    assert refused.exit_code == 3 and "at $.mechanism" in refused.output, refused.output
+    body["epsilon"], body["mechanism"] = -1, {"name": "private_voting"}
+    refused = cli.invoke(app, ["submit", "-", "--url", server[0]], input=json.dumps(body))
+    assert refused.exit_code == 3 and "$.epsilon" in refused.output, refused.output

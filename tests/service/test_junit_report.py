@@ -140,6 +140,9 @@ def test_a_theory_violation_fails_the_gate_whatever_the_measurement(
     (failure,) = cases["calibration"].result
     assert failure.type == "PrivacyViolation" and "even in theory" in failure.message
     assert cases["black_box"].is_passed and cases["white_box"].is_passed
+    # the calibration case's ε is the noise's exact ε at δ, labelled as such (not a measurement)
+    assert "epsilon_exact_at_delta = 1.2" in cases["calibration"].system_out
+    assert "epsilon_empirical" not in cases["calibration"].system_out
 
 
 def test_a_kind_without_a_verdict_passes_and_says_so(tmp_path: Path) -> None:
