@@ -80,7 +80,8 @@ def test_json_rows_and_bom() -> None:
             None,
             "both 'label' and 'summary'",
         ),
-        (_jsonl([{"body": "a"}, ROWS[0]]), "jsonl", 1, None, "rows need 'text'"),
+        (_jsonl([{"body": "a"}, ROWS[0]]), "jsonl", 1, "body", "rows need 'text'"),
+        (_jsonl([{"text": "a"}, ROWS[0]]), "jsonl", 2, "label", "not on the first row"),
         (b"text,label\na,pos\nb,neg,extra\n", "csv", 3, None, "3 columns, the header has 2"),
         (b"text,label\na,pos\nb,\n", "csv", 3, "label", "must not be empty"),
     ],
@@ -109,3 +110,15 @@ def test_row_limit_single_label_and_too_few_rows() -> None:
     one_split = [{**r, "split": "train"} for r in ROWS]
     assert _error(_jsonl(one_split)).field == "split"
     assert "unknown format" in _error(b"x", "xml").message
+
+
+def test_rows_of_text_alone_are_an_unlabelled_dataset() -> None:
+    rows = [{"text": row["text"]} for row in ROWS]
+    dataset = parse_dataset(_jsonl(rows), fmt="jsonl", name="notes", max_rows=100)
+    assert dataset.task == "unlabelled" and dataset.labels == ()
+    assert len(dataset.train) == 8 and len(dataset.test) == 2
+    assert all(e.label is None and e.summary is None for e in dataset.train + dataset.test)
+    as_csv = parse_dataset(
+        b"text\n" + "\n".join(r["text"] for r in rows).encode(), fmt="csv", name="n", max_rows=100
+    )
+    assert as_csv.task == "unlabelled" and len(as_csv.train) + len(as_csv.test) == 10
