@@ -50,3 +50,20 @@ def test_synthetic_records_are_seeded_unique_and_learnable() -> None:
 
     for e in ds.train[:100]:
         assert sum(s in e.text for s in _SYMPTOMS[e.label]) >= 2
+
+
+def test_dbpedia14_ships_in_the_package_with_its_licence(tmp_path: Path, data_dir: Path) -> None:
+    """No data directory: dbpedia14 is read from the package, the same rows as the offline copy; its CC BY-SA
+    licence and attribution sit beside it."""
+    from app.datasets.builtin import PACKAGED_DIR, availability
+
+    assert availability("dbpedia14", None) == ("package", "")
+    assert availability("dbpedia14", tmp_path) == ("package", "")
+    assert availability("dbpedia14", data_dir) == ("data_dir", "")
+    assert availability("ag_news", None)[0] is None  # non-commercial terms: not shipped
+    packaged, offline = load_builtin("dbpedia14", tmp_path), load_builtin("dbpedia14", data_dir)
+    assert (packaged.train, packaged.test, packaged.labels) == (offline.train, offline.test, offline.labels)
+    assert len(packaged.train) == 2000 and len(packaged.labels) == 14
+    licence = (PACKAGED_DIR / "dbpedia14" / "LICENSE").read_text()
+    assert "CC BY-SA 3.0" in licence and "creativecommons.org/licenses/by-sa/3.0" in licence
+    assert "Zhang" in (PACKAGED_DIR / "dbpedia14" / "README.md").read_text()
