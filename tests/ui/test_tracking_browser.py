@@ -123,6 +123,14 @@ def test_a_sweeps_children_are_folded_under_their_sweep(page, served: Served, tr
     sweep_row.get_by_role("button").click()
     for child in children:
         child.wait_for(state="hidden")
+    # A sweep submitted while the list is open is grouped too, without a reload.
+    with served.client(served.alice) as api:
+        body = {"base": kind_module("bound").EXAMPLE, "grid": {"delta": [1e-5, 1e-6]}, "seeds": 1}
+        late = api.post("/v1/sweeps", json=body).json()["id"]
+    late_row = page.locator(f"#audits tr.sweep-row[data-sweep-id='{late}']")
+    late_row.wait_for(timeout=30_000)
+    assert page.locator("#audits tr.sweep-row").count() == 2
+    assert page.locator(f"#audits tr[data-sweep='{late}']").count() == 2
 
 
 def _pixels_of(page, selector: str, rgb: str) -> int:
@@ -164,6 +172,14 @@ def test_compare_two_audits_side_by_side(page, served: Served, tracked) -> None:
     page.locator("#chart-compare-roc[data-drawn=true]").wait_for()
     for colour in ("#0b5cad", "#c05600"):  # COLORS[0], COLORS[1] in charts.js: the first and second audit
         assert _pixels_of(page, "#chart-compare-roc", colour) > 200, colour
+
+
+def test_the_report_is_its_tenants_alone(served: Served, tracked) -> None:
+    audit = tracked["audits"]["baseline-eps1"]["id"]
+    with served.client(served.bob) as bob, served.client(served.alice) as alice:
+        assert bob.get(f"/v1/audits/{audit}/report.html").status_code == 404
+        mine = alice.get(f"/v1/audits/{audit}/report.html")
+    assert mine.status_code == 200 and mine.headers["content-type"].startswith("text/html")
 
 
 def test_compare_refuses_one_audit(page, served: Served, tracked) -> None:

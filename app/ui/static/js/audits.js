@@ -17,6 +17,8 @@ const filters = {
 const selected = new Set(); // audit ids ticked for /ui/compare
 const sweepOf = new Map(); // audit id → {sweep, point, seed}
 const groups = new Map(); // sweep id → {tr, body rows, open}
+const placedOnce = new Set(); // audits looked up in the sweeps (a new one may be a new sweep's child)
+let sweepsLoading = null;
 const tokens = [null]; // page tokens: tokens[i] opens page i
 let pageIndex = 0;
 let controller = null;
@@ -167,7 +169,10 @@ function row(audit) {
   return { tr, update };
 }
 
+let lastList = null;
+
 function render(list) {
+  lastList = list;
   // The verdict filter is asked of the server (?verdict=); a server that does not filter by verdict sends
   // every audit of the page, so the page is filtered here too (a no-op when the server did it).
   const honoured = !filters.verdict || list.audits.every((a) => verdictOf(a) === filters.verdict);
@@ -193,6 +198,14 @@ function render(list) {
     order.push(entry.tr);
   }
   for (const id of placed) groups.get(id).update();
+  // An audit this page has not seen may be the child of a sweep submitted since: look the sweeps up again
+  // (once per new audit); its row moves under its sweep on the next poll.
+  const unseen = audits.filter((a) => !placedOnce.has(a.id));
+  unseen.forEach((a) => placedOnce.add(a.id));
+  if (unseen.some((a) => !sweepOf.has(a.id)) && placedOnce.size > unseen.length && !sweepsLoading) {
+    const shown = list;
+    sweepsLoading = loadSweeps().then(() => { if (lastList === shown) render(shown); }).finally(() => { sweepsLoading = null; });
+  }
   for (const id of [...rows.keys()]) if (!seen.has(id)) rows.delete(id);
   const current = [...tbody.children];
   if (current.length !== order.length || current.some((tr, i) => tr !== order[i])) tbody.replaceChildren(...order);
