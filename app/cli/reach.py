@@ -13,6 +13,7 @@ START_HINT = (
     "is the service running? Start it with `make serve` in the repository (it listens on "
     "${HOST:-127.0.0.1}:${PORT:-8000}) or `iclaudit serve`, or point --url / ICLAUDIT_URL at it"
 )
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 CLIENT_COMMANDS = frozenset(
     {"submit", "watch", "status", "result", "list", "cancel", "datasets", "models", "plan", "resume"}
 )
@@ -50,6 +51,8 @@ def preflight(argv: list[str]) -> None:
     """A client command aimed at a service that is not there exits 3 with one line saying how to start it."""
     if not argv or argv[0] not in CLIENT_COMMANDS or "--help" in argv:
         return
+    if any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return  # the client may reach it only through the proxy: let it try
     url = url_of(argv).rstrip("/")
     why = unreachable(url)
     if why is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -202,9 +203,21 @@ def check_request(
     endpoint = getattr(getattr(request, "mechanism", None), "endpoint", None)
     if endpoint is not None:
         try:
-            check_url(endpoint.url, settings.endpoint_egress)
+            check_url(re.sub(r"\{[^{}]*\}", "x", endpoint.url), settings.endpoint_egress)
         except EgressRefused as exc:
             raise Rejected("$.mechanism.endpoint.url", f"mechanism.endpoint.url: {exc.reason}.") from exc
+        for i, step in enumerate([*getattr(endpoint, "steps", []), getattr(endpoint, "close", None)]):
+            if step is None:
+                continue
+            where = (
+                f"$.mechanism.endpoint.steps[{i}].url"
+                if i < len(endpoint.steps)
+                else "$.mechanism.endpoint.close.url"
+            )
+            try:  # a template's {values} stand for one path segment each; the real URL is checked per call
+                check_url(re.sub(r"\{[^{}]*\}", "x", step.url), settings.endpoint_egress)
+            except EgressRefused as exc:
+                raise Rejected(where, f"{where[2:]}: {exc.reason}.") from exc
         headers = getattr(endpoint, "headers", None) or {}
         check_headers(headers, session=session, tenant_id=tenant_id, settings=settings)
     if request.model is not None:

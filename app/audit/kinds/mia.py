@@ -44,7 +44,7 @@ from app.audit.kinds.base import (
 )
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
-from app.audit.mechanisms.http_endpoint import HeaderValue
+from app.audit.mechanisms.http_endpoint import HeaderValue, StepSpec
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
@@ -68,6 +68,15 @@ class EndpointSpec(BaseModel):
     )
     timeout_s: float = Field(default=10.0, gt=0, le=300)
     retries: int = Field(default=2, ge=0, le=10, description="Retries on connection errors, 429, 5xx.")
+    steps: list[StepSpec] = Field(
+        default_factory=list,
+        max_length=8,
+        description="A multi-step target: requests sent before each call (e.g. create a session), whose "
+        "saved values ({session_id}) later templates use; cookies are kept per trial.",
+    )
+    close: StepSpec | None = Field(
+        default=None, description="A request sent after each call, whatever happened (e.g. close the session)."
+    )
     rate: float | None = Field(
         default=None,
         gt=0,

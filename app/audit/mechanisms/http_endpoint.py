@@ -26,7 +26,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -75,6 +75,24 @@ class SecretRef(BaseModel):
 HeaderValue = str | SecretRef
 
 
+class StepSpec(BaseModel):
+    """One request of a multi-step target, sent before (`steps`) or after (`close`) the audited call.
+
+    Its URL and body are templates like the endpoint's: `{context}`, `{query}` and every value an
+    earlier step saved (`{session_id}`; a string that is exactly `"{name}"` keeps the value's JSON type)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://", max_length=2000, description="URL template of this request.")
+    method: Literal["POST", "GET", "PUT", "PATCH", "DELETE"] = "POST"
+    body: Any = Field(default=None, description="JSON body template (none for GET/DELETE when null).")
+    save: dict[str, str] = Field(
+        default_factory=dict,
+        max_length=16,
+        description="Values to keep from this step's JSON reply: name → JSON path ($.id).",
+    )
+
+
 @dataclass(frozen=True)
 class EndpointCall:
     """One call body's ingredients: the formatted exemplars of the context and the user query."""
@@ -83,16 +101,22 @@ class EndpointCall:
     query: str
 
 
-def fill_body(template: Any, call: EndpointCall) -> Any:
-    """The request body: `template` with `{context}` / `{query}` substituted in every string."""
+def fill_body(template: Any, call: EndpointCall, saved: dict[str, Any] | None = None) -> Any:
+    """The request body: `template` with `{context}` / `{query}` (and a multi-step target's `saved` values)
+    substituted in every string."""
     if isinstance(template, dict):
-        return {key: fill_body(value, call) for key, value in template.items()}
+        return {key: fill_body(value, call, saved) for key, value in template.items()}
     if isinstance(template, list):
-        return [fill_body(value, call) for value in template]
+        return [fill_body(value, call, saved) for value in template]
     if isinstance(template, str):
         if template == "{context}":
             return list(call.exemplars)
+        for name, value in (saved or {}).items():
+            if template == "{" + name + "}":
+                return value
         text = template.replace("{context}", "\n\n".join(call.exemplars))
+        for name, value in (saved or {}).items():
+            text = text.replace("{" + name + "}", value if isinstance(value, str) else json.dumps(value))
         return text.replace("{query}", call.query)
     return template
 
@@ -141,6 +165,8 @@ class HttpEndpoint(Mechanism):
             timeout_s=e.timeout_s,
             retries=e.retries,
             rate=getattr(e, "rate", None),
+            steps=list(getattr(e, "steps", None) or []),
+            close=getattr(e, "close", None),
             theory=claimed_theory(epsilon, delta),
         )
 
@@ -158,6 +184,8 @@ class HttpEndpoint(Mechanism):
         timeout_s: float = 10.0,
         retries: int = 2,
         rate: float | None = None,
+        steps: Sequence[StepSpec] = (),
+        close: StepSpec | None = None,
     ) -> None:
         super().__init__(partitions=1, theory=theory)
         self.url = url
@@ -174,8 +202,11 @@ class HttpEndpoint(Mechanism):
             None  # RunContext.responses: answered calls, replayed on resume
         )
         self.replayed = 0
+        self.close_failures = 0
         self._seen: dict[str, int] = {}
         self.interval = 1.0 / rate if rate else 0.0
+        self.steps = list(steps)
+        self.close = close
         self._next_at = 0.0
 
     def resolved_headers(self) -> dict[str, str]:
@@ -222,7 +253,13 @@ class HttpEndpoint(Mechanism):
         index = {_normal(a): i for i, a in enumerate(answers)}
         out = np.empty((n_calls, 1))
         # the exact request (URL and body; never the headers) and its occurrence in this audit's calls
-        digest = hashlib.sha256(json.dumps([self.url, body], sort_keys=True).encode()).hexdigest()
+        plan = [
+            self.url,
+            body,
+            [st.model_dump() for st in self.steps],
+            self.close and self.close.model_dump(),
+        ]
+        digest = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
         first = self._seen.get(digest, 0)
         self._seen[digest] = first + n_calls
         keys = [f"{digest}#{first + i}" for i in range(n_calls)]
@@ -241,7 +278,11 @@ class HttpEndpoint(Mechanism):
                         answer = stored[key]
                         self.replayed += 1
                     else:
-                        answer = self._call(client, body)
+                        answer = (
+                            self._trial(client, call, body)
+                            if self.steps or self.close
+                            else self._call(client, body)
+                        )
                         fresh[key] = answer
                         if len(fresh) >= STORE_EVERY:
                             self._store(fresh)
@@ -255,7 +296,45 @@ class HttpEndpoint(Mechanism):
             self.responses.put(dict(fresh))
         fresh.clear()
 
-    def _call(self, client, body: Any) -> Any:
+    def _trial(self, client, call: EndpointCall, body: Any) -> Any:
+        """One multi-step trial: a fresh cookie jar, the `steps` (saving values from their replies), the
+        audited call with those values, then `close` whatever happened (its failure is not the trial's)."""
+        client.cookies.clear()
+        saved: dict[str, Any] = {}
+        try:
+            for step in self.steps:
+                reply = self._call(
+                    client,
+                    fill_body(step.body, call, saved),
+                    url=fill_body(step.url, call, saved),
+                    method=step.method,
+                    raw=True,
+                )
+                for name, path in step.save.items():
+                    try:
+                        saved[name] = read_path(reply, path)
+                    except KeyError:
+                        raise AuditError(
+                            f"endpoint step {step.url}: no value at {path!r} for {{{name}}} in its JSON reply "
+                            "(the reply itself is not shown)"
+                        ) from None
+            return self._call(client, fill_body(self.body, call, saved), url=fill_body(self.url, call, saved))
+        finally:
+            if self.close is not None and (saved or not self.steps):
+                try:
+                    self._call(
+                        client,
+                        fill_body(self.close.body, call, saved),
+                        url=fill_body(self.close.url, call, saved),
+                        method=self.close.method,
+                        raw=True,
+                    )
+                except AuditError:
+                    self.close_failures += 1
+
+    def _call(
+        self, client, body: Any, *, url: str | None = None, method: str = "POST", raw: bool = False
+    ) -> Any:
         """One real call (paced to `rate`, checked against the budget); the value at answer_path."""
         if self.meter is not None:
             self.meter.check(calls=1)  # the call that would pass max_calls is not made
@@ -264,10 +343,12 @@ class HttpEndpoint(Mechanism):
             if wait > 0:
                 time.sleep(wait)
             self._next_at = max(time.monotonic(), self._next_at) + self.interval
-        reply = self._post(client, body)
+        reply = self._post(client, body, url=url or self.url, method=method)
         self.calls += 1
         if self.meter is not None:
             self.meter.charge(calls=1)
+        if raw:
+            return reply
         try:
             return read_path(reply, self.answer_path)
         except KeyError as exc:
@@ -276,28 +357,31 @@ class HttpEndpoint(Mechanism):
                 f"(a {type(reply).__name__}; the reply itself is not shown)"
             ) from exc
 
-    def _post(self, client, body: Any) -> Any:
+    def _post(self, client, body: Any, *, url: str, method: str = "POST") -> Any:
         import httpx
 
         for attempt in range(self.retries + 1):
             try:
-                response = client.post(self.url, json=body)
+                sends = body is not None or method not in ("GET", "DELETE")
+                response = client.request(method, url, json=body) if sends else client.request(method, url)
             except EgressRefused as exc:
-                raise AuditError(f"endpoint {self.url} refused by this service: {exc.reason}") from None
+                raise AuditError(f"endpoint {url} refused by this service: {exc.reason}") from None
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
                 if 300 <= response.status_code < 400:
                     raise AuditError(
-                        f"endpoint {self.url} answered a redirect (HTTP {response.status_code}); redirects "
+                        f"endpoint {url} answered a redirect (HTTP {response.status_code}); redirects "
                         "are not followed: give the final URL"
                     )
                 if response.status_code < 300:
+                    if not response.content:  # 204 and the like (a close step)
+                        return None
                     try:
                         return response.json()
                     except json.JSONDecodeError:
                         raise AuditError(
-                            f"endpoint {self.url} did not answer JSON (HTTP {response.status_code}, "
+                            f"endpoint {url} did not answer JSON (HTTP {response.status_code}, "
                             f"{len(response.content)} bytes; the reply is not shown)"
                         ) from None
                 # Reply bodies are never shown: the error goes to the tenant.
@@ -312,7 +396,7 @@ class HttpEndpoint(Mechanism):
                     continue
             if attempt < self.retries:
                 time.sleep(min(2.0, 0.1 * 2**attempt))
-        raise AuditError(f"endpoint {self.url} failed ({problem})")
+        raise AuditError(f"endpoint {url} failed ({problem})")
 
     def release(self, clean: np.ndarray, rng: np.random.Generator) -> Release:
         """The endpoint already released: its answers pass through unchanged."""
