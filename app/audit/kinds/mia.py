@@ -75,7 +75,8 @@ class EndpointSpec(BaseModel):
         "saved values ({session_id}) later templates use; cookies are kept per trial.",
     )
     close: StepSpec | None = Field(
-        default=None, description="A request sent after each call, whatever happened (e.g. close the session)."
+        default=None,
+        description="A request sent after each call, whatever happened (e.g. close the session).",
     )
     rate: float | None = Field(
         default=None,
