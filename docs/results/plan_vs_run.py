@@ -1,0 +1,178 @@
+"""Plan against run (issue 22 §1) → docs/results/plan.md (between its begin/end markers).
+
+    HF_HUB_OFFLINE=1 ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/plan_vs_run.py
+
+Five requests — two oracle, two SmolLM2-135M (transformers on the CPU), one endpoint (the randomized
+response target of tests/targets/target_server.py, served by uvicorn on 127.0.0.1) — each planned with
+`app.audit.plan.plan_mia`, then run in this process with `app.audit.local` (the library road: no queue),
+measuring the run's wall time, its `distinct_prompts` or `endpoint_calls`, the calls the target counted
+and the engine's prompt-token counter. Seconds per call come, as in the service (`measured_rates`), from
+the median of (wall time / calls) over three earlier calibration runs of the same model or endpoint (other
+seeds, fewer trials; the first SmolLM2 run includes loading the model). `--quick` prints without writing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "targets")]
+
+from app.audit.kinds import mia  # noqa: E402
+from app.audit.local import local_context  # noqa: E402
+from app.audit.plan import Rates, model_tokens, plan_mia  # noqa: E402
+from app.audit.runtime import no_progress  # noqa: E402
+from app.engines.registry import load_llm  # noqa: E402
+
+EXAMPLES = ROOT / "examples"
+DOC = ROOT / "docs" / "results" / "plan.md"
+SMOLLM2 = "smollm2-135m-instruct"
+
+
+def example(name: str, **changes: object) -> dict:
+    return json.loads((EXAMPLES / name).read_text()) | changes
+
+
+def endpoint_request(url: str, trials: int, seed: int) -> dict:
+    body = example("mia-http-endpoint.json", trials=trials, seed=seed)
+    body["mechanism"]["endpoint"].update(url=url, retries=0, timeout_s=10)
+    return body
+
+
+def timed(ctx, body: dict) -> tuple[dict, float]:
+    start = time.perf_counter()
+    result = mia.run(mia.Request.model_validate(body), ctx)
+    return result, time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="print only, do not write the doc")
+    args = parser.parse_args()
+    from target_server import Target, serve
+
+    ctx = local_context(progress=no_progress)
+    target = Target(epsilon=1.0, seed=3)
+    rows = []
+    with serve(target.app()) as base:
+        url = base + "/"
+        calibration: dict[str, list[float]] = {SMOLLM2: [], "endpoint": []}
+        for seed in (100, 101, 102):
+            result, seconds = timed(ctx, example("mia-smollm2-eps8.json", seed=seed, trials=2000))
+            calibration[SMOLLM2].append(seconds / result["distinct_prompts"])
+            result, seconds = timed(ctx, endpoint_request(url, 100, seed))
+            calibration["endpoint"].append(seconds / result["endpoint_calls"])
+        rates = {
+            SMOLLM2: Rates(model_seconds_per_call=statistics.median(calibration[SMOLLM2]), basis="3 runs"),
+            "endpoint": Rates(
+                endpoint_seconds_per_call=statistics.median(calibration["endpoint"]), basis="3 runs"
+            ),
+            "oracle": Rates(),
+        }
+        requests = [
+            ("oracle, private voting ε = 1, 400,000 trials", "oracle", example("mia-oracle-eps1.json")),
+            (
+                "oracle, planted bug σ/T, dbpedia14",
+                "oracle",
+                example("mia-oracle-bug-noise-divided-by-t.json", trials=200_000),
+            ),
+            ("SmolLM2, private voting ε = 8, T = 4", SMOLLM2, example("mia-smollm2-eps8.json")),
+            (
+                "SmolLM2, private voting ε = 8, T = 8, 2 shots",
+                SMOLLM2,
+                example(
+                    "mia-smollm2-eps8.json",
+                    seed=7,
+                    mechanism={"name": "private_voting", "partitions": 8, "shots_per_partition": 2},
+                ),
+            ),
+            (
+                "endpoint (randomized response ε = 1), 1,500 calls per side",
+                "endpoint",
+                endpoint_request(url, 1500, 9),
+            ),
+        ]
+        engine = load_llm(SMOLLM2)
+        for label, which, body in requests:
+            request = mia.Request.model_validate(body)
+            tokens = model_tokens(request.model) if which == SMOLLM2 else None
+            start = time.perf_counter()
+            plan = plan_mia(request, datasets=ctx.datasets, rates=rates[which], tokens=tokens)
+            plan_seconds = time.perf_counter() - start
+            tokens_before, answered_before = engine.counters.prompt_tokens, target.answered
+            result, seconds = timed(ctx, body)
+            measured_calls = result["endpoint_calls"] if which == "endpoint" else result["distinct_prompts"]
+            rows.append(
+                {
+                    "request": label,
+                    "predicted_calls": plan["calls"]["endpoint"] or plan["calls"]["model"],
+                    "measured_calls": measured_calls,
+                    "target_counted": target.answered - answered_before if which == "endpoint" else None,
+                    "predicted_tokens": plan["tokens"]["prompt"],
+                    "measured_tokens": engine.counters.prompt_tokens - tokens_before
+                    if which == SMOLLM2
+                    else None,
+                    "predicted_seconds": plan["time"]["expected_seconds"],
+                    "measured_seconds": seconds,
+                    "plan_seconds": plan_seconds,
+                    "epsilon_detectable": plan["power"]["epsilon_detectable"],
+                    "trials_needed": plan["power"]["trials_needed"],
+                    "verdict": result["verdict"],
+                    "run_epsilon_detectable": result.get("epsilon_detectable"),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    table = render(rows)
+    print(table)
+    if not args.quick:
+        text = DOC.read_text()
+        text = re.sub(
+            r"(<!-- begin plan_vs_run -->\n).*?(<!-- end plan_vs_run -->)",
+            lambda m: m.group(1) + table + m.group(2),
+            text,
+            flags=re.S,
+        )
+        DOC.write_text(text)
+    return 0
+
+
+def fmt(x: object, digits: int = 3) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return f"{x:,}" if isinstance(x, int) else str(x)
+
+
+def render(rows: list[dict]) -> str:
+    head = (
+        "| request | calls: planned / run (at the target) | prompt tokens: planned / engine counted | "
+        "seconds: planned / run (ratio) | planning took | ε detectable planned (η = 1) / run | trials needed | verdict |\n"
+        "|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in rows:
+        at = f" ({fmt(r['target_counted'])})" if r["target_counted"] is not None else ""
+        ratio = (
+            f" ({r['predicted_seconds'] / r['measured_seconds']:.2f}×)"
+            if r["predicted_seconds"] is not None
+            else ""
+        )
+        lines.append(
+            f"| {r['request']} | {fmt(r['predicted_calls'])} / {fmt(r['measured_calls'])}{at} | "
+            f"{fmt(r['predicted_tokens'])} / {fmt(r['measured_tokens'])} | "
+            f"{fmt(r['predicted_seconds'])} / {fmt(r['measured_seconds'])}{ratio} | {fmt(r['plan_seconds'], 2)} s | "
+            f"{fmt(r['epsilon_detectable'])} / {fmt(r['run_epsilon_detectable'])} | {fmt(r['trials_needed'])} | "
+            f"{r['verdict']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
