@@ -12,7 +12,9 @@ from fastapi import APIRouter, Body, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, StringConstraints
 from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
 
+from app.api.connections import stream_slots
 from app.api.deps import (
     ExecutorDep,
     PageToken,
@@ -298,7 +300,11 @@ async def get_audit(
     if answer is None and held != if_none_match and state in TERMINAL_STATES:
         etag, state, answer = await run_in_session(request, _read_audit, tenant_id, audit_id, None, bodies)
     if answer is None and wait > 0 and state not in TERMINAL_STATES:
-        await _wait_rechecking(request, authorization, audit_id, etag, wait, since)
+        release = stream_slots(request.app).take(tenant_id)  # 429 past ICLAUDIT_MAX_OPEN_STREAMS
+        try:
+            await _wait_rechecking(request, authorization, audit_id, etag, wait, since)
+        finally:
+            release()
         etag, state, answer = await run_in_session(
             request, _read_audit, tenant_id, audit_id, if_none_match, bodies
         )
@@ -391,7 +397,17 @@ async def audit_events(
                 etag = etag_of(row)
                 yield ServerSentEvent(AuditSummary.of(row).model_dump_json(), event="audit", id=etag)
 
-    return EventSourceResponse(stream(), ping=15)
+    release = stream_slots(request.app).take(tenant_id)  # 429 past ICLAUDIT_MAX_OPEN_STREAMS
+
+    async def held() -> AsyncIterator[ServerSentEvent]:
+        try:
+            async for event in stream():
+                yield event
+        finally:
+            release()
+
+    # released when the stream ends, and after the answer in any case (a stream never started)
+    return EventSourceResponse(held(), ping=15, background=BackgroundTask(release))
 
 
 @router.post("/plan", response_model=dict[str, Any], responses=_ERRORS)

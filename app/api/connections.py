@@ -7,11 +7,17 @@ that has not sent a whole request line and headers within ICLAUDIT_HEADER_TIMEOU
 of its previous answer) is closed. h11 also bounds the headers' size (`h11_max_incomplete_event_size`,
 ICLAUDIT_MAX_HEADER_BYTES: more is 400). The body is bounded apart, per route, in time and size
 (app.api.limits.BodyLimit: ICLAUDIT_BODY_TIMEOUT_SECONDS between two pieces, the routes' byte limits).
+
+`StreamSlots` caps the connections a tenant holds open in one API process: its event streams
+(`GET /v1/audits/{id}/events`) and long-polls (`?wait=`) together, ICLAUDIT_MAX_OPEN_STREAMS; one more is
+429 naming the setting, with Retry-After. (Uploads have their own cap, ICLAUDIT_MAX_CONCURRENT_UPLOADS;
+an ordinary request is over in milliseconds and counted by the rate limits.)
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -71,3 +77,47 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """Everything `iclaudit serve` hands uvicorn.run besides the app, host and port (`serve_options` and the
     logging left to the root logger), so bench/bare_app.py serves its baseline app the same way."""
     return {"log_config": None, **serve_options(settings)}
+
+
+STREAM_RETRY_SECONDS = 5
+
+
+class StreamSlots:
+    """Open streams and long-polls per tenant in this process (counted on the event loop)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open: dict[str, int] = {}
+
+    def take(self, tenant_id: str) -> Callable[[], None]:
+        """Count one more open stream of the tenant and return its release (idempotent: call it from every
+        way out); TooManyRequests past the limit."""
+        from app.api.limits import TooManyRequests
+
+        held = self.open.get(tenant_id, 0)
+        if held >= self.limit:
+            raise TooManyRequests(
+                f"This tenant already holds {held} event streams and long-polls open here; at most "
+                f"{self.limit} at once (ICLAUDIT_MAX_OPEN_STREAMS). Close one, or poll with If-None-Match.",
+                STREAM_RETRY_SECONDS,
+            )
+        self.open[tenant_id] = held + 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.open[tenant_id] -= 1
+                if not self.open[tenant_id]:
+                    del self.open[tenant_id]
+
+        return release
+
+
+def stream_slots(app: Any) -> StreamSlots:
+    """The app's StreamSlots (made on first use, on the event loop)."""
+    slots = getattr(app.state, "stream_slots", None)
+    if slots is None:
+        slots = app.state.stream_slots = StreamSlots(app.state.settings.max_open_streams)
+    return slots

@@ -544,6 +544,7 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                 "ICLAUDIT_MAX_SCHEDULES": str(MAX_SCHEDULES),
                 "ICLAUDIT_LIST_MAX_BYTES": str(LIST_MAX_BYTES),
                 "ICLAUDIT_KEY_RECHECK_SECONDS": "1",
+                "ICLAUDIT_MAX_OPEN_STREAMS": str(MAX_STREAMS),
                 "ICLAUDIT_AUTH_FAILURE_LIMIT": "1000/minute",  # the timing test fails on purpose
                 "ICLAUDIT_AUTH_FAILURE_ADDRESS_LIMIT": "1000/minute",
                 "ICLAUDIT_LOG_FORMAT": "text",
@@ -778,6 +779,54 @@ def test_a_revoked_keys_long_poll_answers_401(held: Live) -> None:
         seconds = time.perf_counter() - start
     print(f"?wait=20s, key revoked 1 s in: {response.status_code} after {seconds:.1f} s")
     assert response.status_code == 401 and seconds < 5
+
+
+MAX_STREAMS = 2
+
+
+def _open_stream(api: httpx.Client, stack: contextlib.ExitStack, audit_id: str) -> Iterator[str]:
+    """An event stream held open (its first event read) until `stack` closes; keep the lines' iterator
+    referenced (collected, it closes the connection)."""
+    response = stack.enter_context(api.stream("GET", f"/v1/audits/{audit_id}/events"))
+    assert response.status_code == 200
+    lines = response.iter_lines()
+    assert next(line for line in lines if line.startswith("event:")) == "event: audit"
+    return lines
+
+
+def _assert_streams_429(response: httpx.Response) -> None:
+    assert response.status_code == 429, response.text
+    assert int(response.headers["Retry-After"]) >= 1
+    assert "ICLAUDIT_MAX_OPEN_STREAMS" in response.json()["error"]["message"]
+
+
+def test_a_tenants_open_streams_and_long_polls_are_capped(held: Live) -> None:
+    """Issue 20 (uploads: a per-tenant cap on open connections/streams): with ICLAUDIT_MAX_OPEN_STREAMS=2, a
+    tenant holding two event streams gets 429 naming the setting for a third stream and for a long-poll;
+    another tenant's stream opens; once one stream closes the tenant's long-poll is served again."""
+    with held.client("c-streams") as api, held.client("c-other") as other, contextlib.ExitStack() as first:
+        # audits that stay PENDING or RUNNING for the test's length (cancelled at its end)
+        audit = api.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
+        theirs = other.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
+        with contextlib.ExitStack() as second:
+            streams = [_open_stream(api, first, audit["id"]), _open_stream(api, second, audit["id"])]
+            third = api.get(f"/v1/audits/{audit['id']}/events")
+            poll = api.get(f"/v1/audits/{audit['id']}", params={"wait": "5s"})
+            print(f"{MAX_STREAMS} streams open: a third {third.status_code}, a long-poll {poll.status_code}")
+            _assert_streams_429(third)
+            _assert_streams_429(poll)
+            with contextlib.ExitStack() as others:
+                _open_stream(other, others, theirs["id"])
+            assert api.get(f"/v1/audits/{audit['id']}").status_code == 200  # a plain poll is not a stream
+            del streams[1]  # the second stream closes with its ExitStack
+        deadline = time.monotonic() + 10
+        while (poll := api.get(f"/v1/audits/{audit['id']}", params={"wait": "0.5s"})).status_code == 429:
+            assert time.monotonic() < deadline, "the closed stream was never released"
+            time.sleep(0.2)
+        print(f"one stream closed: a long-poll {poll.status_code}")
+        assert poll.status_code == 200
+        api.post(f"/v1/audits/{audit['id']}/cancel")
+        other.post(f"/v1/audits/{theirs['id']}/cancel")
 
 
 def test_a_schedule_firing_every_second_is_422_naming_cron(live: Live) -> None:
