@@ -100,6 +100,7 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
             "ICLAUDIT_STATE_DIR": str(tmp_path),
             "ICLAUDIT_DATA_DIR": str(settings.data_dir),
             "ICLAUDIT_PRELOAD_MODELS": "false",
+            "ICLAUDIT_INLINE_WORKERS": "1",  # one run at a time per process: a verdict switch shows once or twice
             "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
             "ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS": "1",  # the cron below fires every 2 s
             "ICLAUDIT_ENDPOINT_ALLOWLIST": f'["{endpoint}/"]',
