@@ -96,8 +96,8 @@ def check_labels(session: Session, *, tenant_id: str, request: AuditRequestBase)
         raise Rejected(
             field,
             f"{field[2:]}: this audit reads the records' labels, and dataset {request.dataset!r} has none "
-            "(rows of text alone). Upload rows with a label, or audit the records' own text: mechanism none, "
-            "prompt_defense or http_endpoint with a text attack (likelihood, repeat, min_k, …).",
+            "(rows of text alone). Upload rows with a label, or use an attack that reads the records' text "
+            "only (inquiry, canary_prompt, repeat, likelihood, min_k, …).",
         )
 
 

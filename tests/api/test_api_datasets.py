@@ -142,7 +142,16 @@ def test_unlabelled_records_serve_a_text_audit_and_a_label_audit_is_422_naming_t
             dataset["id"], attack={"name": "likelihood", "secret": "label", "threat_model": "white_box"}
         ),
         "$.mechanism.name": _text_audit(
-            dataset["id"], mechanism={"name": "private_voting"}, attack={"name": "inquiry"}
+            dataset["id"],
+            estimator="direct",
+            llm_calls=2,
+            mechanism={"name": "synthetic_generation", "shots_per_partition": 1},
+            attack={
+                "name": "canary_prompt",
+                "variant": "secret",
+                "score": "exact",
+                "threat_model": "black_box",
+            },
         ),
         "$.attack.name": _text_audit(dataset["id"], attack={"name": "gap"}),
         "$.kind": {"kind": "iclinf", "dataset": dataset["id"], "model": "oracle"},
@@ -154,8 +163,12 @@ def test_unlabelled_records_serve_a_text_audit_and_a_label_audit_is_422_naming_t
         assert detail["path"] == path and "labels" in detail["message"] and dataset["id"] in detail["message"]
     assert client.get("/v1/audits").json()["audits"] == []
 
-    accepted = client.post("/v1/audits", json=_text_audit(dataset["id"]))
-    assert accepted.status_code == 202, accepted.text
+    membership = _text_audit(dataset["id"], mechanism={"name": "private_voting"}, attack={"name": "inquiry"})
+    membership["trials"] = 200
+    for body in (membership, _text_audit(dataset["id"])):  # a membership audit, then the one to run
+        accepted = client.post("/v1/audits", json=body)
+        assert accepted.status_code == 202, accepted.text
+    client.post(f"/v1/audits/{client.get('/v1/audits').json()['audits'][1]['id']}/cancel")
     audit_id = accepted.json()["id"]
     deadline = time.monotonic() + 120
     while (audit := client.get(f"/v1/audits/{audit_id}").json())["state"] in ("PENDING", "RUNNING"):

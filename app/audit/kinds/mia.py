@@ -315,18 +315,32 @@ class Request(AuditRequestBase):
         return self
 
 
-# Attacks that score a record's own text (its continuation or code), never its label: the only ones an
-# unlabelled dataset can serve, and only under a mechanism that releases text without label votes.
+# Attacks that read a record's text only (its membership, continuation, code or secret), never its label:
+# the ones an unlabelled dataset can serve (each run on an unlabelled copy of synthetic_records).
 TEXT_ATTACKS = frozenset(
-    {"likelihood", "blind", "lira_offline", "min_k", "min_k_pp", "recall", "zlib_ratio", "repeat"}
+    {
+        "inquiry",
+        "canary_prompt",
+        "signal_text",
+        "reference_vector",
+        "ksa_rare_word",
+        "repeat",
+        "likelihood",
+        "blind",
+        "lira_offline",
+        "min_k",
+        "min_k_pp",
+        "recall",
+        "zlib_ratio",
+    }
 )
-TEXT_MECHANISMS = frozenset({"none", "prompt_defense", "http_endpoint"})
+LABEL_MECHANISMS = frozenset({"synthetic_generation"})  # prompts carry each exemplar's own label
 
 
 def label_field(request: Request) -> str | None:
     """The field that makes this audit read the records' labels (its JSON path), or None when it reads
     none, so that an unlabelled dataset can serve it."""
-    if request.mechanism.name not in TEXT_MECHANISMS:
+    if request.mechanism.name in LABEL_MECHANISMS:
         return "$.mechanism.name"
     if request.attack.name not in TEXT_ATTACKS:
         return "$.attack.name"
