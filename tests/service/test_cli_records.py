@@ -78,4 +78,4 @@ def test_result_records_as_csv_json_and_table(server: str, tmp_path: Path) -> No
     table = cli.invoke(app, ["result", audit_id, "--records", "--format", "table", "--url", url])
     assert table.exit_code == 0 and "20 flagged" in table.output and rows[0]["record_id"] in table.output
     png = cli.invoke(app, ["result", audit_id, "--records", "--format", "png", "-o", str(tmp_path / "x.png")])
-    assert png.exit_code != 0 and "no plot" in png.output
+    assert png.exit_code != 0 and "--records has no png" in png.output
