@@ -974,7 +974,9 @@ def plan(
 
 
 def resume(
-    audit_id: Annotated[str, typer.Argument(help="The FAILED or budget-stopped audit.")],
+    audit_id: Annotated[
+        str, typer.Argument(help="The FAILED or budget-stopped audit (its id, or enough of its start).")
+    ],
     no_budget: Annotated[
         bool, typer.Option("--no-budget", help="Resume without the audit's budget.")
     ] = False,
@@ -986,6 +988,7 @@ def resume(
     body = {"budget": None} if no_budget else None
     try:
         with _open(url, api_key) as client:
+            audit_id = client.resolve_id(audit_id)
             answer = client.request("POST", f"/v1/audits/{audit_id}/resume", json=body).json()
     except ClientError as exc:
         raise _client_error(exc) from None
