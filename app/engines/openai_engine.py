@@ -75,16 +75,24 @@ class JsonClient:
         max_retries: int = 4,
         backoff_s: float = 0.5,
         max_concurrency: int = 4,
+        headers: dict[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        show_body: bool = True,
     ) -> None:
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        sent = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        sent.update(headers or {})
         self.base_url = base_url.rstrip("/")
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_concurrency = max_concurrency
+        self.show_body = show_body  # False for a tenant's target: its reply never reaches the error
         self._client = httpx.Client(
             timeout=httpx.Timeout(timeout_s),
-            headers=headers,
+            headers=sent,
             limits=httpx.Limits(max_connections=max_concurrency),
+            transport=transport,
+            follow_redirects=False,
+            trust_env=transport is None,
         )
 
     def _wait(self, state: RetryCallState) -> float:
@@ -118,8 +126,9 @@ class JsonClient:
             response = exc.response
         except httpx.TransportError as exc:
             raise OpenAIServerError(f"POST {url}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 400:
-            raise OpenAIServerError(f"POST {url}: HTTP {response.status_code}: {response.text[:500]}")
+        if response.status_code >= 400 or (300 <= response.status_code < 400 and not self.show_body):
+            body = f": {response.text[:500]}" if self.show_body else " (the reply is not shown)"
+            raise OpenAIServerError(f"POST {url}: HTTP {response.status_code}{body}")
         return response.json()  # type: ignore[no-any-return]
 
     def map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
@@ -397,3 +406,38 @@ class OpenAIEngine:
         raise NotImplementedError(
             f"model {self.name!r} is served over HTTP: no tokenizer to decode token ids"
         )
+
+
+def chat_target_engine(
+    *,
+    base_url: str,
+    model: str,
+    headers: dict[str, str],
+    egress: Any = None,
+    top_k: int = 20,
+    timeout_s: float = 60.0,
+    max_concurrency: int = 1,
+) -> OpenAIEngine:
+    """The engine for a deployed chat-completions app audited directly (issue 22 §4): its base URL (…/v1)
+    and served model, the tenant's headers (secrets resolved), every connection through the service's
+    egress policy when `egress` is given (app/egress.py: allow-list, connect-time address check, no
+    redirects), and errors that never quote the app's reply."""
+    from app.egress import EgressTransport
+
+    transport = EgressTransport(egress, retries=0) if egress is not None else None
+    client = JsonClient(
+        base_url,
+        timeout_s=timeout_s,
+        max_concurrency=max_concurrency,
+        headers=headers,
+        transport=transport,
+        show_body=False,
+    )
+    info = ModelInfo(
+        name=f"target:{model}",
+        engine="openai",
+        chat=True,
+        source=base_url,
+        options={"base_url": base_url, "model": model, "top_k": top_k},
+    )
+    return OpenAIEngine(info, client=client)

@@ -138,7 +138,14 @@ def tenant_secrets(
     return secrets.resolver(tenant=name, secrets_dir=settings.secrets_dir)
 
 
-def check_headers(headers: dict[str, Any], *, session: Session, tenant_id: str, settings: Settings) -> None:
+def check_headers(
+    headers: dict[str, Any],
+    *,
+    session: Session,
+    tenant_id: str,
+    settings: Settings,
+    where: str = "mechanism.endpoint.headers",
+) -> None:
     """An endpoint's headers: no Host; a credential only by reference (`{"secret": NAME}`, never a literal
     that would be stored and returned with the request), and a referenced secret set for this tenant. The
     422 names the header and the secret, never a value."""
@@ -146,16 +153,14 @@ def check_headers(headers: dict[str, Any], *, session: Session, tenant_id: str, 
         tenant=lambda: tenant_name(session, tenant_id), secrets_dir=settings.secrets_dir
     )
     for name, value in headers.items():
-        path = f"$.mechanism.endpoint.headers.{name}"
+        path = f"$.{where}.{name}"
         if name.strip().lower() == "host":  # the egress client refuses it too (app/egress.py)
-            raise Rejected(
-                path, "mechanism.endpoint.headers: Host may not be set; it is always the URL's host."
-            )
+            raise Rejected(path, f"{where}: Host may not be set; it is always the URL's host.")
         if isinstance(value, str):
             if secrets.credential_header(name):
                 raise Rejected(
                     path,
-                    f"mechanism.endpoint.headers.{name} looks like a credential: give it by reference, "
+                    f"{where}.{name} looks like a credential: give it by reference, "
                     f'{{"secret": "NAME"}}, and set ICLAUDIT_SECRET_NAME (or NAME in your secrets file) on the '
                     "server; a literal value would be stored with the audit and returned by GET /v1/audits/{id}.",
                 )
@@ -163,7 +168,7 @@ def check_headers(headers: dict[str, Any], *, session: Session, tenant_id: str, 
         try:
             resolve(value.secret)
         except secrets.MissingSecret as exc:
-            raise Rejected(f"{path}.secret", f"mechanism.endpoint.headers.{name}: {exc}.") from None
+            raise Rejected(f"{path}.secret", f"{where}.{name}: {exc}.") from None
 
 
 def check_request(
@@ -220,6 +225,15 @@ def check_request(
                 raise Rejected(where, f"{where[2:]}: {exc.reason}.") from exc
         headers = getattr(endpoint, "headers", None) or {}
         check_headers(headers, session=session, tenant_id=tenant_id, settings=settings)
+    target = getattr(request, "target", None)
+    if target is not None:
+        try:
+            check_url(target.url, settings.endpoint_egress)
+        except EgressRefused as exc:
+            raise Rejected("$.target.url", f"target.url: {exc.reason}.") from exc
+        check_headers(
+            target.headers, session=session, tenant_id=tenant_id, settings=settings, where="target.headers"
+        )
     if request.model is not None:
         from app.engines.registry import UnknownModel, get_model_info
 

@@ -44,7 +44,7 @@ from app.audit.kinds.base import (
 )
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
-from app.audit.mechanisms.http_endpoint import HeaderValue, StepSpec
+from app.audit.mechanisms.http_endpoint import ChatTargetSpec, HeaderValue, StepSpec, TargetEngines
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
@@ -246,6 +246,11 @@ class Request(AuditRequestBase):
         "none otherwise (http_endpoint).",
     )
     utility_queries: int = Field(default=0, ge=0, le=1000, description="Held-out queries for utility.")
+    target: ChatTargetSpec | None = Field(
+        default=None,
+        description="A deployed chat-completions app audited as the model (instead of `model`): the records in "
+        "the system message, the attack's query as the user's; grey-box attacks read its top_logprobs.",
+    )
     budget: BudgetSpec | None = Field(
         default=None,
         description="Caps on calls, tokens and seconds (app/audit/budget.py); a direct audit stopped by one is "
@@ -286,6 +291,11 @@ class Request(AuditRequestBase):
             raise ValueError(
                 f"attack.name: {self.attack.name} cannot audit mechanism {self.mechanism.name!r} "
                 f"(it audits {', '.join(sorted(module.MECHANISMS))})"
+            )
+        if self.target is not None and (self.model is not None or not mechanism.needs_llm):
+            raise ValueError(
+                "target: a chat-completions target is the model: leave model unset, and audit a mechanism that "
+                "asks a model (none, prompt_defense, private_voting, …)"
             )
         if self.mechanism.name == "http_endpoint" and self.mechanism.endpoint is None:
             raise ValueError("mechanism.endpoint: http_endpoint needs an endpoint (url, body, answer_path)")
@@ -562,6 +572,8 @@ ESTIMATORS = {"bootstrap": _bootstrap, "direct": _direct}
 
 def run(request: Request, ctx: RunContext) -> dict:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
+    if request.target is not None:  # a deployed chat app is the model (app/audit/mechanisms/http_endpoint.py)
+        ctx = dataclasses.replace(ctx, engines=TargetEngines(ctx, request.target))
     if request.budget is not None:  # the spend is checked and shown at every progress report
         meter, report = Meter(request.budget), ctx.progress
 

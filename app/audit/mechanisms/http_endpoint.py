@@ -93,6 +93,98 @@ class StepSpec(BaseModel):
     )
 
 
+class ChatTargetSpec(BaseModel):
+    """A deployed chat-completions app audited directly as the model (issue 22 §4): the audit's prompts —
+    the private records in the system message, the attack's query as the user's — go to its
+    OpenAI-compatible `/chat/completions`, and the grey-box attacks read the returned `top_logprobs`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(pattern=r"^https?://", max_length=2000, description="Its base URL (…/v1).")
+    model: str = Field(min_length=1, max_length=200, description="The served model name it expects.")
+    headers: dict[str, HeaderValue] = Field(
+        default_factory=dict, description='Extra HTTP headers; credentials by reference: {"secret": "NAME"}.'
+    )
+    top_k: int = Field(default=20, ge=1, le=20, description="top_logprobs asked per step.")
+    timeout_s: float = Field(default=60.0, gt=0, le=300)
+
+
+def resolve_headers(
+    headers: dict[str, Any], secrets: Callable[[str], str] | None, where: str
+) -> dict[str, str]:
+    """`headers` with every secret reference replaced by its value (AuditError naming a missing one)."""
+    resolve = secrets or resolver(tenant=None)
+    out = {}
+    for name, value in headers.items():
+        if isinstance(value, str):
+            out[name] = value
+            continue
+        ref = value.secret if isinstance(value, SecretRef) else value["secret"]
+        try:
+            out[name] = resolve(ref)
+        except MissingSecret as exc:
+            raise AuditError(f"{where}.{name}: {exc}") from None
+    return out
+
+
+def target_engine(
+    spec: ChatTargetSpec, *, egress: AllowList | None, secrets: Callable[[str], str] | None
+) -> Any:
+    """The LLM engine of a chat-completions target: the project's OpenAI-compatible client, through the
+    egress policy, with the tenant's resolved headers; its refusals and failures as AuditErrors that name
+    the URL and never quote the reply."""
+    from app.engines.openai_engine import OpenAIServerError, chat_target_engine
+
+    engine = chat_target_engine(
+        base_url=spec.url,
+        model=spec.model,
+        headers=resolve_headers(spec.headers, secrets, "target.headers"),
+        egress=egress,
+        top_k=spec.top_k,
+        timeout_s=spec.timeout_s,
+    )
+
+    class _Guarded:
+        """Failures of the target become the audit's error (AuditError), never an internal one."""
+
+        def __getattr__(self, name: str) -> Any:
+            attr = getattr(engine, name)
+            if not callable(attr) or name.startswith("_"):
+                return attr
+
+            def call(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return attr(*args, **kwargs)
+                except EgressRefused as exc:
+                    raise AuditError(f"target {spec.url} refused by this service: {exc.reason}") from None
+                except OpenAIServerError as exc:
+                    raise AuditError(f"target {spec.url} failed: {exc}") from None
+
+            return call
+
+    return _Guarded()
+
+
+class TargetEngines:
+    """The run's engine provider with a chat-completions target as its one model (built on first use,
+    through the run's egress policy and secrets); embedders come from the service's own provider."""
+
+    def __init__(self, ctx: Any, spec: ChatTargetSpec) -> None:
+        self._engines = ctx.engines
+        self._spec = spec
+        self._egress = ctx.egress
+        self._secrets = ctx.secrets
+        self._llm: Any = None
+
+    def llm(self, name: str) -> Any:
+        if self._llm is None:
+            self._llm = target_engine(self._spec, egress=self._egress, secrets=self._secrets)
+        return self._llm
+
+    def embedder(self, name: str | None = None) -> Any:
+        return self._engines.embedder(name)
+
+
 @dataclass(frozen=True)
 class EndpointCall:
     """One call body's ingredients: the formatted exemplars of the context and the user query."""
@@ -211,18 +303,7 @@ class HttpEndpoint(Mechanism):
 
     def resolved_headers(self) -> dict[str, str]:
         """The headers with every secret reference replaced by its value (AuditError naming a missing one)."""
-        resolve = self.secrets or resolver(tenant=None)
-        out = {}
-        for name, value in self.headers.items():
-            if isinstance(value, str):
-                out[name] = value
-                continue
-            ref = value.secret if isinstance(value, SecretRef) else value["secret"]
-            try:
-                out[name] = resolve(ref)
-            except MissingSecret as exc:
-                raise AuditError(f"mechanism.endpoint.headers.{name}: {exc}") from None
-        return out
+        return resolve_headers(self.headers, self.secrets, "mechanism.endpoint.headers")
 
     def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
         """The whole context goes to the endpoint; the deployed system partitions it itself."""
