@@ -85,6 +85,13 @@ class _StandIn:
         return [[Generation("", (), ()) for _ in range(n)] for _ in prompts]
 
 
+def _model_name(request: Any) -> str:
+    """The model the run asks: a chat-completions target's (never called here), or the registry's."""
+    if getattr(request, "target", None) is not None:
+        return f"target:{request.target.model}"
+    return request.model or "oracle"
+
+
 class _Engines:
     def __init__(self, name: str) -> None:
         self.stand_in = _StandIn(name)
@@ -180,11 +187,13 @@ def _rehearse(request: Any, datasets: Any, trials: int) -> tuple[dict, _Engines,
     from app.audit.attacks.registry import attack_module
     from app.audit.kinds import mia
 
-    engines = _Engines(request.model or "oracle")
-    timed = request.model_copy(update={"trials": trials})
+    engines = _Engines(_model_name(request))
+    timed = request.model_copy(update={"trials": trials, "target": None})  # a target is never called
     ctx = RunContext(engines=engines, datasets=datasets)
     module = attack_module(request.attack.name)
-    own = getattr(module, "run_audit", None) is not None and getattr(module, "owns_audit", lambda _r: True)(timed)
+    own = getattr(module, "run_audit", None) is not None and getattr(module, "owns_audit", lambda _r: True)(
+        timed
+    )
     start = time.perf_counter()
     if own:
         result = mia.run(timed, ctx)
@@ -266,10 +275,12 @@ def plan_mia(
     from app.audit.kinds import mia
 
     endpoint = request.mechanism.name == "http_endpoint"
-    engines = _Engines(request.model or "oracle")
+    engines = _Engines(_model_name(request))
     notes: list[str] = []
     sim, model_calls = 0.0, 0
-    setup = mia._setup(request, RunContext(engines=engines, datasets=datasets))
+    setup = mia._setup(
+        request.model_copy(update={"target": None}), RunContext(engines=engines, datasets=datasets)
+    )
     theory = setup.mechanism.theory
     claimed = theory.epsilon if theory is not None else None
     if not endpoint:
@@ -286,7 +297,7 @@ def plan_mia(
     if tokens is not None and model_calls:
         prompt_tokens = sum(tokens(p) for p in dict.fromkeys(stand_in.prompts))  # each rehearsal's prompts
     seconds: float | None = sim
-    if model_calls and (request.model or "oracle") == "oracle":
+    if model_calls and _model_name(request) == "oracle":
         rates = Rates(0.0, rates.endpoint_seconds_per_call, rates.basis or "the oracle: no model to wait for")
     if model_calls:
         per = rates.model_seconds_per_call
@@ -311,6 +322,11 @@ def plan_mia(
             "endpoint_seconds_per_call": rates.endpoint_seconds_per_call if endpoint_calls else None,
             "basis": rates.basis,
         },
-        "power": {"trials": request.trials, "llm_calls": request.llm_calls, "estimator": request.estimator, **power},
+        "power": {
+            "trials": request.trials,
+            "llm_calls": request.llm_calls,
+            "estimator": request.estimator,
+            **power,
+        },
         "notes": notes,
     }
