@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-SUITES = ("stats", "engines", "iclinf", "api", "integrations")
+SUITES = ("stats", "engines", "iclinf", "api", "integrations", "abuse")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,386 @@
+"""`bench/run.py abuse`: issue 20's attacks H1-H4, M3 and M4, each for ICLAUDIT_BENCH_ATTACK_SECONDS (15 s)
+against one `iclaudit serve` (embedded default: SQLite, inline executor, auth on), side by side with a
+well-behaved tenant. For each attack one row: the well-behaved tenant's polls (open loop, 20 req/s of its
+finished audit: p99, errors), `/healthz` every 0.25 s (p99, max), the server's RSS growth (the API
+process and its children, sampled every 0.2 s: peak minus the value before the attack), and the
+well-behaved tenant's own audit, submitted 2 s into the attack: how long it waited to start against one
+audit's length (its own run time), or for M4 how long its webhook delivery took after it finished.
+
+- H1: no key, 4 senders of 23 MB bodies of `1.5,` to POST /v1/audits and of `NaN,` to POST /v1/datasets.
+- H2: a sweep grid of 8 keys x 64 values (2.8e14 points) to POST /v1/sweeps and /v1/schedules, 2 senders.
+- H3: 32 uploads that send their headers and first row, then a byte a second.
+- H4 sweep: a 1.9 MiB base x 64 points to POST /v1/sweeps (413), 2 senders; H4 list: GET
+  /v1/audits?view=full over 20 stored audits of ~0.5 MB, back to back.
+- M3: 100 queued `mia` audits of the attacker (oracle, 150k trials each, about a second).
+- M4: 32 deliveries to the attacker's receiver answering after 3 s (tests/service/internal_server.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import psutil
+
+from app.audit.kinds.registry import kind_module
+from bench import loadgen
+from bench.suites import api_load
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+from service.internal_server import internal_server  # noqa: E402 - the tests' slow webhook receiver
+from service.servers import free_port, wait_for_port  # noqa: E402
+
+SECONDS = float(os.environ.get("ICLAUDIT_BENCH_ATTACK_SECONDS", "15"))
+BOUND = kind_module("bound").EXAMPLE
+ONE_AUDIT = {**api_load.MIA, "trials": 150_000, "llm_calls": 200}
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        proc = psutil.Process(pid)
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += p.memory_info().rss
+    return total / 2**20
+
+
+def _when(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _scored(n: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    return {
+        **BOUND,
+        "counts": None,
+        "scores_in": [round(x, 6) for x in rng.normal(1.0, 1.0, n).tolist()],
+        "scores_out": [round(x, 6) for x in rng.normal(0.0, 1.0, n).tolist()],
+    }
+
+
+async def _raw_post(base: str, path: str, headers: str, chunk: bytes, total: int, pace: float = 0.0) -> str:
+    """Send `total` bytes of `chunk` repeated as a POST body (headers as written); the status line, or why
+    the server stopped reading."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {total}\r\n{headers}\r\n".encode()
+        )
+        sent = 0
+        while sent < total:
+            piece = chunk[: total - sent]
+            writer.write(piece)
+            await writer.drain()
+            sent += len(piece)
+            if pace:
+                await asyncio.sleep(pace)
+        line = await asyncio.wait_for(reader.readline(), 30)
+        return line.decode(errors="replace").strip()
+    except (ConnectionError, TimeoutError, OSError) as exc:
+        return type(exc).__name__
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+
+
+async def _repeat(stop: asyncio.Event, senders: int, send: Callable[[], Awaitable[object]]) -> None:
+    async def loop() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(Exception):
+                await send()
+
+    await asyncio.gather(*(loop() for _ in range(senders)))
+
+
+class Bench:
+    def __init__(self, base: str, pid: int, keys: dict[str, str], hooks_port: int, hits: list[str]) -> None:
+        self.base, self.pid, self.keys, self.hooks_port, self.hits = base, pid, keys, hooks_port, hits
+
+    def client(self, tenant: str) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {self.keys[tenant]}"}, timeout=loadgen.TIMEOUT
+        )
+
+    # --- the attacks -------------------------------------------------------------------------------------
+
+    async def h1(self, stop: asyncio.Event) -> None:
+        big = 23 * 2**20
+
+        async def send() -> None:
+            await _raw_post(
+                self.base, "/v1/audits", "Content-Type: application/json\r\n", b"1.5," * 16384, big
+            )
+            await _raw_post(
+                self.base, "/v1/datasets", "Content-Type: application/json\r\n", b"NaN," * 16384, big
+            )
+
+        await _repeat(stop, 4, send)
+
+    async def h2(self, stop: asyncio.Event) -> None:
+        grid = {f"labels.k{i}": list(range(64)) for i in range(8)}
+        async with self.client("attacker") as api:
+
+            async def send() -> None:
+                for route, body in (
+                    ("/v1/sweeps", {"base": BOUND, "grid": grid}),
+                    ("/v1/schedules", {"cron": "0 * * * *", "sweep": {"base": BOUND, "grid": grid}}),
+                ):
+                    async with api.post(f"{self.base}{route}", json=body) as response:
+                        await response.read()
+
+            await _repeat(stop, 2, send)
+
+    async def h3(self, stop: asyncio.Event) -> None:
+        key = self.keys["attacker"]
+        part = (
+            b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="d.jsonl"\r\n'
+            b'Content-Type: application/octet-stream\r\n\r\n{"text": "slow", "label": "a"}\n'
+        )
+        headers = f"Authorization: Bearer {key}\r\nContent-Type: multipart/form-data; boundary=XyZ\r\n"
+
+        async def slow() -> None:
+            host, port = self.base.removeprefix("http://").split(":")
+            reader, writer = await asyncio.open_connection(host, int(port))
+            try:
+                writer.write(
+                    f"POST /v1/datasets HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1000000\r\n{headers}\r\n".encode()
+                )
+                writer.write(part)
+                while not stop.is_set() and not reader.at_eof():
+                    writer.write(b"x")
+                    await writer.drain()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 1.0)
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                writer.close()
+
+        async def keep_one() -> None:
+            while not stop.is_set():
+                await slow()  # refused at once past the tenant's upload cap: open another
+
+        await asyncio.gather(*(keep_one() for _ in range(32)))
+
+    async def h4_setup(self) -> None:
+        async with self.client("attacker") as api:
+            ids = []
+            for seed in range(20):
+                async with api.post(f"{self.base}/v1/audits", json=_scored(25_000, seed)) as response:
+                    ids.append((await response.json())["id"])
+            await api_load._until_done(api, self.base, ids, 300)
+
+    async def h4_sweep(self, stop: asyncio.Event) -> None:
+        base = _scored(90_000, 99)  # ~1.9 MiB as JSON
+        sweep = {"base": base, "grid": {"confidence": [0.5 + i / 200 for i in range(64)]}}
+        async with self.client("attacker") as api:
+
+            async def post() -> None:
+                async with api.post(f"{self.base}/v1/sweeps", json=sweep) as response:
+                    await response.read()
+
+            await _repeat(stop, 2, post)
+
+    async def h4_list(self, stop: asyncio.Event) -> None:
+        async with self.client("attacker") as api:
+
+            async def full() -> None:
+                async with api.get(
+                    f"{self.base}/v1/audits", params={"view": "full", "page_size": 500}
+                ) as response:
+                    await response.read()
+
+            await _repeat(stop, 1, full)
+
+    async def m3(self, stop: asyncio.Event) -> None:
+        async with self.client("attacker") as api:
+            ids = []
+            for seed in range(100):
+                async with api.post(f"{self.base}/v1/audits", json={**ONE_AUDIT, "seed": seed}) as response:
+                    ids.append((await response.json()).get("id"))
+            await stop.wait()
+            for audit_id in ids:
+                if audit_id:
+                    async with api.post(f"{self.base}/v1/audits/{audit_id}/cancel") as response:
+                        await response.read()
+
+    async def m4(self, stop: asyncio.Event) -> None:
+        async with self.client("attacker") as api:
+            url = f"http://127.0.0.1:{self.hooks_port}/hooks/slow/attacker"
+            async with api.post(f"{self.base}/v1/webhooks", json={"url": url}) as response:
+                hook = (await response.json())["id"]
+            for _ in range(32):
+                async with api.post(f"{self.base}/v1/audits", json=BOUND) as response:
+                    await response.read()
+            await stop.wait()
+            async with api.delete(f"{self.base}/v1/webhooks/{hook}") as response:
+                await response.read()
+
+    # --- the well-behaved tenant ---------------------------------------------------------------------------
+
+    async def good_audit(self, webhook: bool) -> dict[str, float]:
+        """The well-behaved tenant's audit, submitted now: its wait to start and run time, or (webhook) how
+        long after it finished its delivery arrived."""
+        async with self.client("good") as api:
+            hook = None
+            if webhook:
+                url = f"http://127.0.0.1:{self.hooks_port}/hooks/good"
+                async with api.post(f"{self.base}/v1/webhooks", json={"url": url}) as response:
+                    hook = (await response.json())["id"]
+                seen = len([h for h in self.hits if h.startswith("/hooks/good")])
+            async with api.post(f"{self.base}/v1/audits", json=BOUND if webhook else ONE_AUDIT) as response:
+                audit_id = (await response.json())["id"]
+            await api_load._until_done(api, self.base, [audit_id], 300)
+            async with api.get(f"{self.base}/v1/audits/{audit_id}") as response:
+                audit = await response.json()
+            figures = {
+                "wait_s": round(_when(audit["started_at"]) - _when(audit["created_at"]), 2),
+                "run_s": round(_when(audit["finished_at"]) - _when(audit["started_at"]), 2),
+            }
+            if hook is not None:
+                deadline = time.time() + 120
+                while (
+                    len([h for h in self.hits if h.startswith("/hooks/good")]) <= seen
+                    and time.time() < deadline
+                ):
+                    await asyncio.sleep(0.05)
+                figures["delivery_s"] = round(time.time() - _when(audit["finished_at"]), 2)
+                async with api.delete(f"{self.base}/v1/webhooks/{hook}") as response:
+                    await response.read()
+            return figures
+
+    async def attack(self, name: str, attack: Callable[[asyncio.Event], Awaitable[None]]) -> dict:
+        async with self.client("good") as api:
+            async with api.post(f"{self.base}/v1/audits", json=BOUND) as response:
+                mine = (await response.json())["id"]
+            await api_load._until_done(api, self.base, [mine], 60)
+        before = _rss_mb(self.pid)
+        peak = before
+        stop = asyncio.Event()
+
+        async def sample() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, _rss_mb(self.pid))
+                await asyncio.sleep(0.2)
+
+        async def delayed_audit() -> dict[str, float]:
+            await asyncio.sleep(2.0)
+            return await self.good_audit(webhook=name == "M4")
+
+        sampler = asyncio.create_task(sample())
+        attacking = asyncio.create_task(attack(stop))
+        auth = {"Authorization": f"Bearer {self.keys['good']}"}
+        async with loadgen.probe(self.base, 0.25) as health, loadgen.session(64) as client:
+            audit_task = asyncio.create_task(delayed_audit())
+            polls = await loadgen.open_loop(
+                client, lambda i: f"{self.base}/v1/audits/{mine}", auth, 20, SECONDS
+            )
+            audit = await audit_task
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(attacking, 60)
+        await sampler
+        summary = polls.summary()
+        health_ms = 1000 * np.asarray(health.latencies or [float("nan")])
+        row = {
+            "name": f"abuse/{name.replace(' ', '_')}",
+            "value": summary["p99_ms"],
+            "unit": "ms (the well-behaved tenant's p99)",
+            "good_p99_ms": summary["p99_ms"],
+            "good_errors": summary["errors"],
+            "good_requests": summary["requests"],
+            "good_statuses": summary["statuses"],
+            "healthz_p99_ms": round(float(np.percentile(health_ms, 99)), 1),
+            "healthz_max_ms": round(float(health_ms.max()), 1),
+            "healthz_errors": health.errors,
+            "rss_growth_mb": round(peak - before, 1),
+            "rss_before_mb": round(before, 1),
+            **{f"audit_{k}": v for k, v in audit.items()},
+            "machine_load_1m": round(os.getloadavg()[0], 1),
+            "attack_seconds": SECONDS,
+        }
+        print(f"# {row}", file=sys.stderr, flush=True)
+        return row
+
+
+async def _run(bench: Bench) -> list[dict]:
+    await bench.h4_setup()
+    attacks = {
+        "H1": bench.h1,
+        "H2": bench.h2,
+        "H3": bench.h3,
+        "H4 sweep": bench.h4_sweep,
+        "H4 list": bench.h4_list,
+        "M3": bench.m3,
+        "M4": bench.m4,
+    }
+    chosen = os.environ.get("ICLAUDIT_BENCH_ATTACKS")  # e.g. "H1,M3" for a check of a few
+    rows = []
+    for name, attack in attacks.items():
+        if chosen and name.split()[0] not in chosen.split(",") and name not in chosen.split(","):
+            continue
+        rows.append(await bench.attack(name, attack))
+        await asyncio.sleep(3)  # the attack's leftovers drain
+    return rows
+
+
+def _keys(url: str, tenants: tuple[str, ...]) -> dict[str, str]:
+    from app.db import keys
+    from app.db.engine import make_engine, make_session_factory
+    from app.db.migrate import upgrade
+
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine).begin() as session:
+            return {tenant: keys.create_api_key(session, tenant)[1] for tenant in tenants}
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def _server(workdir: Path, hooks_port: int) -> Iterator[tuple[str, int]]:
+    env = {
+        "ICLAUDIT_STATE_DIR": str(workdir),
+        "ICLAUDIT_DATA_DIR": str(ROOT.parent / "shared" / "datasets"),
+        "ICLAUDIT_AUTH_ENABLED": "true",
+        "ICLAUDIT_DEFAULT_MODEL": "oracle",
+        "HF_HUB_OFFLINE": "1",
+        "ICLAUDIT_WEBHOOK_ALLOWLIST": f'["http://127.0.0.1:{hooks_port}/hooks"]',
+        "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
+    }
+    port = free_port()
+    proc = api_load._start([str(api_load.ICLAUDIT), "serve", "--port", str(port)], env, workdir / "api.log")
+    try:
+        wait_for_port(port, proc, "iclaudit serve", timeout=120)
+        yield f"http://127.0.0.1:{port}", proc.pid
+    finally:
+        api_load._stop(proc)
+
+
+def run() -> Iterator[dict]:
+    with (
+        tempfile.TemporaryDirectory(prefix="iclaudit-abuse-") as tmp,
+        internal_server() as (hooks_port, hits),
+    ):
+        workdir = Path(tmp)
+        keys = _keys(f"sqlite:///{workdir / 'iclaudit.db'}", ("good", "attacker"))
+        with _server(workdir, hooks_port) as (base, pid):
+            yield from asyncio.run(_run(Bench(base, pid, keys, hooks_port, hits)))
