@@ -10,9 +10,11 @@ generation mechanisms and τ ≠ 1 they are an estimate (`exact: false`). Prompt
 prompts' tokens through the model's own tokenizer and template (null without one: the oracle, an
 endpoint); the engine counts fewer when prompts share a cached prefix.
 
-Time: the trial simulation and the bounds are timed here on a sample of the trials and scaled linearly;
-the model's or endpoint's part is its calls × the seconds per call measured on this deployment's finished
-audits (`rates`, given by the caller; null without any).
+Time: the rehearsal is timed at two trial counts (the faster of two runs each): contexts, trials and
+bounds scaled linearly in the trials, the verdict's power search in log trials; the model's or endpoint's
+part is its calls × the seconds per call measured on this deployment's finished audits (`rates`, given by
+the caller; null without any; the oracle costs none). An endpoint or a chat-completions target is never
+called by a plan.
 
 Power (app/audit/stats/verdict.py's model): `epsilon_detectable` at the requested trials, assuming the
 attack sees the claim's whole signal (η = 1; the run measures η), and the smallest trials, and so

@@ -16,6 +16,12 @@ In the service every call goes through `app.egress.egress_client(RunContext.egre
 match ICLAUDIT_ENDPOINT_ALLOWLIST, the resolved address is checked at connect time, and redirects
 are not followed. A header may name a secret (`{"secret": "TARGET_KEY"}`, app/secrets.py) instead of
 holding it: the value is resolved through `RunContext.secrets` only when the client is built.
+
+Deployments (issue 22): every answered call goes to `RunContext.responses` keyed by the exact request
+and its occurrence, and a resumed audit replays those instead of calling again; a 429/503 `Retry-After`
+is waited out, `rate` paces the calls (halved after a 429), the audit's budget is checked before each
+request; `steps`/`close` make a multi-step target (`_trial`). `ChatTargetSpec`/`TargetEngines` let a
+deployed chat-completions app stand in for the model of any mia audit.
 """
 
 from __future__ import annotations
