@@ -1,5 +1,6 @@
-"""Markdown tables for docs/results/api.md from the JSON lines of `python bench/run.py api`
-(docs/results/api-bench.jsonl): `python docs/results/api_table.py docs/results/api-bench.jsonl`."""
+"""Markdown tables for docs/results/api.md from the JSON lines of `python bench/run.py api` and
+`python bench/run.py abuse`: `python docs/results/api_table.py docs/results/api-bench.jsonl
+docs/results/api-abuse.jsonl` (any number of files; each kind of row gets its table)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,89 @@ LOAD_COLUMNS = (
 )
 
 
+def _met(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
+def vs_bare(rows: list[dict]) -> str:
+    """The service against bare FastAPI, phase by phase (bench/suites/api_load.py `_side_by_side`)."""
+    out = [
+        "| load | audits polled | service req/s | bare req/s | ratio | service p99 ms | bare p99 ms | errors "
+        "(service / bare) | CPU ms/req service | CPU ms/req bare | CPU ratio | /healthz max ms (service) "
+        "| audits computing | load avg | target |",
+        "|" + "---|" * 15,
+    ]
+    for r in rows:
+        load, target = r["name"].split("/")[2:4]
+        s, b = r["service"], r["baseline"]
+        rate = int(load.split("_")[1])
+        if load.startswith("open") and rate == 300:
+            goal = _met(r["ratio"] >= 0.9 and s["p99_ms"] <= 100) + " (≥ 0.9×, p99 ≤ 100 ms)"
+        elif load.startswith("open") and rate == 1000:
+            goal = _met(r["ratio"] >= 0.8 and s["errors"] == 0) + " (≥ 0.8×, 0 errors)"
+        else:
+            goal = "–"
+        kind = "open loop" if load.startswith("open") else "closed loop"
+        unit = "req/s" if load.startswith("open") else "pollers"
+        out.append(
+            f"| {kind} {rate:,} {unit} | {target} | {s['served_rps']:.0f} | {b['served_rps']:.0f} | {r['ratio']:.2f} "
+            f"| {s['p99_ms']:.0f} | {b['p99_ms']:.0f} | {s['errors']} / {b['errors']} | {s['cpu_ms_per_request']:.3f} "
+            f"| {b['cpu_ms_per_request']:.3f} | {r['cpu_ratio']:.2f} | {s['healthz_max_ms']:.0f} "
+            f"| {r['audits_running']} | {r['machine_load_1m']} | {goal} |"
+        )
+    return "\n".join(out)
+
+
+def abuse(rows: list[dict]) -> str:
+    """One row per attack of bench/suites/abuse.py, against the issue's limits."""
+    out = [
+        "| attack | well-behaved p99 ms | its errors | /healthz p99 / max ms | RSS growth MB "
+        "| its audit: waited / one audit's length s | load avg | met (p99 ≤ 250, 0 errors, /healthz ≤ 250, "
+        "RSS ≤ 200 MB, wait ≤ one audit) |",
+        "|" + "---|" * 8,
+    ]
+    for r in rows:
+        name = r["name"].split("/", 1)[1].replace("_", " ")
+        if "audit_delivery_s" in r:
+            audit = f"webhook delivered {r['audit_delivery_s']:.1f} s after the audit ended"
+            waited_ok = True
+        else:
+            audit = f"{r['audit_wait_s']:.2f} / {r['audit_run_s']:.2f}"
+            waited_ok = r["audit_wait_s"] <= r["audit_run_s"]
+        ok = (
+            r["good_p99_ms"] <= 250
+            and r["good_errors"] == 0
+            and r["healthz_max_ms"] <= 250
+            and r["rss_growth_mb"] <= 200
+            and waited_ok
+        )
+        out.append(
+            f"| {name} | {r['good_p99_ms']:.0f} | {r['good_errors']} | {r['healthz_p99_ms']:.0f} / "
+            f"{r['healthz_max_ms']:.0f} | {r['rss_growth_mb']:.0f} | {audit} | {r['machine_load_1m']} | {_met(ok)} |"
+        )
+    return "\n".join(out)
+
+
 def tables(rows: list[dict]) -> str:
     out = []
+    side = [r for r in rows if "/vs_bare/" in r["name"] and "service" in r]
+    if side:
+        for stack in dict.fromkeys(r["name"].split("/", 1)[0] for r in side):
+            out += [
+                f"### {stack}: the service against bare FastAPI\n",
+                vs_bare([r for r in side if r["name"].startswith(f"{stack}/")]),
+                "",
+            ]
+        for r in rows:
+            if r["name"].endswith("vs_bare/audits_computing_succeeded"):
+                out.append(
+                    f"{r['name'].split('/')[0]}: the audits computing during the phases: {r['value']} of {r['of']} "
+                    f"SUCCEEDED; running at the once-a-second checks: {r['running_at_checks']}.\n"
+                )
+    attacks = [r for r in rows if r["name"].startswith("abuse/")]
+    if attacks:
+        out += ["### abuse: each attack beside a well-behaved tenant\n", abuse(attacks), ""]
+    rows = [r for r in rows if "/vs_bare/" not in r["name"] and not r["name"].startswith("abuse/")]
     for stack in dict.fromkeys(r["name"].split("/", 1)[0] for r in rows if "/" in r["name"]):
         mine = [r for r in rows if r["name"].startswith(f"{stack}/")]
         out.append(f"### {stack}\n")
@@ -49,5 +131,5 @@ def tables(rows: list[dict]) -> str:
 
 
 if __name__ == "__main__":
-    lines = Path(sys.argv[1]).read_text().splitlines()
+    lines = [line for name in sys.argv[1:] for line in Path(name).read_text().splitlines()]
     print(tables([json.loads(line) for line in lines if line.startswith("{")]))
