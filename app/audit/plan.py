@@ -169,8 +169,8 @@ def _power(request: Any, gaussian: bool, claimed: float | None, max_trials: int)
                 lo, hi = hi, min(hi * 4, max_trials)
             hi = hi if detectable(hi) <= goal else None  # type: ignore[assignment]
         if hi is not None:
-            while hi - lo > max(1, hi // 20):  # to 5 %
-                mid = (lo + hi) // 2
+            while hi - lo > 1 and hi > 1.05 * lo:  # to 5 %, halving the ratio (not the gap)
+                mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
                 lo, hi = (lo, mid) if detectable(mid) <= goal else (mid, hi)
             needed = hi
     direct = request.estimator == "direct"
