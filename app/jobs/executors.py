@@ -210,13 +210,17 @@ class InlineExecutor:
 
     def close(self) -> None:
         self._stopping.set()
-        self._process_stopping.set()
+        if self._process_stopping is not None:
+            self._process_stopping.set()
         self._queue.wake_all()
         for slot in self._slots:  # each ends once its process reports its audit released (or dies)
             slot.join()
         for process in self._processes:
             if process is not None:
                 process.stop(timeout=self._settings.db_retry_seconds + 10)
+        # drop the shared event's semaphores now, not at exit (where the resource tracker warns of them)
+        self._processes = [None] * len(self._processes)
+        self._process_stopping = None  # type: ignore[assignment]
 
 
 class CeleryExecutor:
