@@ -291,7 +291,11 @@ def plan_mia(
     elif request.utility_queries:
         notes.append("utility queries to the endpoint are not counted")
     stand_in = engines.stand_in
-    endpoint_calls = 2 * request.trials if endpoint else 0
+    spec = request.mechanism.endpoint
+    per_trial = (
+        1 + len(spec.steps) + (spec.close is not None) if endpoint else 0
+    )  # a multi-step target's requests
+    endpoint_calls = 2 * request.trials * per_trial
     exact = endpoint or not any(
         [request.mechanism.temperature != 1.0, stand_in.generated_tokens, setup.mechanism.needs_embedder]
     )

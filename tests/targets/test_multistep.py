@@ -17,6 +17,7 @@ from target_server import serve
 from app.audit.icl.prompts import CONTEXTLEAK_CANARY
 from app.audit.kinds import mia
 from app.audit.local import local_context
+from app.audit.plan import plan_mia
 from app.audit.runtime import no_progress
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -81,12 +82,13 @@ def multistep_body(base: str) -> dict:
 def test_sessions_are_created_used_with_their_cookie_and_closed() -> None:
     app, state = session_target()
     with serve(app) as base:
-        result = mia.run(
-            mia.Request.model_validate(multistep_body(base)), local_context(progress=no_progress)
-        )
+        request, ctx = mia.Request.model_validate(multistep_body(base)), local_context(progress=no_progress)
+        planned = plan_mia(request, datasets=ctx.datasets)["calls"]["endpoint"]
+        assert state["created"] == 0  # planning called nothing
+        result = mia.run(request, ctx)
     assert state["created"] == state["messages"] == state["closed"] == 2 * TRIALS
     assert state["open"] == {} and state["bad_cookie"] == 0
-    assert result["endpoint_calls"] == 3 * 2 * TRIALS  # three requests per trial
+    assert result["endpoint_calls"] == planned == 3 * 2 * TRIALS  # three requests per trial, as planned
     assert result["black_box"]["counts"]["tp"] + result["black_box"]["counts"]["fn"] == TRIALS
     assert result["black_box"]["tpr"] > result["black_box"]["fpr"]  # the answers were read and scored
 
