@@ -3,7 +3,7 @@
 # and as an OpenAI API server) and a real llama.cpp server (llama-cpp-python[server]).
 #
 # Cached outside the clone, keyed by its inputs (issue 22/23): the venv lives in
-#   ${ICLAUDIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iclaudit}/venv-extras-<key>
+#   ${ICLAUDIT_EXTRAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/iclaudit}/venv-extras-<key>
 # where <key> hashes this script's code (the pins below are in it; not its comments), the Python that builds it (version, machine,
 # the interpreter's real path: a venv points at its base interpreter) — and the clone's `.venv-extras` is
 # a symlink to it. A second clone on this machine reuses it in a second; a change of a pin or of Python
@@ -95,7 +95,7 @@ if [[ -n "${EXTRAS_VENV:-}" ]]; then
   exit 0
 fi
 
-CACHE="${ICLAUDIT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/iclaudit}"
+CACHE="${ICLAUDIT_EXTRAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/iclaudit}"
 # The script without its comments and blank lines (a reworded comment rebuilds nothing), and the Python.
 KEY="$({ grep -vE '^[[:space:]]*(#|$)' "$SELF"; python_id "$PYTHON"; } | sha256sum | cut -c1-16)"
 TARGET="$CACHE/venv-extras-$KEY"
