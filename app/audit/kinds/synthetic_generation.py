@@ -116,7 +116,7 @@ EXAMPLE: dict = {
     "kind": "synthetic_generation",
     "dataset": "dbpedia14",
     "model": "smollm2-135m-instruct",
-    "label": "Sports",
+    "label": "Athlete",
     "batch_size": 10,
     "clip": 10.0,
     "temperature": None,
