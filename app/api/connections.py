@@ -27,9 +27,11 @@ if TYPE_CHECKING:
 
 
 class HeaderTimeoutH11Protocol(H11Protocol):
-    """H11Protocol that closes a connection whose request headers do not arrive within `header_timeout`."""
+    """H11Protocol that closes a connection whose request headers do not arrive within `header_timeout`
+    (None: ICLAUDIT_HEADER_TIMEOUT_SECONDS, read at the first connection; a module-level class, so that
+    uvicorn can hand it to the worker processes of `iclaudit serve --workers N`)."""
 
-    header_timeout: float = 10.0
+    header_timeout: float | None = None
     _header_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -49,7 +51,11 @@ class HeaderTimeoutH11Protocol(H11Protocol):
     def _arm_header_timer(self) -> None:
         if self._header_timer is not None:
             self._header_timer.cancel()
-        self._header_timer = self.loop.call_later(self.header_timeout, self._headers_timed_out)
+        if type(self).header_timeout is None:
+            from app.config import get_settings
+
+            type(self).header_timeout = get_settings().header_timeout_seconds
+        self._header_timer = self.loop.call_later(self.header_timeout or 10.0, self._headers_timed_out)
 
     def _headers_timed_out(self) -> None:
         self._header_timer = None
@@ -61,22 +67,32 @@ class HeaderTimeoutH11Protocol(H11Protocol):
 def serve_options(settings: Settings) -> dict[str, Any]:
     """uvicorn.run keyword arguments: the h11 protocol with the header deadline, the header size limit and
     the keep-alive timeout from the settings."""
-    protocol = type(
-        "HeaderTimeoutH11Protocol",
-        (HeaderTimeoutH11Protocol,),
-        {"header_timeout": settings.header_timeout_seconds},
-    )
+    HeaderTimeoutH11Protocol.header_timeout = settings.header_timeout_seconds  # a worker process: from env
     return {
-        "http": protocol,
+        "http": HeaderTimeoutH11Protocol,
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "timeout_keep_alive": settings.keep_alive_seconds,
     }
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
-    """Everything `iclaudit serve` hands uvicorn.run besides the app, host and port (`serve_options` and the
-    logging left to the root logger), so bench/bare_app.py serves its baseline app the same way."""
-    return {"log_config": None, **serve_options(settings)}
+    """Everything `iclaudit serve` hands uvicorn.run besides the app, host, port and workers
+    (`serve_options`, and the logging: app.observability's handler on the root logger, set up by uvicorn
+    in every worker process too), so bench/bare_app.py serves its baseline app the same way."""
+    log_config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "handlers": {"default": {"()": "app.observability.log_handler", "fmt": settings.log_format}},
+        "root": {"handlers": ["default"], "level": settings.log_level.upper()},
+    }
+    return {"log_config": log_config, **serve_options(settings)}
+
+
+def shared_limits(settings: Settings) -> bool:
+    """Whether the rate limits are counted where every API process sees them (Redis), as several processes
+    (`iclaudit serve --workers N`) need; in one process's memory each would allow the whole limit."""
+    url = settings.rate_limit_storage or settings.broker_url or "memory://"
+    return not url.startswith("memory")
 
 
 STREAM_RETRY_SECONDS = 5

@@ -32,20 +32,37 @@ def _logging() -> None:
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="API processes sharing the port (uvicorn workers). Above 1 the rate limits must be counted "
+            "where every process sees them: ICLAUDIT_RATE_LIMIT_STORAGE=redis://… or a broker.",
+        ),
+    ] = 1,
 ) -> None:
     """Run the HTTP API (uvicorn). With no URLs set: SQLite in ./var and the in-process executor."""
     import uvicorn
 
-    from app.api.connections import uvicorn_options
+    from app.api.connections import shared_limits, uvicorn_options
     from app.config import get_settings
 
     _logging()
+    settings = get_settings()
+    if workers > 1 and not shared_limits(settings):
+        err_console.print(
+            f"--workers {workers} needs rate limits shared by the processes: set ICLAUDIT_RATE_LIMIT_STORAGE "
+            "to a redis:// URL (or ICLAUDIT_BROKER_URL); in each process's memory every process would allow "
+            "the whole ICLAUDIT_RATE_LIMIT."
+        )
+        raise typer.Exit(2)
     uvicorn.run(
         "app.main:create_app",
         factory=True,
         host=host,
         port=port,
-        **uvicorn_options(get_settings()),  # header deadline and size, keep-alive (issue 20), logging
+        workers=workers,
+        **uvicorn_options(settings),  # header deadline and size, keep-alive (issue 20), logging
     )
 
 
