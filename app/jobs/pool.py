@@ -20,6 +20,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as ProcessEvent
@@ -108,6 +109,10 @@ def child_main(
         with lock:
             conn.send(message)
 
+    # Ctrl-C reaches the whole process group, and SIGTERM may: the API process stops this one through
+    # `stopping` (the running audit back to PENDING), so neither may kill it mid-audit
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(AttributeError, OSError):  # below the API's priority; later threads inherit it
         os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + AUDIT_NICE)
     root = logging.getLogger()
@@ -162,7 +167,10 @@ class WorkerProcess:
         self._conn, child_conn = ctx.Pipe(duplex=True)
         level = min(logging.getLogger().getEffectiveLevel(), logging.INFO)
         self.process = ctx.Process(
-            target=child_main, args=(child_conn, settings, stopping, level, dict(os.environ)), name=name, daemon=True
+            target=child_main,
+            args=(child_conn, settings, stopping, level, dict(os.environ)),
+            name=name,
+            daemon=True,
         )
         self.process.start()
         child_conn.close()  # so that the parent's recv sees EOF when the child dies
