@@ -6,7 +6,8 @@ mechanism's decoding temperature:
 
     p_with = P(vote = y+ | partition k* of C1),  p_without = P(vote = y+ | partition k* of C0),
 
-k* the one partition whose prompt differs. 003 Lemma 3.1: an audit reaches the mechanism's own ε only
+k* the one partition whose prompt differs (`valid_with`, `valid_without`: the probability that its vote is
+one of the answers at all; an invalid vote casts none). 003 Lemma 3.1: an audit reaches the mechanism's own ε only
 when effect = p_with − p_without = 1 (a deterministic flip, [1, T−1] against [0, T] votes); below that
 the attack sees a mixture and ε_emp falls with the effect.
 
@@ -91,6 +92,8 @@ def canary_signal(
         "p_with": with_,
         "p_without": without,
         "effect": with_ - without,
+        "valid_with": float(p_in.sum()),  # P(the partition's vote is one of the answers at all)
+        "valid_without": float(p_out.sum()),
         "temperature": getattr(mechanism, "temperature", None),
     }
 

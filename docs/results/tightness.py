@@ -1,0 +1,185 @@
+"""docs/results/tightness.md: 003's Figure 5 on SmolLM2-135M-Instruct, on a CPU (issue 19 item 3).
+
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 ICLAUDIT_DATA_DIR=../shared/datasets \
+        .venv/bin/python docs/results/tightness.py --write-examples [--out FILE] [names…]
+    .venv/bin/python docs/results/tightness.py --report      # tightness.md, from the runs file
+
+Each row is one request file, examples/mia-smollm2-tight-{name}.json (written by --write-examples from
+ROWS): private voting with analytic calibration (the σ whose exact ε at δ equals the claim), no planted
+bug, T partitions of one exemplar each, votes decoded greedily (temperature 0, so a partition's vote
+is a deterministic function of its prompt and the canary's effect is 0 or 1 per context), 200,000
+bootstrap trials per context, both threat models. Every ε of one design and dataset shares its contexts
+(same seed), so the model answers once per distinct prompt (the engine's result cache, one process).
+Appends one JSON line per audit to docs/results/tightness-runs.jsonl (the result's bounds, signal,
+forward passes, prompt tokens and wall time); --report prints the tables of tightness.md from that file.
+
+Trials and independence: given the clean votes (deterministic at temperature 0, so the pool is one vote
+vector per context, reused by every trial), the trials are i.i.d. draws of the mechanism's noise, which
+is exactly what Clopper-Pearson at the certified FPR needs (docs/results/soundness.md, "Why the clean
+pool's sampling error is covered"); the votes are reused across trials and across ε, never the noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+RUNS = ROOT / "docs/results/tightness-runs.jsonl"
+EPSILONS = (1.0, 2.0, 4.0, 8.0)
+DESIGNS = ("copy", "rare_token", "inquiry", "brainwash")
+GOAL = {"white_box": 0.8, "black_box": 0.6}
+TRIALS = 200_000
+PARTITIONS = 4
+
+
+def _row(dataset: str, design: str, eps: float) -> tuple[str, dict]:
+    name = f"{dataset}-{design}-eps{eps:g}"
+    body = {
+        "kind": "mia",
+        "dataset": dataset,
+        "model": "smollm2-135m-instruct",
+        "seed": 0,
+        "mechanism": {
+            "name": "private_voting",
+            "partitions": PARTITIONS,
+            "shots_per_partition": 1,
+            "calibration": "analytic",
+            "temperature": 0.0,
+        },
+        "epsilon": eps,
+        "delta": 1e-5,
+        "attack": {"name": design, "threat_model": "both"},
+        "llm_calls": 1,
+        "trials": TRIALS,
+        "estimator": "bootstrap",
+    }
+    return name, body
+
+
+ROWS: dict[str, dict] = dict(
+    [_row("ag_news", d, e) for d in DESIGNS for e in EPSILONS]
+    + [_row(ds, d, 8.0) for ds in ("trec", "sst2") for d in DESIGNS]
+)
+
+
+def request_file(name: str) -> Path:
+    return ROOT / "examples" / f"mia-smollm2-tight-{name}.json"
+
+
+def write_examples() -> None:
+    for name, body in ROWS.items():
+        request_file(name).write_text(json.dumps(body, indent=2) + "\n")
+
+
+def run(names: list[str], out: Path) -> None:
+    from app.audit.local import local_context, run_request
+    from app.audit.runtime import no_progress
+
+    ctx = local_context(progress=no_progress)
+    for name in names:
+        body = json.loads(request_file(name).read_text())
+        llm = ctx.engines.llm(body["model"])
+        before = llm.counters.as_dict()
+        started = time.perf_counter()
+        result = run_request(body, ctx)
+        wall = time.perf_counter() - started
+        after = llm.counters.as_dict()
+        keep = ("tpr", "fpr", "epsilon_empirical", "epsilon_lower", "auc", "counts", "threshold")
+        line = {
+            "name": name,
+            "dataset": body["dataset"],
+            "attack": body["attack"]["name"],
+            "epsilon_theory": result["epsilon_theory"],
+            "partitions": body["mechanism"]["partitions"],
+            "trials": body["trials"],
+            "verdict": result["verdict"],
+            "signal": result.get("signal"),
+            "black_box": {k: result["black_box"].get(k) for k in keep},
+            "white_box": {k: result["white_box"].get(k) for k in keep},
+            "forward_passes": after["forward_passes"] - before["forward_passes"],
+            "prompt_tokens": after["prompt_tokens"] - before["prompt_tokens"],
+            "wall_seconds": round(wall, 1),
+        }
+        with out.open("a") as fh:
+            fh.write(json.dumps(line) + "\n")
+        print(
+            name, line["white_box"]["epsilon_empirical"], line["black_box"]["epsilon_empirical"], flush=True
+        )
+
+
+def _load() -> dict[str, dict]:
+    runs: dict[str, dict] = {}
+    for text in RUNS.read_text().splitlines():
+        if text.strip():
+            line = json.loads(text)
+            runs[line["name"]] = line  # the latest run of a name wins
+    return runs
+
+
+def _ratio(line: dict, tm: str) -> float:
+    eps = line[tm]["epsilon_empirical"]
+    return (eps or 0.0) / line["epsilon_theory"]
+
+
+def _cell(line: dict, tm: str) -> str:
+    eps = line[tm]["epsilon_empirical"]
+    ratio = _ratio(line, tm)
+    text = f"{eps:.2f} ({ratio:.2f}×)" if eps is not None else "unbounded"
+    if ratio >= GOAL[tm]:
+        return text + " ✓"
+    signal = line.get("signal") or {}
+    effect = signal.get("effect")
+    if effect is not None and effect < 1.0:
+        return text + f" — limited by the canary effect {effect:.2f}"
+    return text + " — limited by the trials"
+
+
+def _signal(line: dict) -> str:
+    s = line.get("signal")
+    if not s:
+        return "–"
+    return f"{s['p_with']:.2f} vs {s['p_without']:.2f} (effect {s['effect']:+.2f})"
+
+
+def report() -> str:
+    runs = _load()
+    out = [
+        "| run | ε_theory | white box ε_emp (ratio) | black box ε_emp (ratio) | canary effect: P(vote y+) with vs without "
+        "| forward passes | prompt tokens | wall s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ROWS:
+        line = runs.get(name)
+        if line is None:
+            continue
+        out.append(
+            f"| {name} | {line['epsilon_theory']:g} | {_cell(line, 'white_box')} | {_cell(line, 'black_box')} "
+            f"| {_signal(line)} | {line['forward_passes']} | {line['prompt_tokens']} | {line['wall_seconds']:.0f} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*")
+    parser.add_argument("--report", action="store_true")
+    parser.add_argument("--write-examples", action="store_true")
+    parser.add_argument("--out", type=Path, default=RUNS)
+    args = parser.parse_args(argv)
+    if args.write_examples:
+        write_examples()
+    if args.report:
+        print(report())
+        return 0
+    run(args.names or list(ROWS), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
