@@ -26,10 +26,15 @@ serve: venv
 	$(VENV)/bin/iclaudit migrate && \
 	exec $(VENV)/bin/iclaudit serve --host $${HOST:-127.0.0.1} --port $${PORT:-8000}
 
+# pytest-xdist: PYTEST_WORKERS processes (the cores, at most 4; PYTEST_WORKERS=0 runs in this process), each
+# with its own PostgreSQL, Redis and servers on free ports and temporary directories (tests/service/servers.py);
+# --dist loadfile keeps a file's tests, and its module fixtures, in one worker and in order.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+
 test: venv
 	bash scripts/setup-extras.sh
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pytest -p no:cacheprovider
+	$(VENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
 
 lint: venv
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
