@@ -87,8 +87,26 @@ class _PipeLog(logging.Handler):
             pass
 
 
+def _die_with_api(lifeline: Connection) -> None:
+    """Exit at once when the API process ends (the write end of `lifeline`, which only it holds, closes):
+    an API process killed outright leaves no audit computing unwatched; the sweep of its next start
+    re-runs the audit. (The forkserver, the parent of this process, lives as long as its children.)"""
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            lifeline.recv()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="lifeline", daemon=True).start()
+
+
 def child_main(
-    conn: Connection, settings: Settings, stopping: ProcessEvent, log_level: int, environ: dict[str, str]
+    conn: Connection,
+    lifeline: Connection,
+    settings: Settings,
+    stopping: ProcessEvent,
+    log_level: int,
+    environ: dict[str, str],
 ) -> None:
     """A worker process: take audit ids from `conn` and run each to its end; `stopping` (set by the parent
     at shutdown) makes a running audit go back to PENDING at its next progress call. `environ` is the
@@ -113,6 +131,7 @@ def child_main(
     # `stopping` (the running audit back to PENDING), so neither may kill it mid-audit
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_api(lifeline)
     with contextlib.suppress(AttributeError, OSError):  # below the API's priority; later threads inherit it
         os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + AUDIT_NICE)
     root = logging.getLogger()
@@ -165,15 +184,17 @@ class WorkerProcess:
     def __init__(self, *, settings: Settings, stopping: ProcessEvent, name: str, on_write: Any) -> None:
         ctx = context()
         self._conn, child_conn = ctx.Pipe(duplex=True)
+        lifeline, self._lifeline = ctx.Pipe(duplex=False)  # nothing is sent: it closes when this process ends
         level = min(logging.getLogger().getEffectiveLevel(), logging.INFO)
         self.process = ctx.Process(
             target=child_main,
-            args=(child_conn, settings, stopping, level, dict(os.environ)),
+            args=(child_conn, lifeline, settings, stopping, level, dict(os.environ)),
             name=name,
             daemon=True,
         )
         self.process.start()
         child_conn.close()  # so that the parent's recv sees EOF when the child dies
+        lifeline.close()
         self._on_write = on_write
         self._done: list[str] = []
         self._changed = threading.Condition()
@@ -233,3 +254,4 @@ class WorkerProcess:
             self.process.join(5)
         self._reader.join(5)
         self._conn.close()
+        self._lifeline.close()
