@@ -161,7 +161,8 @@ async def _states(client: aiohttp.ClientSession, base: str, ids: list[str]) -> d
     states = {}
     for audit_id in ids:
         async with client.get(f"{base}/v1/audits/{audit_id}") as response:
-            states[audit_id] = (await response.json())["state"]
+            # a 429 or 503 of a server under load: not known this time
+            states[audit_id] = (await response.json(content_type=None)).get("state", "UNKNOWN")
     return states
 
 
@@ -317,7 +318,10 @@ class _Computing:
 
     async def loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await self.top_up()
+            try:
+                await self.top_up()
+            except (TimeoutError, aiohttp.ClientError, AssertionError) as exc:  # a busy server: next second
+                print(f"# topping up the computing audits failed ({exc!r}); retrying", file=sys.stderr)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 1.0)
 
