@@ -133,11 +133,25 @@ def _cell(line: dict, tm: str) -> str:
     text = f"{eps:.2f} ({ratio:.2f}×)" if eps is not None else "unbounded"
     if ratio >= GOAL[tm]:
         return text + " ✓"
-    signal = line.get("signal") or {}
-    effect = signal.get("effect")
-    if effect is not None and effect < 1.0:
+    s = line.get("signal") or {}
+    effect = s.get("effect")
+    if effect is None:
+        return text + " — no canary effect recorded"
+    if effect <= 0:
+        return (
+            text
+            + f" — limited by the canary effect {effect:.2f}: its partition never votes y+ (P {s['p_with']:.2f})"
+        )
+    if effect < 1:
         return text + f" — limited by the canary effect {effect:.2f}"
-    return text + " — limited by the trials"
+    valid = s.get("valid_without")
+    if valid is not None and valid < 1:
+        return (
+            text
+            + f" — limited by the query: effect 1.00, but without the canary its partition casts no valid "
+            f"vote (P {valid:.2f}), so one count moves instead of two"
+        )
+    return text + " — effect 1.00: limited by the trials"
 
 
 def _signal(line: dict) -> str:
@@ -147,11 +161,54 @@ def _signal(line: dict) -> str:
     return f"{s['p_with']:.2f} vs {s['p_without']:.2f} (effect {s['effect']:+.2f})"
 
 
+INTRO = """# Tightness on SmolLM2-135M-Instruct, CPU (003 Figure 5; issue 19 item 3)
+
+Made by `docs/results/tightness.py --report` from `docs/results/tightness-runs.jsonl` (the raw runs, one
+line per audit, written by `docs/results/tightness.py`); tests/docs/test_tightness_doc.py keeps this file
+equal to what the script prints. One request file per row: `examples/mia-smollm2-tight-<run>.json`.
+
+Every row: private voting with analytic calibration (exact ε at δ = 1e-5 equals the claim), no planted
+bug, T = 4 partitions of one exemplar, votes decoded greedily (temperature 0: each partition's vote is a
+deterministic function of its prompt, so a context's canary effect is 0 or 1), one context pair
+(seed 0), 200,000 bootstrap trials per context, threshold on the held-out split, Bonferroni over the two
+threat models (0.975 each). Goal: white box ε_emp ≥ 0.8 × ε_theory, black box ≥ 0.6 ×. Trials and
+independence: at temperature 0 the clean votes are one vote vector per context, reused by every trial
+and every ε; the trials are i.i.d. draws of the mechanism's noise given those votes, which is what
+Clopper-Pearson needs (soundness.md, "Why the clean pool's sampling error is covered").
+
+The canary effect is `signal` of the result: P(the canary's partition votes the canary's answer y+)
+with the canary against without it. Cost columns: forward passes and prompt tokens the engine spent on
+that row (0 when the engine's result cache already held the answers of the same contexts at another
+ε), wall time of the audit on the shared 2-core CPU (load average 10-23 during these runs).
+
+"""
+
+OUTRO = """
+## Reading it
+
+- **Inquiry** (003 Prompt 1) is the one design SmolLM2 follows on ag_news at temperature 0: its canary
+  partition answers "Yes" with the canary and not without it (effect 1.00), and ε_emp is the same
+  fraction of ε_theory at every ε. The gap to the goal is the query's, not the trials': without the
+  canary the partition's greedy answer is not a valid vote (see the cell), so the canary moves one count
+  of the vote vector instead of two (sensitivity 1 of the √2 the noise is calibrated for).
+- **Copy and rare-token canaries** (003 Prompt 4 on the canary's own text, the canary exemplar relabelled
+  y* or "zyzzyva"): SmolLM2 at temperature 0 does not answer with a label at all on this prompt (it
+  restates the instruction, "The possible labels are: …"), so the canary's partition never votes y+
+  (effect 0). The rare-token row's ε_emp on ag_news comes from the canary partition's *other* votes
+  changing (the white-box score subtracts the strongest other label), not from y+.
+- **Brainwash** (003's baseline): no effect on any dataset.
+- **trec, sst2**: no design moves the canary's partition (effect 0 everywhere at ε = 8).
+- **ESA with MiniLM** and 003 §3.4's constrained-output generation query: not run in this pass (see the
+  issue); 003 reports generation audits below theory because ESA's sensitivity 2/T is rarely attained by
+  real embeddings (tests/audit/mia/test_mia_real_models.py checks the same direction on samsum).
+"""
+
+
 def report() -> str:
     runs = _load()
     out = [
-        "| run | ε_theory | white box ε_emp (ratio) | black box ε_emp (ratio) | canary effect: P(vote y+) with vs without "
-        "| forward passes | prompt tokens | wall s |",
+        "| run | ε_theory | white box ε_emp (ratio) | black box ε_emp (ratio) | canary effect: P(vote y+) with vs "
+        "without | forward passes | prompt tokens | wall s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name in ROWS:
@@ -162,7 +219,7 @@ def report() -> str:
             f"| {name} | {line['epsilon_theory']:g} | {_cell(line, 'white_box')} | {_cell(line, 'black_box')} "
             f"| {_signal(line)} | {line['forward_passes']} | {line['prompt_tokens']} | {line['wall_seconds']:.0f} |"
         )
-    return "\n".join(out)
+    return INTRO + "\n".join(out) + "\n" + OUTRO
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_examples:
         write_examples()
     if args.report:
-        print(report())
+        print(report(), end="")
         return 0
     run(args.names or list(ROWS), args.out)
     return 0

@@ -1,0 +1,36 @@
+"""docs/results/tightness.md is what docs/results/tightness.py prints from its committed runs file, and every
+request file it names validates and names the real mechanism with analytic calibration and no planted bug."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from app.audit.kinds.mia import Request
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tightness():
+    spec = importlib.util.spec_from_file_location("tightness_doc", ROOT / "docs/results/tightness.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_doc_is_what_the_script_prints(tightness) -> None:
+    doc = (ROOT / "docs/results/tightness.md").read_text()
+    assert doc == tightness.report(), "tightness.md is stale; rerun `docs/results/tightness.py --report`"
+
+
+def test_every_row_has_a_run_and_a_valid_request_file(tightness) -> None:
+    runs = {json.loads(line)["name"] for line in tightness.RUNS.read_text().splitlines() if line.strip()}
+    for name in tightness.ROWS:
+        assert name in runs
+        request = Request.model_validate_json(tightness.request_file(name).read_text())
+        assert request.mechanism.name == "private_voting" and request.mechanism.calibration == "analytic"
+        assert request.mechanism.bug is None and request.model == "smollm2-135m-instruct"
