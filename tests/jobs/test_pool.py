@@ -41,15 +41,18 @@ def _serve(tmp_path: Path, gate: Gate, **env: str) -> tuple[object, httpx.Client
     return proc, httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
 
 
-def _polls(client: httpx.Client, audit_id: str, state: str, n: int = 200) -> float:
-    """Seconds for `n` sequential polls of the audit (after 20 not timed), each seeing it in `state`."""
-    for _ in range(20):
+def _polls(client: httpx.Client, audit_id: str, state: str, n: int = 200, runs: int = 3) -> float:
+    """Seconds for `n` sequential polls of the audit, the best of `runs` (other work on a shared machine
+    only adds), after 200 not timed (a fresh server warms up); every answer must show the audit in `state`."""
+    for _ in range(n):
         client.get(f"/v1/audits/{audit_id}")
-    start = time.perf_counter()
-    seen = {client.get(f"/v1/audits/{audit_id}").json()["state"] for _ in range(n)}
-    elapsed = time.perf_counter() - start
-    assert seen == {state}, f"the audit was {seen} during the polls, not only {state}"
-    return elapsed
+    best = float("inf")
+    for _ in range(runs):
+        start = time.perf_counter()
+        seen = {client.get(f"/v1/audits/{audit_id}").json()["state"] for _ in range(n)}
+        best = min(best, time.perf_counter() - start)
+        assert seen == {state}, f"the audit was {seen} during the polls, not only {state}"
+    return best
 
 
 def test_polls_of_a_computing_audit_take_at_most_twice_the_idle_time(tmp_path: Path, gate: Gate) -> None:
