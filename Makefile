@@ -28,13 +28,19 @@ serve: venv
 
 # pytest-xdist: PYTEST_WORKERS processes (the cores, at most 4; PYTEST_WORKERS=0 runs in this process), each
 # with its own PostgreSQL, Redis and servers on free ports and temporary directories (tests/service/servers.py);
-# --dist loadfile keeps a file's tests, and its module fixtures, in one worker and in order.
+# --dist loadfile keeps a file's tests, and its module fixtures, in one worker and in order. The tests that
+# compare two timings of their own (polls of a computing audit against idle ones; the load generator's
+# pacing) run alone afterwards, so a sibling worker never loads one side of the comparison only.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
+SERIAL_TESTS := $(wildcard tests/jobs/test_pool.py tests/service/test_loadgen.py)
 
 test: venv
 	bash scripts/setup-extras.sh
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile
+	$(VENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SERIAL_TESTS)); \
+	parallel=$$?; serial=0; \
+	$(if $(SERIAL_TESTS),$(VENV)/bin/pytest -p no:cacheprovider $(SERIAL_TESTS) || serial=$$?;) \
+	exit $$(( parallel || serial ))
 
 lint: venv
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
