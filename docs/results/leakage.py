@@ -180,6 +180,12 @@ def run(name: str, ctx, small: bool) -> dict:
 
 
 FAMILY_COLOURS = {  # one colour per mechanism family, so ε = 1 / ε = 8 pairs read as pairs
+    "min_k_pp": "tab:cyan",  # the likelihood family and the blind baseline (before "none": prefixes)
+    "min_k": "tab:olive",
+    "zlib_ratio": "gold",
+    "lira_offline": "teal",
+    "recall": "navy",
+    "blind": "silver",
     "none-label": "tab:grey",
     "none": "black",
     "defense": "tab:orange",
@@ -310,8 +316,8 @@ def plots() -> None:
     likelihood = [r for r in rows if r["name"] in NAMES]
     plot(
         [
-            ("record's continuation or label", [r for r in likelihood if not r["name"].startswith("code-")]),
-            ("record's secret number", [r for r in likelihood if r["name"].startswith("code-")]),
+            ("record's continuation or label", [r for r in likelihood if "code-" not in r["name"]]),
+            ("record's secret number", [r for r in likelihood if "code-" in r["name"]]),
         ],
         PLOT,
     )
