@@ -112,6 +112,23 @@ class Rates:
     model_seconds_per_call: float | None = None
     endpoint_seconds_per_call: float | None = None
     basis: str = ""
+    model_fixed_seconds: float = 0.0
+    endpoint_fixed_seconds: float = 0.0
+    """Seconds an audit spends whatever its calls (setup, bounds, verdict), when the history could tell."""
+
+
+def fit_rate(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
+    """(fixed seconds, seconds per call) from finished audits' (calls, seconds): least squares when their
+    calls differ (both terms ≥ 0), else the median of seconds / calls with no fixed part; None if empty."""
+    if not points:
+        return None
+    calls = np.array([c for c, _ in points], dtype=float)
+    seconds = np.array([t for _, t in points], dtype=float)
+    if np.ptp(calls) > 0:
+        slope, intercept = np.polyfit(calls, seconds, 1)
+        if slope > 0 and intercept >= 0:
+            return float(intercept), float(slope)
+    return 0.0, float(np.median(seconds / calls))
 
 
 def _power(request: Any, gaussian: bool, claimed: float | None, max_trials: int) -> dict:
@@ -304,13 +321,18 @@ def plan_mia(
         prompt_tokens = sum(tokens(p) for p in dict.fromkeys(stand_in.prompts))  # each rehearsal's prompts
     seconds: float | None = sim
     if model_calls and _model_name(request) == "oracle":
-        rates = Rates(0.0, rates.endpoint_seconds_per_call, rates.basis or "the oracle: no model to wait for")
+        rates = Rates(
+            0.0,
+            rates.endpoint_seconds_per_call,
+            rates.basis or "the oracle: no model to wait for",
+            endpoint_fixed_seconds=rates.endpoint_fixed_seconds,
+        )
     if model_calls:
         per = rates.model_seconds_per_call
-        seconds = None if per is None else sim + per * model_calls
+        seconds = None if per is None else sim + rates.model_fixed_seconds + per * model_calls
     if endpoint_calls:
         per = rates.endpoint_seconds_per_call
-        seconds = None if per is None else per * endpoint_calls
+        seconds = None if per is None else rates.endpoint_fixed_seconds + per * endpoint_calls
     if seconds is None:
         notes.append("no finished audit on this deployment to measure its throughput from")
     power = _power(request, setup.mechanism.gaussian, claimed, max_trials)
@@ -326,6 +348,7 @@ def plan_mia(
             "compute_seconds": sim,
             "model_seconds_per_call": rates.model_seconds_per_call if model_calls else None,
             "endpoint_seconds_per_call": rates.endpoint_seconds_per_call if endpoint_calls else None,
+            "fixed_seconds": rates.endpoint_fixed_seconds if endpoint_calls else rates.model_fixed_seconds,
             "basis": rates.basis,
         },
         "power": {

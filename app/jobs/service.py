@@ -301,11 +301,10 @@ def _origin(url: str) -> str:
 
 def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
     """Seconds per model call (distinct prompt) of the tenant's latest SUCCEEDED mia audits of this model,
-    and per endpoint call of those to this endpoint's origin: the median of (finished − started) / calls
-    over up to PLAN_HISTORY of each (wall time, so it includes each audit's simulation and overheads)."""
-    import statistics
-
-    from app.audit.plan import Rates
+    and per endpoint call of those to this endpoint's origin, from (calls, finished − started) of up to
+    PLAN_HISTORY of each: a fixed part and a per-call part when their calls differ (app.audit.plan.fit_rate),
+    else the median seconds per call (wall time: it includes each audit's simulation and overheads)."""
+    from app.audit.plan import Rates, fit_rate
     from app.db.scoping import owned
 
     endpoint = getattr(request.mechanism, "endpoint", None)
@@ -329,19 +328,22 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
             and calls
             and _origin(their["url"]) == _origin(endpoint.url)
         ):
-            url.append(seconds / calls)
+            url.append((calls, seconds))
         elif body.get("model") == request.model and result.get("distinct_prompts"):
-            model.append(seconds / result["distinct_prompts"])
+            model.append((result["distinct_prompts"], seconds))
     model, url = model[:PLAN_HISTORY], url[:PLAN_HISTORY]
     basis = ", ".join(
         f"{len(v)} finished audits {what}"
         for v, what in ((model, f"of {request.model}"), (url, "of this endpoint"))
         if v
     )
+    model_fit, url_fit = fit_rate(model), fit_rate(url)
     return Rates(
-        model_seconds_per_call=statistics.median(model) if model else None,
-        endpoint_seconds_per_call=statistics.median(url) if url else None,
+        model_seconds_per_call=model_fit[1] if model_fit else None,
+        endpoint_seconds_per_call=url_fit[1] if url_fit else None,
         basis=basis or "no finished audit to measure from",
+        model_fixed_seconds=model_fit[0] if model_fit else 0.0,
+        endpoint_fixed_seconds=url_fit[0] if url_fit else 0.0,
     )
 
 

@@ -49,10 +49,11 @@ def test_plan_predicts_calls_exactly_and_time_within_2x(app_client, make_key) ->
         assert 0.5 <= p["time"]["expected_seconds"] / seconds(done) <= 2.0, (p["time"], seconds(done))
         assert p["power"]["epsilon_detectable"] is not None and p["power"]["trials_needed"] >= 2
 
-        # an endpoint: unknown throughput until one audit of it has run, then calls × its seconds per call
+        # an endpoint: unknown throughput until audits of it have run, then fixed + calls × seconds per call
         first = client.post("/v1/audits/plan", json=endpoint_body(url + "/", 100)).json()
         assert first["calls"]["endpoint"] == 200 and first["time"]["expected_seconds"] is None
         run(client, endpoint_body(url + "/", 100))
+        run(client, endpoint_body(url + "/", 25, seed=8))  # two sizes: a fixed part and a per-call part
         before = target.answered
         plan = client.post("/v1/audits/plan", json=endpoint_body(url + "/", 300, seed=6)).json()
         assert target.answered == before  # planning called nothing
