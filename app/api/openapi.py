@@ -50,6 +50,28 @@ def _result_examples() -> dict[str, dict[str, Any]]:
     return examples
 
 
+def _require_discriminators(document: dict[str, Any]) -> None:
+    """Mark each union's tag required in every member it maps to. A kind's model gives `kind` a default (its
+    only value), so pydantic leaves it out of `required`, yet the discriminated union needs it to pick the
+    member: without this a schema-valid `{}` would be refused."""
+    components = document.get("components", {}).get("schemas", {})
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            tag = node.get("discriminator", {}).get("propertyName") if "discriminator" in node else None
+            for ref in (node.get("discriminator") or {}).get("mapping", {}).values() if tag else ():
+                member = components.get(ref.rsplit("/", 1)[-1])
+                if member is not None and tag not in member.setdefault("required", []):
+                    member["required"].insert(0, tag)
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(document)
+
+
 def install_openapi(app: FastAPI) -> None:
     """Serve a document with the security scheme and result examples (operation ids come from
     `operation_id`, the app's generate_unique_id_function)."""
@@ -81,6 +103,7 @@ def install_openapi(app: FastAPI) -> None:
                 if operation.get("operationId") == "getAuditResult" and examples:
                     content = operation.get("responses", {}).get("200", {}).setdefault("content", {})
                     content.setdefault("application/json", {})["examples"] = examples
+        _require_discriminators(schema)
         app.openapi_schema = schema
         return schema
 
