@@ -82,7 +82,7 @@ def test_a_cpu_worker_by_default_and_a_gpu_worker_in_its_profile(compose: dict) 
     devices = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert devices[0]["capabilities"] == ["gpu"]
     for worker in (cpu, gpu):
-        assert worker["command"] == ["iclaudit", "worker"]
+        assert worker["command"] == ["iclaudit", "worker", "--queues", "audits"]
         assert worker["environment"]["ICLAUDIT_EXECUTOR"] == "celery"
     vllm = services["vllm"]
     assert vllm["profiles"] == ["vllm"] and vllm["entrypoint"] == ["vllm", "serve"]
@@ -90,6 +90,23 @@ def test_a_cpu_worker_by_default_and_a_gpu_worker_in_its_profile(compose: dict) 
         env = services[name]["environment"]
         assert env["ICLAUDIT_DATABASE_URL"].startswith("postgresql+psycopg://")
         assert env["ICLAUDIT_BROKER_URL"].startswith("redis://")
+
+
+def test_webhooks_have_a_worker_of_their_own_and_every_queue_a_consumer(compose: dict) -> None:
+    """Issue 20 M4: deliveries never wait behind a long audit on a solo pool, so the audit workers consume
+    only `audits` and a `webhooks` service consumes the queue app.integrations.dispatch sends to."""
+    from app.integrations.dispatch import WEBHOOK_QUEUE
+    from app.jobs.broker import create_celery
+
+    consumed: dict[str, set[str]] = {}
+    for name, service in compose["services"].items():
+        command = service.get("command") or []
+        if command[:2] == ["iclaudit", "worker"]:
+            consumed[name] = set(command[command.index("--queues") + 1].split(","))
+    audits_queue = create_celery(Settings()).conf.task_default_queue
+    assert consumed["webhooks"] == {WEBHOOK_QUEUE}
+    assert all(queues == {audits_queue} for name, queues in consumed.items() if name != "webhooks")
+    assert "profiles" not in compose["services"]["webhooks"]
 
 
 def test_every_service_that_runs_our_image_builds_it(compose: dict) -> None:
@@ -103,7 +120,7 @@ def test_every_service_that_runs_our_image_builds_it(compose: dict) -> None:
     assert all(len(files) == 1 for files in by_image.values()), by_image  # one Dockerfile per image tag
 
 
-LONG_RUNNING = ("postgres", "redis", "api", "worker", "worker-gpu", "vllm")
+LONG_RUNNING = ("postgres", "redis", "api", "worker", "webhooks", "worker-gpu", "vllm")
 
 
 def test_every_service_has_a_restart_policy_and_a_healthcheck(compose: dict) -> None:
