@@ -1,7 +1,8 @@
 """The design-selection null of docs/results/soundness.md ("Design selection"): `attack: auto` audits private
 voting exactly at its claim (analytic σ), 200 seeded audits per ε (seeds 5000 … 5199), and counts `violation`.
 
-    ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/design_null.py [--audits N]
+    ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/design_null.py > docs/results/design-null.md
+    .venv/bin/python docs/results/design_null.py --doc   # the section of soundness.md from design-null.md
 
 The engine is `simulated:shift=1,alpha=0.1` (app/engines/simulated.py), standing in for the model: per
 audit random label distributions near 0 or 1, and the canary moves its partition's vote to "present"
@@ -81,12 +82,75 @@ def table(audits: int, trials: int = 10_000, epsilons: tuple[float, ...] = EPSIL
     return "\n".join(lines)
 
 
+RAW = ROOT / "docs/results/design-null.md"
+DOC = ROOT / "docs/results/soundness.md"
+BEGIN, END = "<!-- design_null.py: begin -->", "<!-- design_null.py: end -->"
+SECTION = """## Design selection (`attack: auto`, issue 19)
+
+`attack: {"name": "auto"}` picks the canary design and T before it measures (app/audit/design.py):
+
+1. **Pilot records.** The dataset's training rows are split by index parity: the pilot draws its canaries
+   and contexts from the odd rows, the measurement from the even rows only, so no record is in both.
+2. **Pilot randomness.** The pilot's contexts and partitions come from the seed stream `pilot`, appended
+   to app/audit/seeds.py (no existing stream moves); the measurement reads `contexts`, `partitions`,
+   `attack`, `pool`, `noise_in`, `noise_out` and `threshold` as every audit does, never `pilot`.
+3. **Rule.** Each candidate (design ∈ copy, rare_token, inquiry, signal_text; T ∈ {2, 4, 8} up to the
+   request's T) is scored on 2 pilot context pairs by private voting's exact population μ
+   (app/audit/stats/exact.py, the request's σ), summed over the requested threat models; the largest
+   mean wins. A design the engine refuses is skipped (recorded in `design.candidates`).
+4. **Measurement.** The chosen design's ordinary audit on the even rows, its threshold chosen on the
+   held-out split (thresholds.Split), both tests at the Bonferroni share of the stated confidence.
+
+Why the verdict keeps its confidence: the choice D is a function of the pilot (odd rows, stream `pilot`)
+alone, so it is independent of the measurement's randomness (its contexts, partitions, pool, noise and
+split). For each fixed design d the measurement is an ordinary audit, P(violation | D = d) ≤ 1 − γ
+(sections above), hence P(violation) = Σ_d P(D = d) · P(violation | D = d) ≤ 1 − γ. The pilot adds no
+test, so the Bonferroni split is unchanged. Test: tests/audit/mia/test_mia_design.py checks that auto's
+measurement equals the chosen design's own audit on the even rows (the pilot reaches it only through
+the choice) and runs a 20-audit version of the null below.
+
+The null, `docs/results/design_null.py` (its output, committed as docs/results/design-null.md): private
+voting exactly at its claim (analytic σ), `simulated:shift=1,alpha=0.1` standing in for the model (the
+canary moves its partition's vote to "present"; it answers inquiry and signal_text and refuses the copy
+and rare-token queries, which auto skips), request T = 8 with one exemplar per partition, llm_calls 20,
+10,000 trials per context, both threat models, 200 audits per ε, seeds 5000 … 5199.
+
+{table}
+
+With the pilot's choice spread over all six (design, T) candidates, no audit out of 800 flags the
+mechanism at its claim, while the mean ε_lower reaches 0.38–0.46 × the claim and the largest 0.90–0.98 ×:
+the selection costs the verdict no confidence. (The four ε ran as four processes,
+`--epsilon 1` … `--epsilon 8`, each printing its row.)"""
+
+
+def section() -> str:
+    """The "Design selection" section of soundness.md, its table the committed raw output (design-null.md)."""
+    return f"{BEGIN}\n{SECTION.replace('{table}', RAW.read_text().strip())}\n{END}"
+
+
+def write_doc() -> None:
+    """Replace the section between the markers of soundness.md (append it when they are missing)."""
+    text = DOC.read_text()
+    if BEGIN in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section() + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section() + "\n"
+    DOC.write_text(text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--audits", type=int, default=200)
+    parser.add_argument(
+        "--doc", action="store_true", help="write the section of soundness.md from design-null.md"
+    )
     parser.add_argument("--epsilon", type=float, action="append", help="only these ε (rows only, no header)")
     args = parser.parse_args()
     started = time.perf_counter()
+    if args.doc:
+        write_doc()
+        return 0
     if args.epsilon:
         print(table(args.audits, epsilons=tuple(args.epsilon)))
     else:

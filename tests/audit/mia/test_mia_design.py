@@ -146,3 +146,19 @@ def test_copy_canary_on_smollm2_publishes_its_effect(oracle_ctx, smollm2) -> Non
     assert set(r["signal"]) >= {"p_with", "p_without", "effect"} and r["signal"]["temperature"] == 0.0
     assert r["signal"]["p_with"] in (0.0, 1.0)  # greedy votes: a context's effect is 0 or 1
     assert not r["violation"]
+
+
+def test_the_soundness_section_is_the_design_null_scripts_output() -> None:
+    """soundness.md's "Design selection" section is what docs/results/design_null.py --doc writes from the
+    committed raw output design-null.md, whose four rows show 200 audits each and no violation above 5 %."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("design_null", root / "docs/results/design_null.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.section() in (root / "docs/results/soundness.md").read_text()
+    rows = [r.split("|") for r in module.RAW.read_text().splitlines()[2:]]
+    assert [float(r[1]) for r in rows] == list(module.EPSILONS)
+    assert all(int(r[2]) == 200 and int(r[3]) <= 10 for r in rows)
