@@ -239,6 +239,18 @@ class MiaAuditResult(ResultBase):
         description="The record, the query and the first trials, C1 beside C0 (≤ 8 per side, ≤ 4 records); "
         "null for the exact estimator, which runs no trials.",
     )
+    signal: dict[str, Any] | None = Field(
+        default=None,
+        description="The clean pool's canary effect (app/audit/design.py): P(the canary's partition votes the "
+        "canary's answer) with the canary (p_with) and without it (p_without), effect = their difference, "
+        "valid_with/valid_without = P(that vote is an answer at all), at the mechanism's temperature; 003 Lemma "
+        "3.1: only effect 1 with valid votes on both sides lets an audit reach the claim. Null without votes.",
+    )
+    design: dict[str, Any] | None = Field(
+        default=None,
+        description='attack "auto": the design and T its pilot chose (odd training rows, seed stream pilot), '
+        "each candidate's pilot score, and the pilot's forward passes; the measurement used the even rows.",
+    )
 
     def verdicts(self) -> list[Verdict]:
         rows = []
