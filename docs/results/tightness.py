@@ -127,6 +127,14 @@ def _ratio(line: dict, tm: str) -> float:
     return (eps or 0.0) / line["epsilon_theory"]
 
 
+def one_count_ceiling(epsilon: float, divisor: float, delta: float = 1e-5) -> float:
+    """ε of the GDP μ(ε)/divisor as a fraction of ε: what a pair whose votes differ by one count allows a
+    score to show (divisor 2 for Ṽ_y+ − Ṽ_other, whose noise is √2 σ for a shift of 1; √2 for Ṽ_y+ alone)."""
+    from app.audit.accounting.gdp import epsilon_for_mu, mu_for_epsilon
+
+    return epsilon_for_mu(mu_for_epsilon(epsilon, delta) / divisor, delta) / epsilon
+
+
 def _cell(line: dict, tm: str) -> str:
     eps = line[tm]["epsilon_empirical"]
     ratio = _ratio(line, tm)
@@ -149,7 +157,8 @@ def _cell(line: dict, tm: str) -> str:
         return (
             text
             + f" — limited by the query: effect 1.00, but without the canary its partition casts no valid "
-            f"vote (P {valid:.2f}), so one count moves instead of two"
+            f"vote (P {valid:.2f}), so one count moves instead of two (ceiling of the Ṽ_y+ − Ṽ_other score "
+            f"then: ε(μ/2) = {one_count_ceiling(line['epsilon_theory'], 2.0):.2f}×)"
         )
     return text + " — effect 1.00: limited by the trials"
 
@@ -190,7 +199,12 @@ OUTRO = """
   partition answers "Yes" with the canary and not without it (effect 1.00), and ε_emp is the same
   fraction of ε_theory at every ε. The gap to the goal is the query's, not the trials': without the
   canary the partition's greedy answer is not a valid vote (see the cell), so the canary moves one count
-  of the vote vector instead of two (sensitivity 1 of the √2 the noise is calibrated for).
+  of the vote vector instead of two (sensitivity 1 of the √2 the noise is calibrated for). For that pair
+  the white-box score Ṽ_Yes − Ṽ_No sees a shift of 1 under noise √2·σ, i.e. μ/2, whose ε is the
+  ceiling printed in the cell; the measured white-box ratio is 0.01–0.07 below it (the bound uses the
+  held-out half of the trials), so the query, not the trials, is what limits. The Neyman-Pearson score for a one-count move, Ṽ_Yes alone, would reach ε(μ/√2)
+  (0.66–0.68 × at ε 1–8: above the black-box goal, below the white-box one); it needs a change to
+  private voting's white-box view (mechanisms/private_voting.py), not made here.
 - **Copy and rare-token canaries** (003 Prompt 4 on the canary's own text, the canary exemplar relabelled
   y* or "zyzzyva"): SmolLM2 at temperature 0 does not answer with a label at all on this prompt (it
   restates the instruction, "The possible labels are: …"), so the canary's partition never votes y+
