@@ -1,0 +1,34 @@
+"""docs/results/engines.md's peer table is `bench/suites/engines.py`'s `report()` of the committed run
+(docs/results/engines-peers.jsonl), and the report reads the suite's rows as the suite writes them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("bench_engines", ROOT / "bench/suites/engines.py")
+_engines = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_engines)
+PEERS, report = _engines.PEERS, _engines.report
+RUN = ROOT / "docs/results/engines-peers.jsonl"
+
+
+def test_the_doc_prints_the_committed_run() -> None:
+    rows = [json.loads(line) for line in RUN.read_text().splitlines() if line.strip()]
+    assert {r["engine"] for r in rows if r["name"].startswith("peers_")} == set(PEERS)
+    doc = (ROOT / "docs/results/engines.md").read_text().splitlines()
+    missing = [line for line in report(rows).splitlines() if line not in doc]
+    assert missing == [], "engines.md is stale; paste report() of the committed run:\n" + "\n".join(missing)
+
+
+def test_report_compares_each_engine_with_the_default_on_the_same_workload() -> None:
+    rows = [
+        {"name": f"peers_voting_{e}", "engine": e, "workload": "voting", "value": v, "sequences": 4,
+         "tokens": 100, "tokens_per_s": 100 / v, "max_abs_diff_vs_transformers": d, "load_avg_1m": [1, 2]}
+        for e, v, d in (("transformers", 2.0, 0.0), ("vllm", 1.0, 1e-4), ("llama_cpp", 4.0, 0.2))
+    ]  # fmt: skip
+    lines = report(rows).splitlines()
+    assert lines[2].startswith("| voting | transformers | 4 | 100 | 2.00 | 50 | 1.00 |")
+    assert "| 0.50 |" in lines[3] and "| 2.00 |" in lines[4]
