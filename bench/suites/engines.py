@@ -180,10 +180,10 @@ def naive() -> Iterator[dict]:
 
 
 # ---------------------------------------------------------------------------------------------- peers
-PEER_T, PEER_SHOTS, PEER_PAIRS = 8, 1, 4
+PEER_T, PEER_SHOTS, PEER_PAIRS = 8, 1, 2
 """Workload 1: a T = 8 private-voting audit's partition prompts (Inquiry, ag_news, 1 shot per partition),
 `PEER_PAIRS` neighbouring context pairs × T partitions × 2 sides, scored over ("Yes", "No")."""
-LIKELIHOOD_RECORDS, LIKELIHOOD_CONTEXTS = 8, 2
+LIKELIHOOD_RECORDS, LIKELIHOOD_CONTEXTS = 4, 2
 """Workload 2: a likelihood audit's scoring (synthetic_records, plain ICL, 1 exemplar, the record's
 continuation as the answer): records × context pairs × 2 sides, one engine call per record."""
 PEERS = ("transformers", "vllm", "llama_cpp")
