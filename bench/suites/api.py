@@ -1,8 +1,9 @@
 """Service spine speed on the embedded default (SQLite file, inline executor, auth on), in process
 through the ASGI app: request latencies, a `bound` audit end to end, and authentication with the
 process's verified-key memo against scrypt on every request (the baseline, same run). Then the load
-figures on real servers (bench/suites/api_load.py: pollers in open and closed loop, submit bursts, on the
-embedded default and on PostgreSQL + Celery)."""
+figures on real servers (bench/suites/api_load.py: the service against a bare FastAPI app under the same
+uvicorn settings, open loop 300 and 1,000 req/s and closed loop 200, finished and running audits; the
+stacks in ICLAUDIT_BENCH_STACKS, default the embedded one; the older phases with ICLAUDIT_BENCH_EXTRAS=1)."""
 
 from __future__ import annotations
 
