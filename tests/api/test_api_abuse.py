@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 from service.client import bound_request, long_mia_request, wait_for
+from service.gate import Gate
 from service.internal_server import internal_server
 from ui.served import make_key, serve, stop
 
@@ -39,6 +40,7 @@ class Live:
     state: Path
     hooks_port: int
     hits: list[str]
+    gate: Gate | None = None
 
     def key(self, tenant: str) -> str:
         return make_key(self.state, tenant)
@@ -530,13 +532,15 @@ LIST_MAX_BYTES = 2 * 2**20  # its ICLAUDIT_LIST_MAX_BYTES
 
 @pytest.fixture(scope="module")
 def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    """A second server with small caps (one inline worker, as the default)."""
+    """A second server with small caps and one inline worker, which `held` can hold at a gate."""
     state = tmp_path_factory.mktemp("tight")
-    with internal_server() as (port, hits):
+    with internal_server() as (port, hits), Gate() as gate:
         proc, url, _ = serve(
             state,
             auth=True,
             extra_env={
+                "ICLAUDIT_INLINE_WORKERS": "1",
+                "ICLAUDIT_ENDPOINT_ALLOWLIST": json.dumps([gate.url]),
                 "ICLAUDIT_MAX_ACTIVE_AUDITS": str(CAP),
                 "ICLAUDIT_MAX_TRIALS": "8000000",
                 "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
@@ -551,22 +555,25 @@ def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             },
         )
         try:
-            yield Live(url, proc, state, port, hits)
+            yield Live(url, proc, state, port, hits, gate)
         finally:
             stop(proc)
 
 
 @pytest.fixture
 def held(tight: Live) -> Iterator[Live]:
-    """The `tight` server with its one inline worker busy on another tenant's long audit, so every audit
-    submitted meanwhile stays PENDING (and counts in its tenant's cap) until the test ends."""
+    """The `tight` server with its one inline worker held at the gate by another tenant's audit, so every
+    audit submitted meanwhile stays PENDING (and counts in its tenant's cap) until the test ends."""
+    assert tight.gate is not None
+    tight.gate.rearm()
     with tight.client("blocker") as api:
-        blocker = api.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
-        wait_for(api.get, blocker["id"], states=("RUNNING",))
+        blocker = api.post("/v1/audits", json=tight.gate.request()).json()
+        tight.gate.wait_entered()
         try:
             yield tight
         finally:
             api.post(f"/v1/audits/{blocker['id']}/cancel")
+            tight.gate.release()
             wait_for(api.get, blocker["id"], timeout=120)
 
 

@@ -71,6 +71,11 @@ class Gate:
     def release(self) -> None:
         self.opened.set()
 
+    def rearm(self) -> None:
+        """Hold the next audit's calls again (a gate kept for a module's server, one held audit per test)."""
+        self.entered.clear()
+        self.opened.clear()
+
     def __enter__(self) -> Gate:
         self._thread.start()
         return self
