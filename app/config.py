@@ -158,7 +158,7 @@ class Settings(BaseSettings):
         description="POST/PUT/PATCH/DELETE requests per tenant, on top of rate_limit. Empty: no limit.",
     )
     list_max_bytes: int = Field(
-        default=8 * 2**20,
+        default=2 * 2**20,
         ge=1024,
         description="GET /v1/audits?view=full stops a page early (with next_page_token) once its audits' "
         "stored request and result bodies add up past this many bytes; a page holds at least one audit.",
