@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 RUNS = ROOT / "docs/results/tightness-runs.jsonl"
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
-DESIGNS = ("copy", "rare_token", "inquiry", "brainwash")
+DESIGNS = ("copy", "rare_token", "inquiry", "brainwash", "auto")
 GOAL = {"white_box": 0.8, "black_box": 0.6}
 TRIALS = 200_000
 PARTITIONS = 4
@@ -77,6 +77,15 @@ def write_examples() -> None:
         request_file(name).write_text(json.dumps(body, indent=2) + "\n")
 
 
+def _design(design: dict | None) -> dict | None:
+    """attack auto's choice and each candidate's pilot μ (None for a fixed design)."""
+    if not design:
+        return None
+    keep = {k: design.get(k) for k in ("attack", "partitions", "pilot_forward_passes")}
+    keep["pilot_mu"] = {f"{c['attack']} T={c['partitions']}": c.get("pilot_mu") for c in design["candidates"]}
+    return keep
+
+
 def run(names: list[str], out: Path) -> None:
     from app.audit.local import local_context, run_request
     from app.audit.runtime import no_progress
@@ -100,6 +109,7 @@ def run(names: list[str], out: Path) -> None:
             "trials": body["trials"],
             "verdict": result["verdict"],
             "signal": result.get("signal"),
+            "design": _design(result.get("design")),
             "black_box": {k: result["black_box"].get(k) for k in keep},
             "white_box": {k: result["white_box"].get(k) for k in keep},
             "forward_passes": after["forward_passes"] - before["forward_passes"],
@@ -167,7 +177,11 @@ def _signal(line: dict) -> str:
     s = line.get("signal")
     if not s:
         return "–"
-    return f"{s['p_with']:.2f} vs {s['p_without']:.2f} (effect {s['effect']:+.2f})"
+    text = f"{s['p_with']:.2f} vs {s['p_without']:.2f} (effect {s['effect']:+.2f})"
+    chosen = line.get("design")
+    if chosen:  # attack auto: what its pilot chose (the pilot's passes are in the forward passes column)
+        text += f"; auto chose {chosen['attack']}, T = {chosen['partitions']}"
+    return text
 
 
 INTRO = """# Tightness on SmolLM2-135M-Instruct, CPU (003 Figure 5; issue 19 item 3)
@@ -211,6 +225,14 @@ OUTRO = """
   (effect 0). The rare-token row's ε_emp on ag_news comes from the canary partition's *other* votes
   changing (the white-box score subtracts the strongest other label), not from y+.
 - **Brainwash** (003's baseline): no effect on any dataset.
+- **auto**: where no candidate shows any μ on the pilot's contexts (trec) the rule has nothing to go on
+  and takes the first candidate (copy). On ag_news the copy canary led the pilot on its 2 odd-row
+  context pairs, yet showed no effect on the measurement's context: 2 pilot pairs are too few to rank
+  designs whose effect varies from one context to the next (a larger pilot costs forward passes; the
+  pilot already spends about as many as the measurement, table above). On sst2, where none of the
+  fixed designs moves the vote, the pilot found signal_text (003 Prompt 3 asked of private voting,
+  Table 3's first pair), whose measurement flips the canary's partition (effect 1.00) with the same
+  one-count limit as inquiry on ag_news.
 - **trec, sst2**: no design moves the canary's partition (effect 0 everywhere at ε = 8).
 - **ESA with MiniLM** and 003 §3.4's constrained-output generation query: not run in this pass (see the
   issue); 003 reports generation audits below theory because ESA's sensitivity 2/T is rarely attained by
@@ -233,7 +255,29 @@ def report() -> str:
             f"| {name} | {line['epsilon_theory']:g} | {_cell(line, 'white_box')} | {_cell(line, 'black_box')} "
             f"| {_signal(line)} | {line['forward_passes']} | {line['prompt_tokens']} | {line['wall_seconds']:.0f} |"
         )
-    return INTRO + "\n".join(out) + "\n" + OUTRO
+    pilots = [
+        "",
+        "## What `auto`'s pilot saw",
+        "",
+        "Each `auto` row's pilot: 2 context pairs of the odd training rows per candidate (design, T), scored by the",
+        "exact population μ summed over both threat models (app/audit/design.py); the largest mean wins, the first",
+        "candidate on ties. The measurement then ran on the even rows (its row above).",
+        "",
+        "| run | chosen | pilot μ per candidate | pilot forward passes |",
+        "|---|---|---|---|",
+    ]
+    for name in ROWS:
+        line = runs.get(name)
+        if line is None or not line.get("design"):
+            continue
+        d = line["design"]
+        mus = ", ".join(
+            f"{k}: {v:.2f}" if v is not None else f"{k}: skipped" for k, v in d["pilot_mu"].items()
+        )
+        pilots.append(
+            f"| {name} | {d['attack']}, T = {d['partitions']} | {mus} | {d['pilot_forward_passes']} |"
+        )
+    return INTRO + "\n".join(out) + "\n" + "\n".join(pilots) + "\n" + OUTRO
 
 
 def main(argv: list[str] | None = None) -> int:
