@@ -4,7 +4,7 @@
         .venv/bin/python docs/results/tightness.py --write-examples [--out FILE] [names…]
     .venv/bin/python docs/results/tightness.py --report      # tightness.md, from the runs file
 
-Each row is one request file, examples/mia-smollm2-tight-{name}.json (written by --write-examples from
+Each row is one request file, docs/results/requests/mia-smollm2-tight-{name}.json (written by --write-examples from
 ROWS): private voting with analytic calibration (the σ whose exact ε at δ equals the claim), no planted
 bug, T partitions of one exemplar each, votes decoded greedily (temperature 0, so a partition's vote
 is a deterministic function of its prompt and the canary's effect is 0 or 1 per context), 200,000
@@ -69,7 +69,7 @@ ROWS: dict[str, dict] = dict(
 
 
 def request_file(name: str) -> Path:
-    return ROOT / "examples" / f"mia-smollm2-tight-{name}.json"
+    return ROOT / "docs" / "results" / "requests" / f"mia-smollm2-tight-{name}.json"
 
 
 def write_examples() -> None:
@@ -188,7 +188,7 @@ INTRO = """# Tightness on SmolLM2-135M-Instruct, CPU (003 Figure 5; issue 19 ite
 
 Made by `docs/results/tightness.py --report` from `docs/results/tightness-runs.jsonl` (the raw runs, one
 line per audit, written by `docs/results/tightness.py`); tests/docs/test_tightness_doc.py keeps this file
-equal to what the script prints. One request file per row: `examples/mia-smollm2-tight-<run>.json`.
+equal to what the script prints. One request file per row: `docs/results/requests/mia-smollm2-tight-<run>.json`.
 
 Every row: private voting with analytic calibration (exact ε at δ = 1e-5 equals the claim), no planted
 bug, T = 4 partitions of one exemplar, votes decoded greedily (temperature 0: each partition's vote is a
