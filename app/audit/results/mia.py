@@ -139,7 +139,7 @@ class EvidenceTrial(BaseModel):
 class EvidenceRecord(BaseModel):
     """One record (the canary) and the first trials with it (C1) and without it (C0)."""
 
-    record_id: str
+    record_id: str = Field(description="The record's id in the dataset (or the canary's).")
     text: str | None = Field(default=None, description="The record's text (at most 600 characters).")
     secret: str | None = Field(default=None, description="The part of the record the attack guesses.")
     query: str | None = Field(default=None, description="The attack's query, without a context.")
@@ -154,7 +154,9 @@ class Evidence(BaseModel):
 
     answers: list[str | None] | None = Field(default=None, description="The answers the query offers.")
     positive_answer: str | None = Field(default=None, description="The answer that says 'canary present'.")
-    records: list[EvidenceRecord]
+    records: list[EvidenceRecord] = Field(
+        description="The canary, or the riskiest records of a many-canary audit."
+    )
     max_trials: int = Field(description="Trials kept per side.")
 
 
