@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
-from app.api.connections import stream_slots
+from app.api.connections import plan_slots, stream_slots
 from app.api.deps import (
     ExecutorDep,
     PageToken,
@@ -410,7 +410,7 @@ async def audit_events(
     return EventSourceResponse(held(), ping=15, background=BackgroundTask(release))
 
 
-@router.post("/plan", response_model=dict[str, Any], responses=_ERRORS)
+@router.post("/plan", response_model=dict[str, Any], responses={**_ERRORS, 429: {"model": ErrorResponse}})
 def plan_audit(
     body: Annotated[AuditRequest, Body(openapi_examples=request_examples())],  # type: ignore[valid-type]
     session: SessionDep,
@@ -420,8 +420,9 @@ def plan_audit(
     """What this audit would cost and could resolve, without running it: model or endpoint calls, tokens,
     expected wall time from this deployment's finished audits, `epsilon_detectable` at the requested trials
     and the trials needed to resolve the claim (app/audit/plan.py). The same body and checks as a submit;
-    nothing is stored and nothing is called."""
-    return service.plan_audit(session=session, tenant_id=tenant.id, request=body, settings=settings)
+    nothing is stored and nothing is called. One plan at a time per tenant (429 while one is computed)."""
+    with plan_slots.hold(tenant.id):
+        return service.plan_audit(session=session, tenant_id=tenant.id, request=body, settings=settings)
 
 
 class ResumeChanges(BaseModel):

@@ -17,7 +17,9 @@ an ordinary request is over in milliseconds and counted by the rate limits.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -137,3 +139,41 @@ def stream_slots(app: Any) -> StreamSlots:
     if slots is None:
         slots = app.state.stream_slots = StreamSlots(app.state.settings.max_open_streams)
     return slots
+
+
+PLAN_RETRY_SECONDS = 5
+
+
+class PlanSlots:
+    """One plan at a time per tenant in this process. A plan rehearses the audit's own computation in the
+    API process (app/audit/plan.py: seconds of CPU), so a tenant sending many at once would hold the
+    request slots and the CPU the polls need (issue 20): the second is 429 until the first answers."""
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        """Plans being computed now."""
+        return len(self._busy)
+
+    @contextlib.contextmanager
+    def hold(self, tenant_id: str) -> Iterator[None]:
+        from app.api.limits import TooManyRequests
+
+        with self._lock:
+            if tenant_id in self._busy:
+                raise TooManyRequests(
+                    "This tenant's previous plan is still being computed here; plans run one at a time per "
+                    "tenant. Retry when it has answered.",
+                    PLAN_RETRY_SECONDS,
+                )
+            self._busy.add(tenant_id)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy.discard(tenant_id)
+
+
+plan_slots = PlanSlots()
