@@ -172,8 +172,13 @@ ALL_CHECKS_NEGATIVE = 10
 # allow-list, a schedule's request xor sweep, sweep grid keys and label keys, an upload's rows, solve_for
 # leaving its parameter null). Reported, not asserted, until each rule is in the schema or relaxed.
 STILL_OPEN = {
+    # A bound's counts xor scores is in the schema now (bound.SOURCE_SCHEMA); the seed's next case, a valid
+    # bound, is answered 202 by the ignored-auth check (ST401, "generated auth likely invalid"): not yet
+    # looked into. The other kinds' cross-field rules (mia's dataset/mechanism/attack rules) are not stated.
     "POST /v1/audits (positive)",
-    "POST /v1/audits/plan (positive)",  # the same body and rules as a submit
+    # The same body as a submit, but plans cover kind mia only ("'bound' is not planned yet"), which the
+    # shared request schema does not say; and mia's own cross-field rules are not stated yet.
+    "POST /v1/audits/plan (positive)",
     "POST /v1/datasets (positive)",
     "POST /v1/sweeps (positive)",
     "POST /v1/webhooks (positive)",

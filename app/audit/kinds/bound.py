@@ -42,7 +42,16 @@ EXAMPLE: dict = {
 class CountsIn(BaseModel):
     """Outcomes of the membership test."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The schema states what _both_sides checks: at least one C1 trial (tp or fn > 0) and one C0 trial.
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                {"anyOf": [{"properties": {"tp": {"minimum": 1}}}, {"properties": {"fn": {"minimum": 1}}}]},
+                {"anyOf": [{"properties": {"fp": {"minimum": 1}}}, {"properties": {"tn": {"minimum": 1}}}]},
+            ]
+        },
+    )
 
     tp: int = Field(ge=0, description="C1 (canary in) trials the test called 'in'.")
     fn: int = Field(ge=0, description="C1 trials the test called 'out'.")
@@ -58,7 +67,35 @@ class CountsIn(BaseModel):
         return self
 
 
+_SCORES = {"type": "array", "minItems": 1}
+_NOT_SPLIT = {"type": "string", "enum": ["in_sample", "bonferroni"]}
+
+# The schema states what _one_source checks (issue 20 L1): counts, or scores_in and scores_out (not both,
+# not neither; an absent or null field is not given), each non-empty, with at least two scores on each side
+# under the split threshold_strategy (the default).
+SOURCE_SCHEMA: dict = {
+    "anyOf": [
+        {
+            "required": ["counts"],
+            "properties": {"counts": {"type": "object"}, "scores_in": {"type": "null"}, "scores_out": {"type": "null"}},
+        },
+        {
+            "required": ["scores_in", "scores_out", "threshold_strategy"],
+            "properties": {"counts": {"type": "null"}, "scores_in": _SCORES, "scores_out": _SCORES,
+                           "threshold_strategy": _NOT_SPLIT},
+        },
+        {
+            "required": ["scores_in", "scores_out"],
+            "properties": {"counts": {"type": "null"}, "scores_in": {**_SCORES, "minItems": 2},
+                           "scores_out": {**_SCORES, "minItems": 2}},
+        },
+    ]
+}  # fmt: skip
+
+
 class Request(AuditRequestBase):
+    model_config = ConfigDict(json_schema_extra=SOURCE_SCHEMA)
+
     kind: Literal["bound"] = "bound"
     counts: CountsIn | None = Field(default=None, description="The test's outcome counts.")
     scores_in: list[float] | None = Field(
