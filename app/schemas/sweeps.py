@@ -14,6 +14,15 @@ from app.schemas.audits import request_union
 
 GridValue = str | int | float | bool
 MAX_GRID_VALUES = 64
+GRID_KEY = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$"
+
+
+def _grid_schema(schema: dict[str, Any]) -> None:
+    """State the key rule for every key (issue 20 L1): pydantic writes it as patternProperties, which leave a
+    key that does not match unconstrained; here it is propertyNames' pattern and every value a list of 1-64."""
+    patterns = schema.pop("patternProperties", {})
+    schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": GRID_KEY}
+    schema["additionalProperties"] = patterns.get(GRID_KEY, {"type": "array", "minItems": 1})
 
 
 class SweepRequest(BaseModel):
@@ -21,15 +30,14 @@ class SweepRequest(BaseModel):
 
     base: Annotated[request_union(), Field(description="The audit every point starts from.")]  # type: ignore[valid-type]
     grid: dict[
-        Annotated[
-            str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
-        ],
+        Annotated[str, Field(min_length=1, max_length=200, pattern=GRID_KEY)],
         Annotated[list[GridValue], Field(min_length=1, max_length=MAX_GRID_VALUES)],
     ] = Field(
         min_length=1,
         max_length=8,
         description='Dotted paths into `base` and the values each takes, e.g. {"epsilon": [1, 2, 4, 8], '
         '"mechanism.partitions": [4, 16]}; every combination is a point.',
+        json_schema_extra=_grid_schema,
     )
     seeds: int = Field(
         default=1, ge=1, le=100, description="Audits per point, with seeds base.seed, base.seed + 1, …"

@@ -180,6 +180,9 @@ STILL_OPEN = {
     # shared request schema does not say; and mia's own cross-field rules are not stated yet.
     "POST /v1/audits/plan (positive)",
     "POST /v1/datasets (positive)",
+    # Grid keys (propertyNames' pattern) and 1-64 values a key are in the schema now; still unstated: a key
+    # must be a path to a field of base's kind and each value valid there ({"A": [2.0]} on a bound: "A:
+    # Extra inputs are not permitted"), which ties the grid to base's kind field by field; and base's rules.
     "POST /v1/sweeps (positive)",
     "POST /v1/webhooks (positive)",
     "POST /v1/schedules (positive)",
