@@ -13,8 +13,27 @@ from app.schemas.audits import request_union
 from app.schemas.sweeps import SweepRequest
 
 
+def _one_of(given: str, given_type: str, other: str) -> dict[str, Any]:
+    """`given` present and not null, `other` absent or null."""
+    return {"required": [given], "properties": {given: {"type": given_type}, other: {"type": "null"}}}
+
+
+# The schema states what _one_each checks (issue 20 L1): request xor sweep, cron xor interval_seconds.
+ONE_EACH_SCHEMA: dict[str, Any] = {
+    "allOf": [
+        {"anyOf": [_one_of("request", "object", "sweep"), _one_of("sweep", "object", "request")]},
+        {
+            "anyOf": [
+                _one_of("cron", "string", "interval_seconds"),
+                _one_of("interval_seconds", "number", "cron"),
+            ]
+        },
+    ]
+}
+
+
 class ScheduleCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=ONE_EACH_SCHEMA)
 
     request: Annotated[request_union(), Field(description="The audit to re-run.")] | None = None  # type: ignore[valid-type]
     sweep: SweepRequest | None = Field(default=None, description="Or a sweep to re-run.")

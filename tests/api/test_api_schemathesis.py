@@ -185,6 +185,9 @@ STILL_OPEN = {
     # Extra inputs are not permitted"), which ties the grid to base's kind field by field; and base's rules.
     "POST /v1/sweeps (positive)",
     "POST /v1/webhooks (positive)",
+    # request xor sweep and cron xor interval_seconds are in the schema now; still unstated: cron's syntax
+    # ("" is refused: five fields, or six with seconds last, each a valid range), and the request's or
+    # sweep's own rules above.
     "POST /v1/schedules (positive)",
     "POST /v1/accounting/synthetic-generation (positive)",
 }
