@@ -29,12 +29,42 @@ def _unanswerable(path: str, error: Exception) -> ApiError:
     return ApiError(422, message, [FieldViolation(path=path, message=message)])
 
 
+_GIVEN = {"temperature": {"type": "number"}, "clip": {"type": "number"}, "batch_size": {"type": "integer"}}
+
+
+def _solving(target: str | None) -> dict:
+    """The request solving for `target` (None: for ε): `target` absent or null, target_epsilon given with
+    it, each other parameter given (not null)."""
+    others = [name for name in _GIVEN if name != target]
+    if target is None:
+        return {"required": others, "properties": {"solve_for": {"type": "null"}} | _GIVEN}
+    return {
+        "required": ["solve_for", "target_epsilon", *others],
+        "properties": {
+            "solve_for": {"const": target},
+            "target_epsilon": {"type": "number"},
+            target: {"type": "null"},
+        }
+        | {name: _GIVEN[name] for name in others},
+    }
+
+
+# The schema states what _complete checks (issue 20 L1).
+COMPLETE_SCHEMA: dict = {
+    "allOf": [
+        {"anyOf": [_solving(None), *(_solving(name) for name in _GIVEN)]},
+        {"anyOf": [{"properties": {"private_tokens": {"type": "null"}}},
+                   {"required": ["svt_noise"], "properties": {"svt_noise": {"type": "number"}}}]},
+    ]
+}  # fmt: skip
+
+
 class SyntheticGenerationRequest(BaseModel):
     """001 App. C: give all of temperature/clip/batch_size for their ε, or leave `solve_for`'s one out."""
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={
+        json_schema_extra=COMPLETE_SCHEMA | {
             "examples": [
                 {"target_epsilon": 1.0, "delta": 1e-5, "clip": 10, "batch_size": 50, "sequences": 50,
                  "max_new_tokens": 40, "solve_for": "temperature"}

@@ -189,6 +189,10 @@ STILL_OPEN = {
     # ("" is refused: five fields, or six with seconds last, each a valid range), and the request's or
     # sweep's own rules above.
     "POST /v1/schedules (positive)",
+    # solve_for's rules (its parameter null, target_epsilon with it, every other parameter given) and
+    # private_tokens needing svt_noise are in the schema now (accounting.COMPLETE_SCHEMA); still refused: a
+    # target ε the mechanism cannot reach at δ ("ε = 1e-06 is not reachable at this δ"), an answer of the
+    # RDP arithmetic that no JSON Schema can state.
     "POST /v1/accounting/synthetic-generation (positive)",
 }
 
