@@ -24,10 +24,20 @@ EVENTS_DESCRIPTION = (
 )
 
 
+# What JSON Schema can state of the egress check (issue 20 L1): an http or https scheme (any case) and a
+# host without userinfo; the check itself (app/egress.py) gives the error messages.
+URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@]+([/?#].*)?$"
+
+
 class WebhookCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(min_length=1, max_length=2000, description="http(s) URL that receives the POSTs.")
+    url: str = Field(
+        min_length=1,
+        max_length=2000,
+        description="http(s) URL that receives the POSTs.",
+        json_schema_extra={"pattern": URL_PATTERN},
+    )
     events: list[EventType] = Field(
         default_factory=list, max_length=len(get_args(EventType)), description=EVENTS_DESCRIPTION
     )

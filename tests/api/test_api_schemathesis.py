@@ -184,6 +184,9 @@ STILL_OPEN = {
     # must be a path to a field of base's kind and each value valid there ({"A": [2.0]} on a bound: "A:
     # Extra inputs are not permitted"), which ties the grid to base's kind field by field; and base's rules.
     "POST /v1/sweeps (positive)",
+    # The scheme (http or https) and a host without userinfo are in the schema now (webhooks.URL_PATTERN);
+    # still refused, and no schema can say so: the egress policy on the host (non-canonical IPv4 such as
+    # "0" or "127.1", internal addresses outside ICLAUDIT_WEBHOOK_ALLOWLIST, names resolving to them).
     "POST /v1/webhooks (positive)",
     # request xor sweep and cron xor interval_seconds are in the schema now; still unstated: cron's syntax
     # ("" is refused: five fields, or six with seconds last, each a valid range), and the request's or
