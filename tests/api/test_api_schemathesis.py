@@ -179,6 +179,9 @@ STILL_OPEN = {
     # The same body as a submit, but plans cover kind mia only ("'bound' is not planned yet"), which the
     # shared request schema does not say; and mia's own cross-field rules are not stated yet.
     "POST /v1/audits/plan (positive)",
+    # Not for a schema: a multipart upload's format comes from `format` or else the file name's extension
+    # (a generated "file.png" without `format` is refused; a part's file name is no schema field), and then
+    # the file's contents must parse as rows of that format with the fields a dataset needs.
     "POST /v1/datasets (positive)",
     # Grid keys (propertyNames' pattern) and 1-64 values a key are in the schema now; still unstated: a key
     # must be a path to a field of base's kind and each value valid there ({"A": [2.0]} on a bound: "A:
