@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from app.audit.icl.iclinf import (
     CONTENT_FREE_INPUTS,
@@ -39,8 +39,24 @@ from app.audit.runtime import AuditError, RunContext
 from app.datasets.types import Dataset, Example
 from app.engines.protocol import LLMEngine
 
+# The schema states what _check_template can (issue 20 L1): content_free other than blank only with
+# calibration: true, and example_format only beside a custom template (a string that is no built-in name).
+# Whether a custom template holds its placeholders is checked by custom_template.
+TEMPLATE_SCHEMA: dict = {
+    "allOf": [
+        {"anyOf": [{"properties": {"content_free": {"const": "blank"}}},
+                   {"required": ["calibration"], "properties": {"calibration": {"const": True}}}]},
+        {"anyOf": [{"properties": {"example_format": {"type": "null"}}},
+                   {"required": ["template"],
+                    "properties": {"template": {"type": "string",
+                                                "not": {"enum": sorted({*BUILTIN_TEMPLATES, "generic"})}}}}]},
+    ]
+}  # fmt: skip
+
 
 class Request(AuditRequestBase):
+    model_config = ConfigDict(json_schema_extra=TEMPLATE_SCHEMA)
+
     kind: Literal["iclinf"] = "iclinf"
     dataset: str = Field(description="Classification dataset (built-in name or uploaded id).")
     model: str = Field(description="Registered model name (GET /v1/models).")
