@@ -21,6 +21,26 @@ typer.core.TyperOption.display_type_rich = _flag_shows_no_type  # type: ignore[m
 app = typer.Typer(name="iclaudit", help="Audit privacy leakage of in-context learning.", no_args_is_help=True)
 
 
+@app.callback()
+def _follow_the_terminal() -> None:
+    # Rich reads COLUMNS when a console is made (at import); a command run in the same process as an
+    # earlier one (tests' CliRunner, an embedding program) sees the terminal width it is called with.
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        from app.cli import audits, science, service
+
+        for console in (
+            audits.console,
+            audits.err_console,
+            science.console,
+            service.console,
+            service.err_console,
+        ):
+            console.width = int(columns)
+
+
 def _register() -> None:
     from app.cli import audits, science, service
 
