@@ -312,7 +312,20 @@ def requeue(
     stale_after_seconds: float,
     retry_seconds: float = 10.0,
 ) -> list[str]:
-    """One sweep: enqueue every audit whose message is lost (`audits.cancel_stale_and_list_lost`)."""
+    """One sweep: enqueue every audit whose message is lost (`audits.cancel_stale_and_list_lost`), holding
+    app.jobs.release.SENDING so that the releaser does not send the same audits meanwhile."""
+    from app.jobs.release import SENDING
+
+    with SENDING:
+        return _requeue(session_factory, executor, stale_after_seconds, retry_seconds)
+
+
+def _requeue(
+    session_factory: sessionmaker[Session],
+    executor: Executor,
+    stale_after_seconds: float,
+    retry_seconds: float,
+) -> list[str]:
     epoch = executor.epoch()
 
     def lost(session: Session) -> list[str]:

@@ -27,6 +27,11 @@ from app.db.retry import in_transaction, short_reason
 
 log = logging.getLogger(__name__)
 
+SENDING = threading.Lock()
+"""Held by the sweep (app.jobs.executors.requeue) and the releaser from choosing the audits to send until
+they are marked sent: both pick PENDING audits with no message in the current queue (after a broker
+restarted empty, the same ones), so in one API process each sees the other's marks and none is sent twice."""
+
 
 def _in_flight(session: Session, tenant_ids: Sequence[str], epoch: str) -> dict[str, int]:
     """Per tenant, its audits in the broker now: PENDING with a message in `epoch`, or RUNNING."""
@@ -144,6 +149,10 @@ class Releaser:
 
     def release(self) -> list[str]:
         """One round; the ids sent."""
+        with SENDING:
+            return self._release()
+
+    def _release(self) -> list[str]:
         epoch = self._epoch()
 
         def pick(session: Session) -> list[str]:
