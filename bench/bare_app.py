@@ -36,10 +36,17 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1, help="processes, as `iclaudit serve --workers`")
     args = parser.parse_args()
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)  # as `iclaudit serve` (app.cli.service)
-    uvicorn.run("bench.bare_app:app", host="127.0.0.1", port=args.port, **uvicorn_options(settings))
+    uvicorn.run(
+        "bench.bare_app:app",
+        host="127.0.0.1",
+        port=args.port,
+        workers=args.workers,
+        **uvicorn_options(settings),
+    )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ executor) and `postgres_celery` (PostgreSQL + Redis + one `iclaudit worker`), st
 tests/service/servers.py starts them, authentication on. `/healthz` is probed every 0.5 s throughout. The
 load generator (bench/loadgen.py) runs in this process and shares the machine's cores with the servers.
 `ICLAUDIT_BENCH_LOAD_SECONDS` sets every phase's length (default 20).
+
+API processes (`ICLAUDIT_BENCH_API_WORKERS`, default 1 for `embedded` and 2 for `postgres_celery`): the
+service runs as `iclaudit serve --workers N`, and the bare app with the same N (`bench/bare_app.py
+--workers N`), so each side has as many processes; a server's CPU time is its supervisor's plus its worker
+processes'. `ICLAUDIT_BENCH_LOADS` (comma-separated, e.g. `open_1000`) runs only those loads, for a check.
 """
 
 from __future__ import annotations
@@ -52,6 +57,10 @@ from service.servers import (  # noqa: E402 - the tests' real-server helpers
 
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 SECONDS = float(os.environ.get("ICLAUDIT_BENCH_LOAD_SECONDS", "20"))
+LOADS = ("open_300", "open_1000", "closed_200")
+# PostgreSQL + Celery: two API processes for this two-core machine (one per core; the load generator, the
+# databases and the worker share them)
+API_WORKERS = {"embedded": 1, "postgres_celery": 2}
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 MIA = {
     "kind": "mia",
@@ -67,11 +76,29 @@ MIA = {
 }
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (/proc), to tell the server's cost per request apart
-    from the machine's load."""
+def _workers(stack: str) -> int:
+    return int(os.environ.get("ICLAUDIT_BENCH_API_WORKERS", API_WORKERS.get(stack, 1)))
+
+
+def _loads() -> tuple[str, ...]:
+    wanted = os.environ.get("ICLAUDIT_BENCH_LOADS")
+    return tuple(w for w in wanted.split(",") if w in LOADS) if wanted else LOADS
+
+
+def _one_cpu(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time so far (/proc) of a server: the process and, under `--workers N`, its worker
+    processes (its direct children), to tell the server's cost per request apart from the machine's load."""
+    total = _one_cpu(pid)
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    for child in children.read_text().split() if children.exists() else ():
+        with contextlib.suppress(OSError):
+            total += _one_cpu(int(child))
+    return total
 
 
 def _key(url: str) -> str:
@@ -137,8 +164,11 @@ def _stack(name: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
                     raise RuntimeError(f"worker did not start:\n{log.read_text()[-2000:]}")
                 time.sleep(0.2)
         port = free_port()
-        procs.append(_start([str(ICLAUDIT), "serve", "--port", str(port)], env, workdir / "api.log"))
+        serve = [str(ICLAUDIT), "serve", "--port", str(port), "--workers", str(_workers(name))]
+        procs.append(_start(serve, env, workdir / "api.log"))
         wait_for_port(port, procs[-1], "iclaudit serve", timeout=120)
+        if _workers(name) > 1:
+            time.sleep(3)  # every worker process is up and accepting
         yield f"http://127.0.0.1:{port}", key, procs[-1].pid
     finally:
         for proc in reversed(procs):
@@ -277,16 +307,19 @@ async def _scenarios(stack: str, base: str, key: str, pid: int) -> list[dict]:
 
 
 @contextlib.contextmanager
-def _bare(workdir: Path) -> Iterator[tuple[str, int]]:
-    """(base URL, pid) of bench/bare_app.py served as `iclaudit serve` serves the service."""
+def _bare(workdir: Path, workers: int) -> Iterator[tuple[str, int]]:
+    """(base URL, pid) of bench/bare_app.py served as `iclaudit serve` serves the service, with as many
+    processes."""
     port = free_port()
     proc = _start(
-        [sys.executable, "-m", "bench.bare_app", "--port", str(port)],
+        [sys.executable, "-m", "bench.bare_app", "--port", str(port), "--workers", str(workers)],
         {"PYTHONPATH": str(ROOT), "ICLAUDIT_STATE_DIR": str(workdir)},
         workdir / "bare.log",
     )
     try:
         wait_for_port(port, proc, "bench/bare_app.py", timeout=60)
+        if workers > 1:
+            time.sleep(3)
         yield f"http://127.0.0.1:{port}", proc.pid
     finally:
         _stop(proc)
@@ -354,7 +387,7 @@ async def _side_by_side(stack: str, base: str, key: str, pid: int, bare: str, ba
         await asyncio.sleep(2.0)  # the two audits are claimed and computing
         try:
             for target in ("finished", "running"):
-                for load in ("open_300", "open_1000", "closed_200"):
+                for load in _loads():
                     figures: dict[str, dict] = {}
                     for name, url, server_pid in (("bare", bare, bare_pid), ("service", base, pid)):
                         await asyncio.sleep(2)  # the last phase's backlog drains
@@ -389,6 +422,7 @@ async def _side_by_side(stack: str, base: str, key: str, pid: int, bare: str, ba
                             "audits_running": computing.running_at_checks[-1],
                             "machine_load_1m": round(os.getloadavg()[0], 1),
                             "phase_seconds": SECONDS,
+                            "api_processes": _workers(stack),
                         }
                     )
                     print(f"# {rows[-1]}", file=sys.stderr, flush=True)
@@ -417,7 +451,7 @@ def run(stacks: tuple[str, ...] | None = None) -> Iterator[dict]:
         with (
             tempfile.TemporaryDirectory(prefix=f"iclaudit-load-{stack}-") as tmp,
             _stack(stack, Path(tmp)) as (base, key, pid),
-            _bare(Path(tmp)) as (bare, bare_pid),
+            _bare(Path(tmp), _workers(stack)) as (bare, bare_pid),
         ):
             yield from asyncio.run(_side_by_side(stack, base, key, pid, bare, bare_pid))
             if os.environ.get("ICLAUDIT_BENCH_EXTRAS") == "1":
