@@ -11,23 +11,31 @@ log lines too), the tenant's rate limits counted (429 in the error shape), and t
 under the route's template. Anything else — a query string, another path, a key not remembered, an
 audit not rendered here, limits counted in Redis — goes down the stack unchanged.
 
-A running audit's answer is kept too (`RunningBodies`), on the inline executor only, where every write
-of an audit's state or progress reaches this process (its own commits wake app.api.watch.AuditWatch, the
-worker processes' writes come through the executor's `on_write`): an entry holds while the hub has not
-woken since it was read and for at most RUNNING_TTL_SECONDS (1 s, the bound long-polls already have for
-writes from other processes, such as another API process's cancel). With one API process a running
-audit's poll is as fresh as a read of the database; with Celery every such poll reads it.
+A running audit's answer is kept too (`RunningBodies`), on the inline executor only, stamped with what it
+depends on (app.jobs.writes, `InlineExecutor.write_stamp`): the writes of this process, those of the worker
+process running the audit (counted in shared memory before each write can be seen) and the hand-overs of
+audits to the processes. A write to one audit ends only its own answer (and this process's writes, which
+do not say which audit, end all); the next poll that finds it stale reads it again on the event loop's side
+of the stack, once for all the polls arriving meanwhile. An entry also ends after RUNNING_TTL_SECONDS (1 s,
+the bound long-polls already have for writes from other processes, such as another API process's cancel).
+With one API process a running audit's poll is as fresh as a read of the database; with Celery every such
+poll reads it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
 import time
 from typing import Any
 
+import anyio
+from anyio import to_thread
 from cachetools import LRUCache
 from prometheus_fastapi_instrumentator import metrics
 from prometheus_fastapi_instrumentator.middleware import PrometheusInstrumentatorMiddleware
+from sqlalchemy.orm import Session
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -36,8 +44,13 @@ from app.api.deps import count_remembered_at, remembered_tenant_id_at
 from app.api.errors import ApiError, error_response
 from app.api.headers import HEADERS, csp_for
 from app.api.limits import TooManyRequests
-from app.api.watch import CACHE_CONTROL, bodies_of, matches, watch_of
+from app.api.watch import CACHE_CONTROL, bodies_of, etag_of, matches
+from app.db import audits as audit_rows
+from app.db.models import TERMINAL_STATES
 from app.observability import request_id, request_id_for
+from app.schemas.audits import AuditResource
+
+log = logging.getLogger(__name__)
 
 RUNNING_TTL_SECONDS = 1.0
 RUNNING_CACHE_ENTRIES = 4096
@@ -48,17 +61,26 @@ _SECURITY = [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
 
 
 class RunningBodies:
-    """Running audits' ETag, state and JSON by (tenant id, audit id), each with the hub's wake count read
-    before the read that rendered it; valid while that count stands and for RUNNING_TTL_SECONDS."""
+    """Running audits' ETag, state and JSON by (tenant id, audit id), each with the executor's write stamp
+    for that audit read before the read that rendered it (app.jobs.writes): valid while the stamp stands
+    (no write to the audit, from this process or the worker process running it, has begun since) and for
+    RUNNING_TTL_SECONDS (writes from other processes). A stale entry is re-read once for all the polls
+    that find it so (`refresh`), on the event loop's side of the stack."""
 
-    def __init__(self, watch: Any, max_entries: int = RUNNING_CACHE_ENTRIES) -> None:
-        self._watch = watch
-        self._cache: LRUCache[tuple[str, str], tuple[str, str, bytes, int, float]] = LRUCache(max_entries)
+    def __init__(self, executor: Any, max_entries: int = RUNNING_CACHE_ENTRIES) -> None:
+        self._executor = executor
+        self._cache: LRUCache[tuple[str, str], tuple[str, str, bytes, tuple[Any, ...], float]] = LRUCache(
+            max_entries
+        )
         self._lock = threading.Lock()
+        self._flights: dict[tuple[str, str], asyncio.Future[None]] = {}
 
-    def stamp(self) -> int:
-        """Read before the database read whose answer `put` keeps."""
-        return int(self._watch.wakes)
+    def stamp(self, audit_id: str | None = None) -> tuple[int, ...] | None:
+        """Read before the database read whose answer `put` keeps (None: a write is in flight; not kept):
+        the audit's, or without one every audit's (`put` takes the audit's from it)."""
+        if audit_id is None:
+            return ("all", *self._executor.writes_stamp())
+        return self._executor.write_stamp(audit_id)
 
     def get(self, tenant_id: str, audit_id: str) -> tuple[str, str, bytes] | None:
         with self._lock:
@@ -66,23 +88,87 @@ class RunningBodies:
         if held is None:
             return None
         etag, state, body, stamp, at = held
-        if stamp != self._watch.wakes or time.monotonic() - at > RUNNING_TTL_SECONDS:
+        if time.monotonic() - at > RUNNING_TTL_SECONDS or self._executor.write_stamp(audit_id) != stamp:
             return None
         return etag, state, body
 
-    def put(self, tenant_id: str, audit_id: str, etag: str, state: str, body: bytes, stamp: int) -> None:
+    def known(self, tenant_id: str, audit_id: str) -> bool:
+        """Rendered here before for this tenant (so the audit is theirs), however old."""
         with self._lock:
-            self._cache[(tenant_id, audit_id)] = (etag, state, body, stamp, time.monotonic())
+            return (tenant_id, audit_id) in self._cache
+
+    def put(
+        self, tenant_id: str, audit_id: str, etag: str, state: str, body: bytes, stamp: tuple[Any, ...] | None
+    ) -> None:
+        if stamp is not None and stamp[0] == "all":
+            stamp = self._executor.write_stamp_of(audit_id, stamp[1:])
+        with self._lock:
+            if stamp is None:
+                self._cache.pop((tenant_id, audit_id), None)
+            else:
+                self._cache[(tenant_id, audit_id)] = (etag, state, body, stamp, time.monotonic())
+
+    async def refresh(self, app: Any, tenant_id: str, audit_id: str) -> None:
+        """Re-read a stale entry: one read in a worker thread, under a request slot, for every poll that
+        arrives meanwhile (each then checks the new entry's stamp itself). No free slot: nothing is read
+        (the caller goes down the stack, which waits for one)."""
+        key = (tenant_id, audit_id)
+        flight = self._flights.get(key)
+        if flight is not None:
+            await asyncio.shield(flight)
+            return
+        slots = app.state.db_slots
+        try:
+            slots.acquire_nowait()
+        except anyio.WouldBlock:
+            return
+        flight = self._flights[key] = asyncio.get_running_loop().create_future()
+        try:
+            sessions, bodies = app.state.session_factory, bodies_of(app)
+            await to_thread.run_sync(_reread, sessions, tenant_id, audit_id, bodies, self)
+        except Exception:  # the stack's read will say what went wrong
+            log.debug("re-reading audit %s for its kept answer failed", audit_id, exc_info=True)
+        finally:
+            slots.release()
+            del self._flights[key]
+            flight.set_result(None)
+
+
+def _reread(sessions: Any, tenant_id: str, audit_id: str, bodies: Any, running: RunningBodies) -> None:
+    session = sessions()
+    try:
+        render(session, tenant_id, audit_id, bodies, running)
+    finally:
+        session.close()
+
+
+def render(
+    session: Session, tenant_id: str, audit_id: str, bodies: Any, running: RunningBodies | None
+) -> tuple[str, str, bytes] | None:
+    """(ETag, state, JSON) of the tenant's audit read now (None: not theirs), kept in `bodies` when finished
+    and in `running` otherwise (with the write stamp taken before the read)."""
+    stamp = running.stamp(audit_id) if running is not None else None
+    audit = audit_rows.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
+    if audit is None:
+        return None
+    etag = etag_of(audit)
+    body = AuditResource.of(audit).model_dump_json().encode()
+    if audit.state in TERMINAL_STATES:
+        bodies.put(tenant_id, audit_id, etag, audit.state, body)
+    elif running is not None:
+        running.put(tenant_id, audit_id, etag, audit.state, body, stamp)
+    return etag, audit.state, body
 
 
 def running_of(app: Any) -> RunningBodies | None:
     """The app's RunningBodies on the inline executor (made on first use, on the event loop), else None."""
     state = app.state
-    if state.settings.executor != "inline":
-        return None
     running = getattr(state, "running_bodies", None)
     if running is None:
-        running = state.running_bodies = RunningBodies(watch_of(app))
+        executor = getattr(state, "executor", None)
+        if not hasattr(executor, "write_stamp"):
+            return None
+        running = state.running_bodies = RunningBodies(executor)
     return running
 
 
@@ -114,9 +200,13 @@ class FastPoll:
         tenant_id = remembered_tenant_id_at(state, authorization)
         if tenant_id is None:
             return False
-        held = bodies_of(scope["app"]).get(tenant_id, audit_id)
-        if held is None and (running := running_of(scope["app"])) is not None:
+        app = scope["app"]
+        held = bodies_of(app).get(tenant_id, audit_id)
+        if held is None and (running := running_of(app)) is not None:
             held = running.get(tenant_id, audit_id)
+            if held is None and running.known(tenant_id, audit_id):
+                await running.refresh(app, tenant_id, audit_id)
+                held = bodies_of(app).get(tenant_id, audit_id) or running.get(tenant_id, audit_id)
         if held is None:
             return False
         rid = request_id_for(given_id)

@@ -28,7 +28,8 @@ from app.db import audits
 from app.db.models import Audit, AuditState, utcnow
 from app.db.retry import in_transaction, is_transient, short_reason
 from app.jobs.broker import TASK_NAME
-from app.jobs.pool import AUDIT_NICE
+from app.jobs.pool import AUDIT_NICE, context
+from app.jobs.writes import WriteCounts
 
 if TYPE_CHECKING:
     from app.jobs.pool import WorkerProcess
@@ -123,8 +124,6 @@ class InlineExecutor:
     the next start)."""
 
     def __init__(self, *, session_factory: sessionmaker[Session], settings: Settings) -> None:
-        from app.jobs.pool import context
-
         self._sessions = session_factory
         self._settings = settings
         self._stopping = threading.Event()
@@ -132,6 +131,12 @@ class InlineExecutor:
         self._queue = FairQueue()
         self.on_write: Callable[[], None] | None = None
         """Called (from a reader thread) on every commit in a worker process: the API's long-poll hub."""
+        # app.jobs.writes: slot 0 this process's writes, 1 + i worker process i's (app.api.fast_poll's stamps)
+        self.writes = WriteCounts(1 + settings.inline_workers, ctx=context())
+        self._unlisten = self.writes.listen(0)
+        self._running: dict[str, int] = {}  # audit id → the index of the process running it
+        self._handovers = 0  # audits handed to a process or back from one, so far
+        self._handover_lock = threading.Lock()
         self._processes: list[WorkerProcess | None] = [None] * settings.inline_workers
         self._slots = [
             threading.Thread(target=self._work, args=(i,), name=f"audit-slot-{i}", daemon=True)
@@ -143,6 +148,43 @@ class InlineExecutor:
 
     def epoch(self) -> str:
         return self._epoch
+
+    def write_stamp(self, audit_id: str) -> tuple[int, int, int, int] | None:
+        """What an audit's kept answer depends on: the hand-overs, this process's writes and those of the
+        process running the audit (if any); None while one of those writes is in flight."""
+        handovers = self._handovers
+        index = self._running.get(audit_id, -1)
+        here = self.writes.stamp(0)
+        there = self.writes.stamp(1 + index) if index >= 0 else 0
+        if here is None or there is None:
+            return None
+        return handovers, index, here, there
+
+    def writes_stamp(self) -> tuple[int | None, ...]:
+        """`write_stamp` of every audit at once: the hand-overs and every slot's count (None for a slot
+        with a write in flight); `write_stamp_of` turns it into one audit's."""
+        handovers = self._handovers
+        return (handovers, *(self.writes.stamp(slot) for slot in range(1 + len(self._processes))))
+
+    def write_stamp_of(
+        self, audit_id: str, stamp: tuple[int | None, ...]
+    ) -> tuple[int, int, int, int] | None:
+        """The audit's `write_stamp` as it was when `writes_stamp` gave `stamp` (None if an audit was
+        handed over since: which process ran it then is not known)."""
+        handovers, here, *slots = stamp
+        index = self._running.get(audit_id, -1)
+        there = slots[index] if index >= 0 else 0
+        if self._handovers != handovers or here is None or there is None:
+            return None
+        return handovers, index, here, there  # type: ignore[return-value]
+
+    def _handover(self, audit_id: str, index: int | None) -> None:
+        with self._handover_lock:
+            self._handovers += 1
+            if index is None:
+                self._running.pop(audit_id, None)
+            else:
+                self._running[audit_id] = index
 
     def _tenant_of(self, audit_id: str) -> str:
         """The audit's tenant, for its turn in the queue ("" if it cannot be read now: a shared turn)."""
@@ -168,11 +210,14 @@ class InlineExecutor:
         if process is None or not process.alive:
             if process is not None:
                 process.stop(timeout=0)
+                self.writes.reset(1 + index)  # it may have died with a write counted as in flight
             process = WorkerProcess(
                 settings=self._settings,
                 stopping=self._process_stopping,
                 name=f"iclaudit-audits-{index}",
                 on_write=self._wrote,
+                writes=self.writes.counts,
+                slot=1 + index,
             )
             self._processes[index] = process
         return process
@@ -187,7 +232,12 @@ class InlineExecutor:
         while (item := self._queue.get(self._stopping)) is not None:
             request_id, audit_id = item
             process = self._process(index)
-            if not process.run(audit_id, request_id):
+            self._handover(audit_id, index)
+            try:
+                ran = process.run(audit_id, request_id)
+            finally:
+                self._handover(audit_id, None)
+            if not ran:
                 log.error(
                     "audit process %s died (exit code %s) running audit %s; started again, and the sweep "
                     "re-runs the audit once its heartbeat is stale",
@@ -210,6 +260,7 @@ class InlineExecutor:
 
     def close(self) -> None:
         self._stopping.set()
+        self._unlisten()
         if self._process_stopping is not None:
             self._process_stopping.set()
         self._queue.wake_all()

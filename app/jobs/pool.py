@@ -8,7 +8,9 @@ possibly torch, is unsafe. Parent and child talk over one duplex pipe per proces
 - parent → child: `(audit_id, request_id)` to run, or None to stop;
 - child → parent: `("log", record)` (its log records, handled by the parent's loggers so the operator's
   log and its format are the API's), `("wrote", None)` (a commit: the parent wakes its long-polls at once)
-  and `("done", audit_id)`.
+  and `("done", audit_id)`;
+- and, in shared memory, the child's count of writes begun and ended (app.jobs.writes), which the parent's
+  kept poll answers are checked against.
 
 A child that dies (SIGKILL, out of memory) is noticed by its slot, which starts a new one; the audit it held
 is RUNNING with a heartbeat that goes stale, so the sweep re-runs it (architecture.md, *Running exactly once*).
@@ -31,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings
 from app.db.retry import is_transient, short_reason
+from app.jobs.writes import WriteCounts
 from app.observability import ContextFilter, bind
 
 log = logging.getLogger(__name__)
@@ -107,6 +110,8 @@ def child_main(
     stopping: ProcessEvent,
     log_level: int,
     environ: dict[str, str],
+    writes: Any = None,
+    slot: int = 0,
 ) -> None:
     """A worker process: take audit ids from `conn` and run each to its end; `stopping` (set by the parent
     at shutdown) makes a running audit go back to PENDING at its next progress call. `environ` is the
@@ -145,6 +150,8 @@ def child_main(
             send(("wrote", None))
 
     event.listen(Session, "after_commit", wrote)
+    if writes is not None:  # counted in shared memory before each write can be seen (app.jobs.writes)
+        WriteCounts(0, counts=writes).listen(slot)
     engine = make_engine(
         settings.sqlalchemy_url, pool_size=2, max_overflow=2, connect_retry_seconds=5, name="iclaudit-audits"
     )
@@ -181,14 +188,23 @@ def child_main(
 class WorkerProcess:
     """The parent's handle on one worker process, and a thread that reads what it sends."""
 
-    def __init__(self, *, settings: Settings, stopping: ProcessEvent, name: str, on_write: Any) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        stopping: ProcessEvent,
+        name: str,
+        on_write: Any,
+        writes: Any = None,
+        slot: int = 0,
+    ) -> None:
         ctx = context()
         self._conn, child_conn = ctx.Pipe(duplex=True)
         lifeline, self._lifeline = ctx.Pipe(duplex=False)  # nothing is sent: it closes when this process ends
         level = min(logging.getLogger().getEffectiveLevel(), logging.INFO)
         self.process = ctx.Process(
             target=child_main,
-            args=(child_conn, lifeline, settings, stopping, level, dict(os.environ)),
+            args=(child_conn, lifeline, settings, stopping, level, dict(os.environ), writes, slot),
             name=name,
             daemon=True,
         )

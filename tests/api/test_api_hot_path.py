@@ -10,14 +10,17 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
-from service.client import bound_request, long_mia_request, wait_for
-from sqlalchemy import event, update
+from service.client import bound_request, wait_for
+from service.gate import Gate
+from sqlalchemy import event, select, update
 
+from app.api import fast_poll
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
-from app.db.models import ApiKey, utcnow
+from app.db.models import ApiKey, Audit, utcnow
 from app.jobs import executors
 
 
@@ -209,17 +212,103 @@ def test_outermost_answers_count_in_metrics_and_rate_limits(app_client, make_key
     assert counted["200"] >= statuses.count(200) and counted["429"] >= statuses.count(429) + 1
 
 
-def test_a_running_audits_kept_answer_ends_with_the_next_write(client) -> None:
-    """A pending or running audit's answer is kept (inline executor) until the next write this process
-    sees: a cancel shows at once."""
-    audit_id = client.post("/v1/audits", json=long_mia_request()).json()["id"]
-    first = client.get(f"/v1/audits/{audit_id}")
-    assert first.json()["state"] in ("PENDING", "RUNNING")
-    assert client.post(f"/v1/audits/{audit_id}/cancel").status_code == 200
-    after = client.get(f"/v1/audits/{audit_id}")
-    assert after.headers["ETag"] != first.headers["ETag"]
-    body = after.json()
-    assert body["state"] == "CANCELLED" or body["cancel_requested"] is True
+@contextmanager
+def _held(app_client, make_key, **changes) -> Iterator[tuple[Any, Gate, str]]:
+    """(client, gate, audit id): an audit RUNNING at a gate in the single worker process, its answer kept
+    here (rendered by a first poll)."""
+    with Gate() as gate, app_client(endpoint_allowlist=[gate.url], **changes) as client:
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        try:
+            audit_id = client.post("/v1/audits", json=gate.request()).json()["id"]
+            gate.wait_entered()
+            wait_for(client.get, audit_id, ("RUNNING",))
+            yield client, gate, audit_id
+        finally:
+            gate.release()
+
+
+QUIET = {"heartbeat_seconds": 60.0, "stale_after_seconds": 600.0}  # no heartbeat write during a test
+
+
+def test_a_running_audits_kept_answer_ends_with_the_next_write(app_client, make_key) -> None:
+    """A running audit's answer is kept (inline executor): a poll reads nothing while no write began;
+    after a write in this process (a cancel) the next poll shows it."""
+    with _held(app_client, make_key, **QUIET) as (client, _, audit_id):
+        engine = client.app.state.session_factory.kw["bind"]
+        first = client.get(f"/v1/audits/{audit_id}")
+        assert first.json()["state"] == "RUNNING"
+        with _statements(engine) as seen:
+            again = client.get(f"/v1/audits/{audit_id}")
+        assert seen == [] and again.content == first.content
+        assert client.post(f"/v1/audits/{audit_id}/cancel").status_code == 200
+        after = client.get(f"/v1/audits/{audit_id}")
+        assert after.headers["ETag"] != first.headers["ETag"]
+        assert after.json()["state"] == "RUNNING" and after.json()["cancel_requested"] is True
+
+
+_RANK = {"PENDING": 0, "RUNNING": 1, "SUCCEEDED": 2, "FAILED": 2, "CANCELLED": 2}
+
+
+def test_the_audit_processs_writes_show_in_the_next_poll(app_client, make_key) -> None:
+    """Across processes (app/jobs/pool.py): once the worker process's write is in the database, the next
+    poll answers it, never the kept answer from before: its state is never behind the stored one read
+    just before, and the stored end state is the answer at once."""
+    with _held(app_client, make_key, **QUIET) as (client, gate, audit_id):
+        sessions = client.app.state.session_factory
+        path = f"/v1/audits/{audit_id}"
+        assert client.get(path).json()["state"] == "RUNNING"  # kept
+        gate.release()
+        deadline = time.monotonic() + 60
+        while True:
+            with sessions() as session:
+                stored = session.execute(select(Audit.state, Audit.attempt).where(Audit.id == audit_id)).one()
+            answer = client.get(path).json()
+            assert _RANK[answer["state"]] >= _RANK[stored.state], (answer["state"], stored.state)
+            if _RANK[stored.state] == 2:
+                assert answer["state"] == stored.state and answer["attempt"] == stored.attempt
+                break
+            assert time.monotonic() < deadline, "the audit did not end"
+
+
+def test_a_write_to_one_audit_keeps_the_others_answers(app_client, make_key, monkeypatch) -> None:
+    """Invalidation is by audit: a write by the process running one audit (its heartbeat) ends that
+    audit's kept answer only; another audit's (queued, PENDING) is still served without a read."""
+    monkeypatch.setattr(fast_poll, "RUNNING_TTL_SECONDS", 600.0)
+    with _held(app_client, make_key, heartbeat_seconds=0.3) as (client, _, running):
+        engine = client.app.state.session_factory.kw["bind"]
+        queued = client.post("/v1/audits", json=bound_request()).json()["id"]
+        kept = {i: client.get(f"/v1/audits/{i}") for i in (running, queued)}
+        assert kept[queued].json()["state"] == "PENDING"
+        writes = client.app.state.executor.writes
+        before = writes.stamp(1)  # slot 1: the worker process
+        deadline = time.monotonic() + 30
+        while (now := writes.stamp(1)) is None or now == before:  # until its next heartbeat is written
+            assert time.monotonic() < deadline, "no heartbeat"
+            time.sleep(0.02)
+        with _statements(engine) as seen:
+            again = client.get(f"/v1/audits/{queued}")
+        assert seen == [] and again.content == kept[queued].content
+        with _statements(engine) as seen:
+            assert client.get(f"/v1/audits/{running}").json()["state"] == "RUNNING"
+        assert any("FROM audits" in statement for statement in seen), seen  # re-read
+
+
+def test_a_stale_answer_is_read_again_once_for_concurrent_polls(app_client, make_key) -> None:
+    """After a write, polls of the audit that arrive while it is read again wait for that one read."""
+    with _held(app_client, make_key, **QUIET) as (client, _, audit_id):
+        engine = client.app.state.session_factory.kw["bind"]
+        path = f"/v1/audits/{audit_id}"
+        client.get(path)
+        assert client.post(f"{path}/cancel").status_code == 200  # a write: the kept answer ends
+        answers: list[Any] = []
+        with _statements(engine) as seen:
+            polls = [threading.Thread(target=lambda: answers.append(client.get(path))) for _ in range(16)]
+            for poll in polls:
+                poll.start()
+            for poll in polls:
+                poll.join(timeout=30)
+        assert len(answers) == 16 and all(a.json()["cancel_requested"] is True for a in answers)
+        assert sum("FROM audits" in statement for statement in seen) == 1, seen
 
 
 def test_a_remembered_key_is_renewed_before_its_memo_runs_out(client, monkeypatch) -> None:
