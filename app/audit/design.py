@@ -21,7 +21,13 @@ capped by the request's) are chosen on a pilot that the measurement does not reu
 3. rule: each candidate (design, T) is scored on PILOT_CONTEXTS pilot context pairs by the exact
    population μ of private voting (003 Alg. 2 with the request's σ; app/audit/stats/exact.py) summed
    over the requested threat models; the largest mean wins (the first on ties). A design the engine
-   refuses (an AuditError, e.g. the simulated engine and the copy query) is skipped.
+   refuses (an AuditError, e.g. the simulated engine and the copy query) is skipped. With the white box
+   requested, each (design, T) is scored twice from the same pilot votes, once per white-box score: 003
+   §3.2's Ṽ_y+ − Ṽ_other (the design itself) and Ṽ_y+ alone (`<design>_count`,
+   app/audit/attacks/count_score.py, exact μ by `exact_count_mu`). Of the two, the Neyman-Pearson score of
+   the vote pattern the pilot sees wins: Ṽ_y+ − Ṽ_other when the canary moves a vote from another label
+   (V_in − V_out = e_y+ − e_other, μ = √2/σ), Ṽ_y+ when the partition without the canary casts no vote
+   (V_in − V_out = e_y+: μ = 1/σ against 1/(√2σ) for the difference).
 
 The measurement is then an ordinary audit of the chosen design on the even records, its threshold
 chosen on the held-out split as in every audit (thresholds.Split). Soundness: the choice is a function
@@ -111,7 +117,8 @@ class Choice:
         return {
             "attack": self.attack,
             "partitions": self.partitions,
-            "rule": "largest mean exact μ (sum over the threat models) on the pilot",
+            "rule": "largest mean exact μ (sum over the threat models) on the pilot, per design, T and "
+            "white-box score (Ṽ_y+ − Ṽ_other, or Ṽ_y+ for a *_count attack)",
             "pilot_contexts": PILOT_CONTEXTS,
             "pilot_records": "odd training rows (the measurement uses the even ones)",
             "pilot_forward_passes": self.forward_passes,
@@ -127,8 +134,10 @@ def partition_candidates(requested: int, shots: int, n_train: int) -> list[int]:
 
 def _pilot_score(
     request: Any, design: str, partitions: int, dataset: Dataset, llm: Any, seeds: SeedTree
-) -> tuple[float, float]:
-    """(mean exact μ summed over the threat models, mean canary effect) of one candidate on the pilot."""
+) -> tuple[float, float, float]:
+    """(mean exact μ summed over the threat models with the Ṽ_y+ − Ṽ_other white-box score, the same with
+    the Ṽ_y+ score, mean canary effect) of one candidate on the pilot."""
+    from app.audit.attacks.count_score import exact_count_mu
     from app.audit.attacks.registry import attack_module
     from app.audit.mechanisms.base import CleanSource
     from app.audit.mechanisms.registry import build_mechanism
@@ -138,7 +147,7 @@ def _pilot_score(
     mech_spec = request.mechanism.model_copy(update={"partitions": partitions})
     module = attack_module(design)
     rng = seeds.rng("pilot")  # every candidate starts from the same pilot state
-    mus, effects = [], []
+    mus, count_mus, effects = [], [], []
     for _ in range(PILOT_CONTEXTS):
         mechanism = build_mechanism(mech_spec, epsilon=request.epsilon, delta=request.delta)
         contexts = build_contexts(dataset, mechanism.context_size(mech_spec), rng, None)
@@ -167,16 +176,23 @@ def _pilot_score(
             exact.mu_white_box if tm != "black_box" else 0.0
         )
         mus.append(mu if np.isfinite(mu) else 0.0)
+        count_mu = (exact.mu_black_box if tm != "white_box" else 0.0) + (
+            exact_count_mu(probs_in, probs_out, sigma=mechanism.std, target=target.positive)
+            if tm != "black_box"
+            else 0.0
+        )
+        count_mus.append(count_mu if np.isfinite(count_mu) else 0.0)
         signal = canary_signal(mechanism, query, prompts_in, prompts_out, source)
         effects.append(signal["effect"] if signal else 0.0)
-    return float(np.mean(mus)), float(np.mean(effects))
+    return float(np.mean(mus)), float(np.mean(count_mus)), float(np.mean(effects))
 
 
 def choose(
     request: Any, dataset: Dataset, llm: Any, seeds: SeedTree, designs: Sequence[str] = AUTO_DESIGNS
 ) -> Choice:
     """The pilot's (design, T): see the module docstring."""
-    from app.audit.attacks.registry import attack_module
+    from app.audit.attacks.count_score import SUFFIX
+    from app.audit.attacks.registry import ATTACKS, attack_module
 
     pilot = pilot_records(dataset)
     passes_before = llm.counters.forward_passes
@@ -189,13 +205,19 @@ def choose(
             request.mechanism.partitions, request.mechanism.shots_per_partition, len(pilot.train)
         ):
             try:
-                mu, effect = _pilot_score(request, design, t, pilot, llm, seeds)
+                mu, count_mu, effect = _pilot_score(request, design, t, pilot, llm, seeds)
             except AuditError as exc:  # the design cannot run here (e.g. the engine refuses its query)
                 candidates.append({"attack": design, "partitions": t, "skipped": str(exc)[:200]})
                 break
-            candidates.append({"attack": design, "partitions": t, "pilot_mu": mu, "pilot_effect": effect})
-            if best is None or mu > best[0]:
-                best = (mu, design, t)
+            scored = [(design, mu)]
+            if request.attack.threat_model != "black_box" and f"{design}{SUFFIX}" in ATTACKS:
+                scored.append((f"{design}{SUFFIX}", count_mu))  # the same votes, the Ṽ_y+ score
+            for name, value in scored:
+                candidates.append(
+                    {"attack": name, "partitions": t, "pilot_mu": value, "pilot_effect": effect}
+                )
+                if best is None or value > best[0]:
+                    best = (value, name, t)
     if best is None:
         raise AuditError("attack.name: auto found no design this model and dataset can run")
     return Choice(best[1], best[2], candidates, llm.counters.forward_passes - passes_before)

@@ -10,6 +10,19 @@ audit random label distributions near 0 or 1, and the canary moves its partition
 signal-text queries and refuses the copy and rare-token ones, which `auto` then skips; the pilot chooses
 among inquiry and signal_text at T ∈ {2, 4, 8}. 10,000 bootstrap trials per context, llm_calls 20.
 Prints the table soundness.md shows.
+
+    ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/design_null.py --count \
+        > docs/results/design-null-count.md
+
+`--count`: the null of the Ṽ_y+ white-box score (attack `inquiry_count`, app/audit/attacks/count_score.py)
+exactly at its claim. That score sees the canary's shift e_y+ only: μ = 1/σ when the canary's partition
+votes y+ with the canary and another label without it, so a mechanism calibrated for Δ₂ = 1
+(`sensitivity: 1`, σ = σ(ε, δ, Δ₂ = 1)) is exactly at its claim for it, the same engine standing in for the
+model (the canary moves its partition's vote to "present", 003 Lemma 3.1's flip). The null is white box
+only: the move is two counts (from "absent" to "present"), so the Ṽ_y+ − Ṽ_other score and the black box's
+released argmax see up to √2/σ and rightly flag that mechanism, whose true Δ₂ is √2 (a first run with
+both threat models did: 16/50 and 9/50 at ε = 1 and 2, all from the black box). Same trials, seeds and T;
+the attack is fixed, so this is the score's own null, apart from `auto`'s.
 """
 
 from __future__ import annotations
@@ -49,6 +62,14 @@ def body(seed: int, epsilon: float, trials: int = 10_000) -> dict:
     }
 
 
+def count_body(seed: int, epsilon: float, trials: int = 10_000) -> dict:
+    """`--count`: the Ṽ_y+ score's null (module docstring): attack inquiry_count, σ calibrated for Δ₂ = 1."""
+    request = body(seed, epsilon, trials)
+    request["mechanism"] = {**request["mechanism"], "sensitivity": 1.0}
+    request["attack"] = {"name": "inquiry_count", "threat_model": "white_box"}
+    return request
+
+
 def upper(k: int, n: int, confidence: float = 0.95) -> float:
     """One-sided Clopper-Pearson upper bound on a rate."""
     return 1.0 if k == n else float(stats.beta.ppf(confidence, k + 1, n - k))
@@ -60,7 +81,9 @@ HEADER = (
 )
 
 
-def table(audits: int, trials: int = 10_000, epsilons: tuple[float, ...] = EPSILONS) -> str:
+def table(
+    audits: int, trials: int = 10_000, epsilons: tuple[float, ...] = EPSILONS, count: bool = False
+) -> str:
     from app.audit.kinds import mia
     from app.audit.local import local_context
     from app.audit.runtime import no_progress
@@ -70,16 +93,25 @@ def table(audits: int, trials: int = 10_000, epsilons: tuple[float, ...] = EPSIL
     for eps in epsilons:
         flagged, lowers, chosen = 0, [], collections.Counter()
         for seed in range(FIRST_SEED, FIRST_SEED + audits):
-            r = mia.run(mia.Request.model_validate(body(seed, eps, trials)), ctx)
+            make = count_body if count else body
+            r = mia.run(mia.Request.model_validate(make(seed, eps, trials)), ctx)
             flagged += r["violation"]
             lowers.append(max((r[tm]["epsilon_lower"] or 0.0) for tm in ("black_box", "white_box")))
-            chosen[(r["design"]["attack"], r["design"]["partitions"])] += 1
+            design = r.get("design") or {
+                "attack": r_attack(make(seed, eps)),
+                "partitions": r["mechanism"]["partitions"],
+            }
+            chosen[(design["attack"], design["partitions"])] += 1
         designs = ", ".join(f"{a} T={t}: {n}" for (a, t), n in sorted(chosen.items()))
         lines.append(
             f"| {eps:g} | {audits} | {flagged} | {flagged / audits:.1%} | {upper(flagged, audits):.1%} "
             f"| {sum(lowers) / audits:.3f} / {max(lowers):.3f} | {designs} |"
         )
     return "\n".join(lines)
+
+
+def r_attack(request: dict) -> str:
+    return request["attack"]["name"]
 
 
 RAW = ROOT / "docs/results/design-null.md"
@@ -146,15 +178,16 @@ def main() -> int:
         "--doc", action="store_true", help="write the section of soundness.md from design-null.md"
     )
     parser.add_argument("--epsilon", type=float, action="append", help="only these ε (rows only, no header)")
+    parser.add_argument("--count", action="store_true", help="the Ṽ_y+ score's null (inquiry_count, Δ₂ = 1)")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.doc:
         write_doc()
         return 0
     if args.epsilon:
-        print(table(args.audits, epsilons=tuple(args.epsilon)))
+        print(table(args.audits, epsilons=tuple(args.epsilon), count=args.count))
     else:
-        print(HEADER + "\n" + table(args.audits))
+        print(HEADER + "\n" + table(args.audits, count=args.count))
     print(f"\n({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     return 0
 

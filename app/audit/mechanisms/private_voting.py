@@ -3,13 +3,16 @@
 Clean statistic: the vote vector V ∈ ℕ^K of the T partitions (003 Alg. 2 lines 1–6); a partition
 whose answer falls outside the label set casts no vote. Release: Ṽ = V + N(0, σ²I_K), output
 argmax_k Ṽ_k (lines 7–10). Neighbouring contexts move one vote, i.e. two counts by 1: Δ₂ = √2, so
-classic σ = √2·√(2 ln(1.25/δ))/ε = 2√(ln(1.25/δ))/ε. White-box view: Ṽ itself.
+classic σ = √2·√(2 ln(1.25/δ))/ε = 2√(ln(1.25/δ))/ε. White-box view: Ṽ itself, scored by the attack
+as s_w(Ṽ) = Ṽ_y+ − w·Ṽ_other (`binary_view`; w = 1 is 003 §3.2's score, w = 0 the Ṽ_y+ count score of
+app/audit/attacks/count_score.py).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +30,13 @@ from app.audit.mechanisms.base import (
 from app.engines.protocol import Prompt
 
 DEFAULT_SENSITIVITY = math.sqrt(2.0)
+
+
+@dataclass(frozen=True)
+class VoteTarget(BinaryTarget):
+    """A vote target with the white-box score's weight on the other label (`AuditQuery.other_weight`)."""
+
+    other_weight: float = 1.0
 
 
 class PrivateVoting(Mechanism):
@@ -68,12 +78,33 @@ class PrivateVoting(Mechanism):
             return bugs.overlapping_blocks(blocks, canary_position)
         return blocks
 
+    constrained = False  # label-constrained teachers: set from the audit query (`audit_inputs`)
+
+    def audit_inputs(self, query: Any, parts: Sequence[Any]) -> list:
+        """The partitions' prompts; a query with `constrained` asks teachers that answer within the labels."""
+        self.constrained = bool(getattr(query, "constrained", False))
+        return super().audit_inputs(query, parts)
+
     def label_probs(
         self, prompts: Sequence[Prompt], answers: Sequence[str], source: CleanSource
     ) -> np.ndarray:
         """Each partition's probability of voting each answer when its answer is decoded at the
-        mechanism temperature (`CleanSource.vote_probs`, mechanisms/decoding.py), (T, K)."""
-        return source.vote_probs(prompts, answers, self.temperature)
+        mechanism temperature (`CleanSource.vote_probs`, mechanisms/decoding.py), (T, K).
+
+        Label-constrained teachers (`constrained`, attacks/count_score.py): with ℓ_k = log P(t_k | prompt)
+        the label's token-sequence log-probability, P(vote k) = 1[k = argmax_j ℓ_j] at τ = 0 (first on
+        ties) and softmax_k(ℓ_k/τ) at τ > 0: every partition casts a valid vote (rows sum to 1)."""
+        if not self.constrained:
+            return source.vote_probs(prompts, answers, self.temperature)
+        scores = source.label_logprobs(prompts, answers)
+        if self.temperature == 0:
+            probs = np.zeros_like(scores)
+            probs[np.arange(len(scores)), np.argmax(scores, axis=1)] = 1.0
+            return probs
+        scaled = scores / self.temperature
+        scaled -= scaled.max(axis=1, keepdims=True)
+        weights = np.exp(scaled)
+        return weights / weights.sum(axis=1, keepdims=True)
 
     def collect(
         self,
@@ -96,13 +127,26 @@ class PrivateVoting(Mechanism):
             answer = np.where(clean.sum(axis=1) > 0, answer, -1)
         return Release(answer=answer, white_box=noisy)
 
+    def binary_target(self, query: Any, source: CleanSource) -> BinaryTarget:
+        """The query's answer index, its compared label and its white-box weight w (`AuditQuery.other_weight`)."""
+        return VoteTarget(
+            positive=query.positive,
+            negative=query.negative,
+            other_weight=float(getattr(query, "other_weight", 1.0)),
+        )
+
     def binary_view(self, release: Release, target: BinaryTarget) -> tuple[np.ndarray, np.ndarray]:
         """Black box: released label = target (003 §3.2: ẑ = 1 iff y = 'yes').
-        White box: Ṽ_target − Ṽ_other (003 §3.2: ẑ = 1 iff Ṽ_yes − Ṽ_no > τ)."""
+        White box: s_w = Ṽ_target − w·Ṽ_other (003 §3.2: ẑ = 1 iff Ṽ_yes − Ṽ_no > τ, w = 1; Ṽ_other the
+        strongest other label when the target names none). w = 0: Ṽ_target alone, the Neyman-Pearson score
+        when the partition without the canary casts no vote (V_in − V_out = e_target; attacks/count_score.py)."""
         noisy = release.white_box
         decision = release.answer == target.positive
+        weight = float(getattr(target, "other_weight", 1.0))
+        if weight == 0.0:
+            return decision, noisy[:, target.positive].copy()
         if target.negative is not None:
             other = noisy[:, target.negative]
         else:
             other = np.max(np.delete(noisy, target.positive, axis=1), axis=1)
-        return decision, noisy[:, target.positive] - other
+        return decision, noisy[:, target.positive] - weight * other
