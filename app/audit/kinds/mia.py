@@ -82,7 +82,16 @@ class EndpointSpec(BaseModel):
         default=None,
         gt=0,
         le=1000,
-        description="Most calls per second the audit sends (halved after each 429); Retry-After is honoured.",
+        description="Most calls per second the audit sends (halved after a 429 or 503, won back additively "
+        "as calls are answered); Retry-After is honoured.",
+    )
+    max_concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Most calls in flight at once (halved after a 429 or 503, won back additively: AIMD). "
+        "Only the wall time changes: answers are kept by trial, so the result is the one calls made one at "
+        "a time would give ({trial} in a template makes a seeded target answer each trial alike).",
     )
 
 

@@ -19,16 +19,22 @@ holding it: the value is resolved through `RunContext.secrets` only when the cli
 
 Deployments (issue 22): every answered call goes to `RunContext.responses` keyed by the exact request
 and its occurrence, and a resumed audit replays those instead of calling again; a 429/503 `Retry-After`
-is waited out, `rate` paces the calls (halved after a 429), the audit's budget is checked before each
-request; `steps`/`close` make a multi-step target (`_trial`). `ChatTargetSpec`/`TargetEngines` let a
-deployed chat-completions app stand in for the model of any mia audit.
+is waited out by every call, `rate` paces the calls, and `max_concurrency` calls may be in flight at once
+(`Throttle`: a 429/503 halves both, answers win them back additively: AIMD); the audit's budget is reserved
+before each trial in trial order; `steps`/`close` make a multi-step target (`_trial`). Concurrent calls
+change nothing but the wall time: every answer is kept under its trial's key (`{trial}`, the trial's index
+within its context, may also go into a template for a target seeded per request), the trials are taken and
+recorded in trial order, and the failure reported is the one of the earliest trial.
+`ChatTargetSpec`/`TargetEngines` let a deployed chat-completions app stand in for the model of any mia audit.
 """
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,7 +43,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.audit.budget import Meter
+from app.audit.budget import BudgetExhausted, Meter
 from app.audit.icl.contexts import format_exemplar
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, claimed_theory
 from app.audit.runtime import AuditError, ResponseStore
@@ -49,6 +55,8 @@ _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 STORE_EVERY = 50  # answered calls written to the response store at once
 MAX_RETRY_AFTER = 60.0  # longest Retry-After honoured, seconds
 MAX_INTERVAL = 60.0  # slowest pace adaptive back-off reaches, seconds per call
+RATE_STEP = 0.1  # share of the asked `rate` an answered call wins back after a back-off
+_CONGESTION = frozenset({429, 503})  # the target says it is overloaded: back off (AIMD)
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -65,6 +73,73 @@ def _retry_after(value: str | None) -> float | None:
         except (TypeError, ValueError):
             return None
     return min(MAX_RETRY_AFTER, max(0.0, seconds))
+
+
+class Throttle:
+    """What an endpoint audit may send now (issue 22 §3): at most `allowed` requests in flight, at most
+    `rate` a second, none while a Retry-After runs.
+
+    The back-off is AIMD, like TCP's congestion window: a 429 or 503 halves the allowed concurrency (never
+    below 1) and the rate (never below 1/MAX_INTERVAL) once per congestion event — a reply to a request sent
+    before the last decrease (an older `epoch`) does not halve again, so four 429s to four calls in flight
+    halve once — and each answered call adds 1/limit to the concurrency (one more per round of answers) and
+    RATE_STEP of the asked rate to the rate, up to what the request asked. One Throttle serves a mechanism's
+    whole audit (its workers share it), so a back-off carries over from one chunk of trials to the next."""
+
+    def __init__(self, max_concurrency: int = 1, rate: float | None = None) -> None:
+        self.max_concurrency = max_concurrency
+        self.limit = float(max_concurrency)
+        self.base_rate = rate
+        self.rate = rate
+        self.in_flight = 0
+        self.peak = 0  # most requests in flight at once
+        self.decreases = 0  # congestion events that halved the limit
+        self.epoch = 0
+        self.pause_until = 0.0
+        self.next_at = 0.0
+        self._cond = threading.Condition()
+
+    @property
+    def allowed(self) -> int:
+        return max(1, int(self.limit))
+
+    def send(self, *, paced: bool = True) -> int:
+        """Take a slot once one is free and no Retry-After runs, then wait for the rate's turn (`paced`: a
+        retry is not paced, it waits its own back-off). Returns the epoch the request goes out in."""
+        with self._cond:
+            while True:
+                wait = self.pause_until - time.monotonic()
+                if self.in_flight < self.allowed and wait <= 0:
+                    break
+                self._cond.wait(wait if wait > 0 else 0.5)
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+            at = time.monotonic()
+            if paced and self.rate:
+                at = max(at, self.next_at)
+                self.next_at = at + 1.0 / self.rate
+        while (wait := max(at, self.pause_until) - time.monotonic()) > 0:  # the rate's turn, a new pause
+            time.sleep(wait)
+        return self.epoch
+
+    def received(self, status: int | None, epoch: int, retry_after: float | None) -> None:
+        """The request is back (`status` None: no reply): free its slot, back off or win back."""
+        with self._cond:
+            self.in_flight -= 1
+            if status in _CONGESTION:
+                if epoch == self.epoch:
+                    self.epoch += 1
+                    self.decreases += 1
+                    self.limit = max(1.0, self.limit / 2)
+                    if self.rate:
+                        self.rate = max(1.0 / MAX_INTERVAL, self.rate / 2)
+                if retry_after is not None:  # every call waits it out, not only this one
+                    self.pause_until = max(self.pause_until, time.monotonic() + retry_after)
+            elif status is not None and status < 300:
+                self.limit = min(float(self.max_concurrency), self.limit + 1.0 / self.limit)
+                if self.rate and self.base_rate:
+                    self.rate = min(self.base_rate, self.rate + RATE_STEP * self.base_rate)
+            self._cond.notify_all()
 
 
 _PATH_TOKEN = re.compile(r"[^.\[\]]+|\[\d+\]")
@@ -263,6 +338,7 @@ class HttpEndpoint(Mechanism):
             timeout_s=e.timeout_s,
             retries=e.retries,
             rate=getattr(e, "rate", None),
+            max_concurrency=getattr(e, "max_concurrency", 1),
             steps=list(getattr(e, "steps", None) or []),
             close=getattr(e, "close", None),
             theory=claimed_theory(epsilon, delta),
@@ -282,6 +358,7 @@ class HttpEndpoint(Mechanism):
         timeout_s: float = 10.0,
         retries: int = 2,
         rate: float | None = None,
+        max_concurrency: int = 1,
         steps: Sequence[StepSpec] = (),
         close: StepSpec | None = None,
     ) -> None:
@@ -302,10 +379,12 @@ class HttpEndpoint(Mechanism):
         self.replayed = 0
         self.close_failures = 0
         self._seen: dict[str, int] = {}
-        self.interval = 1.0 / rate if rate else 0.0
+        self.throttle = Throttle(max_concurrency, rate)
         self.steps = list(steps)
         self.close = close
-        self._next_at = 0.0
+        self._lock = threading.Lock()  # calls, replayed, close_failures and the budget's reservation
+        self._reserved = 0  # budget calls reserved by trials taken and not yet made
+        self._local = threading.local()  # the trial's calls made so far (its worker's)
 
     def resolved_headers(self) -> dict[str, str]:
         """The headers with every secret reference replaced by its value (AuditError naming a missing one)."""
@@ -333,12 +412,9 @@ class HttpEndpoint(Mechanism):
         rng: np.random.Generator,
     ) -> np.ndarray:
         """`n_calls` real calls with the (single) context; the released answer's index, shape (n, 1)."""
-        import httpx
-
         (call,) = prompts
         body = fill_body(self.body, call)
         index = {_normal(a): i for i, a in enumerate(answers)}
-        out = np.empty((n_calls, 1))
         # the exact request (URL and body; never the headers) and its occurrence in this audit's calls
         plan = [
             self.url,
@@ -351,49 +427,143 @@ class HttpEndpoint(Mechanism):
         self._seen[digest] = first + n_calls
         keys = [f"{digest}#{first + i}" for i in range(n_calls)]
         stored = self.responses.get(keys) if self.responses is not None else {}
-        fresh: dict[str, Any] = {}
-        headers = self.resolved_headers()
-        if self.egress is not None:
-            client = egress_client(self.egress, timeout=self.timeout_s, retries=self.retries, headers=headers)
-        else:  # a trusted local run (library, tests): no allow-list
-            transport = httpx.HTTPTransport(retries=self.retries)
-            client = httpx.Client(transport=transport, timeout=self.timeout_s, headers=headers)
-        try:
-            with client:
-                for i, key in enumerate(keys):
-                    if key in stored:
-                        answer = stored[key]
-                        self.replayed += 1
-                    else:
-                        answer = (
-                            self._trial(client, call, body)
-                            if self.steps or self.close
-                            else self._call(client, body)
-                        )
-                        fresh[key] = answer
-                        if len(fresh) >= STORE_EVERY:
-                            self._store(fresh)
-                    out[i, 0] = index.get(_normal(answer), -1)
-        finally:  # what was answered is kept, whatever ends the loop (an outage, a budget)
-            self._store(fresh)
+        got: dict[int, Any] = {}
+        for i, key in enumerate(keys):
+            if key in stored:
+                got[i] = stored[key]
+                self.replayed += 1
+        todo = [i for i in range(n_calls) if i not in got]
+        got.update(self._issue(todo, keys, call, first))
+        out = np.empty((n_calls, 1))
+        for i in range(n_calls):
+            out[i, 0] = index.get(_normal(got[i]), -1)
         return out
 
-    def _store(self, fresh: dict[str, Any]) -> None:
-        if self.responses is not None and fresh:
-            self.responses.put(dict(fresh))
-        fresh.clear()
+    def _client(self, headers: dict[str, str]) -> Any:
+        import httpx
 
-    def _trial(self, client, call: EndpointCall, body: Any) -> Any:
-        """One multi-step trial: a fresh cookie jar, the `steps` (saving values from their replies), the
-        audited call with those values, then `close` whatever happened (its failure is not the trial's)."""
+        if self.egress is not None:
+            return egress_client(self.egress, timeout=self.timeout_s, retries=self.retries, headers=headers)
+        # a trusted local run (library, tests): no allow-list
+        transport = httpx.HTTPTransport(retries=self.retries)
+        return httpx.Client(transport=transport, timeout=self.timeout_s, headers=headers)
+
+    def _issue(self, todo: list[int], keys: list[str], call: EndpointCall, first: int) -> dict[int, Any]:
+        """The answers of trials `todo` (indices into `keys`), called by up to `max_concurrency` workers, each
+        with its own client (a multi-step trial's cookies are its own). Trials are taken in order and each
+        reserves its calls in the budget as it is taken, so a budget stops at the same trial whatever the
+        concurrency; answers go to the response store in trial order (every STORE_EVERY, and all at the end
+        whatever ends the run); the error raised is the earliest trial's (BudgetExhausted included)."""
+        headers = self.resolved_headers()
+        per_trial = len(self.steps) + 1 + (self.close is not None)
+        answered: dict[int, Any] = {}
+        failed: dict[int, BaseException] = {}
+        state = {"next": 0, "stored": 0}
+        done = threading.Condition()
+
+        def flush(final: bool = False) -> None:  # the caller's thread only (the store is not shared)
+            """Store the answered trials in trial order, STORE_EVERY at a time; `final`: all the rest."""
+            while True:
+                with done:
+                    start = upto = state["stored"]
+                    while upto < len(todo) and upto - start < STORE_EVERY and todo[upto] in answered:
+                        upto += 1
+                    batch = [todo[j] for j in range(start, upto)]
+                    if final:  # and the answers after a gap (a failed or untaken trial), in trial order
+                        kept = set(todo[:start])
+                        batch = sorted(i for i in answered if i not in kept)
+                    elif len(batch) < STORE_EVERY:
+                        return
+                    state["stored"] = len(todo) if final else upto
+                    fresh = {keys[i]: answered[i] for i in batch}
+                if self.responses is not None and fresh:
+                    self.responses.put(fresh)
+                if final:
+                    return
+
+        def worker(client: Any, inline: bool) -> None:
+            with client:
+                while True:
+                    with done:
+                        if failed or state["next"] >= len(todo):
+                            return
+                        i = todo[state["next"]]
+                        state["next"] += 1
+                        try:
+                            self._reserve(per_trial)
+                        except BudgetExhausted as exc:
+                            failed[i] = exc
+                            return
+                    self._local.made = 0
+                    try:
+                        answer = self._trial(client, call, first + i)
+                    except BaseException as exc:  # kept: the earliest trial's error is raised
+                        with done:
+                            failed[i] = exc
+                            done.notify_all()
+                        return
+                    finally:
+                        self._release(per_trial - self._local.made)
+                    with done:
+                        answered[i] = answer
+                        done.notify_all()
+                    if inline:
+                        flush()
+
+        workers = min(self.throttle.max_concurrency, len(todo))
+        try:
+            if workers <= 1:
+                worker(self._client(headers), inline=True)
+            else:  # clients made first, so the first calls go out together
+                clients = [self._client(headers) for _ in range(workers)]
+                threads = [
+                    threading.Thread(
+                        target=contextvars.copy_context().run, args=(worker, client, False), daemon=True
+                    )
+                    for client in clients
+                ]
+                for thread in threads:
+                    thread.start()
+                while any(thread.is_alive() for thread in threads):
+                    with done:
+                        done.wait(0.2)
+                    flush()
+                for thread in threads:
+                    thread.join()
+        finally:  # what was answered is kept, whatever ends the run (an outage, a budget)
+            flush(final=True)
+        if failed:
+            raise failed[min(failed)]
+        return answered
+
+    def _reserve(self, calls: int) -> None:
+        """Reserve a trial's calls in the budget (BudgetExhausted if they would pass it)."""
+        with self._lock:
+            if self.meter is not None:
+                # the call that would pass max_calls is not made
+                self.meter.check(calls=self._reserved + calls)
+            self._reserved += calls
+
+    def _release(self, calls: int) -> None:
+        with self._lock:
+            self._reserved -= calls
+
+    def _trial(self, client, call: EndpointCall, trial: int) -> Any:
+        """One trial: the audited call, or for a multi-step target a fresh cookie jar, the `steps` (saving
+        values from their replies), the audited call with those values, then `close` whatever happened (its
+        failure is not the trial's). `{trial}` in a template is the trial's index within its context."""
+        given: dict[str, Any] = {"trial": trial}
+        if not self.steps and self.close is None:
+            return self._call(client, fill_body(self.body, call, given))
         client.cookies.clear()
         saved: dict[str, Any] = {}
         try:
             for step in self.steps:
+                values = given | saved
                 reply = self._call(
                     client,
-                    fill_body(step.body, call, saved),
-                    url=fill_body(step.url, call, saved),
+                    fill_body(step.body, call, values),
+                    url=fill_body(step.url, call, values),
                     method=step.method,
                     raw=True,
                 )
@@ -405,35 +575,37 @@ class HttpEndpoint(Mechanism):
                             f"endpoint step {step.url}: no value at {path!r} for {{{name}}} in its JSON reply "
                             "(the reply itself is not shown)"
                         ) from None
-            return self._call(client, fill_body(self.body, call, saved), url=fill_body(self.url, call, saved))
+            values = given | saved
+            return self._call(
+                client, fill_body(self.body, call, values), url=fill_body(self.url, call, values)
+            )
         finally:
             if self.close is not None and (saved or not self.steps):
+                values = given | saved
                 try:
                     self._call(
                         client,
-                        fill_body(self.close.body, call, saved),
-                        url=fill_body(self.close.url, call, saved),
+                        fill_body(self.close.body, call, values),
+                        url=fill_body(self.close.url, call, values),
                         method=self.close.method,
                         raw=True,
                     )
                 except AuditError:
-                    self.close_failures += 1
+                    with self._lock:
+                        self.close_failures += 1
 
     def _call(
         self, client, body: Any, *, url: str | None = None, method: str = "POST", raw: bool = False
     ) -> Any:
-        """One real call (paced to `rate`, checked against the budget); the value at answer_path."""
-        if self.meter is not None:
-            self.meter.check(calls=1)  # the call that would pass max_calls is not made
-        if self.interval > 0:
-            wait = self._next_at - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            self._next_at = max(time.monotonic(), self._next_at) + self.interval
+        """One real call (through the throttle, charged to the budget its trial reserved); the value at
+        answer_path."""
         reply = self._post(client, body, url=url or self.url, method=method)
-        self.calls += 1
-        if self.meter is not None:
-            self.meter.charge(calls=1)
+        with self._lock:
+            self.calls += 1
+            self._reserved -= 1
+            self._local.made = getattr(self._local, "made", 0) + 1
+            if self.meter is not None:
+                self.meter.charge(calls=1)
         if raw:
             return reply
         try:
@@ -448,39 +620,43 @@ class HttpEndpoint(Mechanism):
         import httpx
 
         for attempt in range(self.retries + 1):
+            epoch = self.throttle.send(paced=attempt == 0)
+            status, told = None, None
             try:
                 sends = body is not None or method not in ("GET", "DELETE")
                 response = client.request(method, url, json=body) if sends else client.request(method, url)
             except EgressRefused as exc:
+                self.throttle.received(None, epoch, None)
                 raise AuditError(f"endpoint {url} refused by this service: {exc.reason}") from None
             except httpx.HTTPError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
+                self.throttle.received(None, epoch, None)
             else:
-                if 300 <= response.status_code < 400:
+                status = response.status_code
+                if status in _CONGESTION:
+                    told = _retry_after(response.headers.get("retry-after"))
+                self.throttle.received(status, epoch, told)
+                if 300 <= status < 400:
                     raise AuditError(
-                        f"endpoint {url} answered a redirect (HTTP {response.status_code}); redirects "
+                        f"endpoint {url} answered a redirect (HTTP {status}); redirects "
                         "are not followed: give the final URL"
                     )
-                if response.status_code < 300:
+                if status < 300:
                     if not response.content:  # 204 and the like (a close step)
                         return None
                     try:
                         return response.json()
                     except json.JSONDecodeError:
                         raise AuditError(
-                            f"endpoint {url} did not answer JSON (HTTP {response.status_code}, "
+                            f"endpoint {url} did not answer JSON (HTTP {status}, "
                             f"{len(response.content)} bytes; the reply is not shown)"
                         ) from None
                 # Reply bodies are never shown: the error goes to the tenant.
-                problem = f"HTTP {response.status_code}"
-                if response.status_code not in _RETRY_STATUS:
+                problem = f"HTTP {status}"
+                if status not in _RETRY_STATUS:
                     break
-                if response.status_code == 429 and self.interval > 0:
-                    self.interval = min(MAX_INTERVAL, 2 * self.interval)  # adaptive: half the rate from now
-                told = _retry_after(response.headers.get("retry-after"))
                 if told is not None and attempt < self.retries:
-                    time.sleep(told)  # the target said when: honour it (capped at MAX_RETRY_AFTER)
-                    continue
+                    continue  # the target said when: the next send waits it out (capped at MAX_RETRY_AFTER)
             if attempt < self.retries:
                 time.sleep(min(2.0, 0.1 * 2**attempt))
         raise AuditError(f"endpoint {url} failed ({problem})")

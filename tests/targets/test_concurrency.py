@@ -1,0 +1,193 @@
+"""`endpoint.max_concurrency` (issue 22 §3) against a real local target: calls in flight at once are capped
+(the peak counted at the target), 429s halve the concurrency once per event and Retry-After holds every
+call back, the concurrency comes back additively, and none of it moves a number: the result, the stored
+answers and where a budget stops are those of calls made one at a time with the same seed; a resume
+re-issues none of the calls already answered. The speed-up is measured in bench/suites/endpoint.py."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from target_server import Target, serve
+
+from app.audit.kinds import mia
+from app.audit.local import local_context
+from app.audit.runtime import no_progress
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@dataclass
+class Busy(Target):
+    """The test target answering after a fixed `latency` (without blocking other calls), counting the calls
+    in flight at each arrival (`log`: arrival, in flight then, status) and at most (`peak`), and answering
+    its first `throttle_first` calls 429 with Retry-After, all at once when the last of them has come (so
+    they were all sent before any was refused: one congestion event)."""
+
+    latency: float = 0.0
+    throttle_first: int = 0
+    in_flight: int = 0
+    peak: int = 0
+    log: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def app(self) -> FastAPI:
+        api = super().app()
+        all_came = asyncio.Event()
+
+        @api.middleware("http")
+        async def measure(request: Request, call_next: Callable) -> Any:
+            with self.lock:
+                self.in_flight += 1
+                self.peak = max(self.peak, self.in_flight)
+                arrival = (time.monotonic(), self.in_flight)
+            status = 500
+            try:
+                await asyncio.sleep(self.latency)
+                with self.lock:
+                    refuse = self.throttle_first > 0
+                    self.throttle_first -= refuse
+                    self.refused += refuse
+                    if self.throttle_first == 0:
+                        all_came.set()
+                if refuse:
+                    await all_came.wait()
+                    response = JSONResponse(
+                        {"error": "slow down"},
+                        status_code=429,
+                        headers={"Retry-After": f"{self.retry_after:g}"},
+                    )
+                else:
+                    response = await call_next(request)
+                status = response.status_code
+                return response
+            finally:
+                with self.lock:
+                    self.in_flight -= 1
+                    self.log.append((*arrival, status))
+
+        return api
+
+
+class Store:
+    """An in-memory response store that keeps every `put` in the order it came."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, Any] = {}
+        self.puts: list[list[str]] = []
+
+    def get(self, keys: Iterable[str]) -> dict[str, Any]:
+        return {k: self.answers[k] for k in keys if k in self.answers}
+
+    def put(self, answers: Mapping[str, Any]) -> None:
+        self.puts.append(list(answers))
+        for key, value in answers.items():
+            self.answers.setdefault(key, value)
+
+    def recorded(self) -> list[list[tuple[int, str, Any]]]:
+        """Every put in order, as (request, occurrence, answer): the request numbered by first appearance,
+        since a key's digest covers the URL and each test target has its own port."""
+        order: dict[str, int] = {}
+        out = []
+        for keys in self.puts:
+            rows = []
+            for key in keys:
+                digest, occurrence = key.split("#")
+                rows.append((order.setdefault(digest, len(order)), occurrence, self.answers[key]))
+            out.append(rows)
+        return out
+
+
+def body(url: str, trials: int, concurrency: int, **extra: Any) -> dict:
+    """The example endpoint audit; `{trial}` in the body, so the seeded target answers each trial alike
+    whatever order the calls reach it in."""
+    out = json.loads((EXAMPLES / "mia-http-endpoint.json").read_text())
+    out["mechanism"]["endpoint"].update(
+        url=url + "/",
+        body={"context": "{context}", "query": "{query}", "trial": "{trial}"},
+        retries=2,
+        timeout_s=10,
+        max_concurrency=concurrency,
+    )
+    return out | {"trials": trials, "seed": 5} | extra
+
+
+def audit(url: str, trials: int, concurrency: int, store: Store | None = None, **extra: Any) -> dict:
+    ctx = dataclasses.replace(local_context(progress=no_progress), responses=store)
+    return mia.run(mia.Request.model_validate(body(url, trials, concurrency, **extra)), ctx)
+
+
+def science(result: dict) -> dict:
+    """What the audit measured and concluded (a budget's message less the seconds it took)."""
+    keys = ("black_box", "verdict", "verdict_reason", "epsilon_lower", "trials", "evidence", "stopped")
+    text = json.dumps({k: result.get(k) for k in keys})
+    return json.loads(re.sub(r"tokens, [0-9.]+ s\)", "tokens, s)", text))
+
+
+@pytest.fixture(scope="module")
+def sequential() -> tuple[dict, Store, Busy]:
+    """40 trials a context, one call at a time."""
+    target, store = Busy(latency=0.05), Store()
+    with serve(target.app()) as url:
+        result = audit(url, 40, 1, store)
+    return result, store, target
+
+
+def test_concurrent_calls_give_the_sequential_result_with_at_most_max_concurrency_in_flight(
+    sequential,
+) -> None:
+    reference, reference_store, one = sequential
+    target, store = Busy(latency=0.05), Store()
+    with serve(target.app()) as url:
+        result = audit(url, 40, 4, store)
+    assert one.peak == 1 and target.peak == 4  # the cap, reached and never passed
+    assert result["endpoint_calls"] == target.answered == 80
+    assert science(result) == science(reference)
+    assert store.recorded() == reference_store.recorded()  # the same answers, stored in trial order
+
+
+def test_429s_halve_the_concurrency_once_and_retry_after_holds_every_call(sequential) -> None:
+    reference = sequential[0]
+    # the first 4 calls (all in flight together) are refused: 429, Retry-After 0.5 s
+    target = Busy(latency=0.2, throttle_first=4, retry_after=0.5)
+    with serve(target.app()) as url:
+        result = audit(url, 40, 4)
+    log = sorted(target.log)
+    refused, after = log[:4], log[4:]
+    assert [status for _, _, status in refused] == [429] * 4 and max(n for _, n, _ in refused) == 4
+    assert all(status == 200 for _, _, status in after) and target.refused == 4
+    # nothing reached the target before the 429s' replies (0.2 s) plus the Retry-After (0.5 s) were over
+    assert after[0][0] - refused[-1][0] >= 0.2 + 0.5 - 0.05
+    # the four 429s were one congestion event: 4 → 2 in flight (not 4 → 1); 1/limit a reply brings it back
+    first_round = [n for _, n, _ in after[:4]]
+    assert max(first_round) == 2, first_round
+    assert max(n for _, n, _ in after) == 4
+    assert result["endpoint_calls"] == 80 and science(result) == science(reference)
+
+
+def test_a_budget_stops_at_the_same_trial_and_the_resume_re_issues_nothing() -> None:
+    """150 trials (chunks of 100 calls a context), max_calls 250: both stop after C1 100, C0 100, C1 50."""
+    runs = {}
+    for concurrency in (1, 4):
+        target, store = Target(), Store()
+        with serve(target.app()) as url:
+            stopped = audit(url, 150, concurrency, store, budget={"max_calls": 250})
+            answered = target.answered
+            resumed = audit(url, 150, concurrency, store)
+        runs[concurrency] = (stopped, resumed, store)
+        assert answered == 250 and stopped["stopped"]["cap"] == "max_calls" and stopped["trials"] == 100
+        assert resumed["endpoint_replayed"] == 250 and resumed["endpoint_calls"] == 50
+        assert target.answered == 300 and set(target.seen.values()) == {1}  # no call answered twice
+    (stopped_1, resumed_1, store_1), (stopped_4, resumed_4, store_4) = runs[1], runs[4]
+    assert science(stopped_4) == science(stopped_1) and science(resumed_4) == science(resumed_1)
+    assert store_4.recorded() == store_1.recorded()
