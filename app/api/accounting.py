@@ -26,7 +26,7 @@ router = APIRouter(prefix="/v1/accounting", tags=["accounting"], route_class=Str
 
 def _unanswerable(path: str, error: Exception) -> ApiError:
     message = f"{path.removeprefix('$.')}: {error}"
-    return ApiError(422, message, [FieldViolation(path=path, message=message)])
+    return ApiError(422, message, [FieldViolation(path=path, message=message)], reason="NO_SOLUTION")
 
 
 _GIVEN = {"temperature": {"type": "number"}, "clip": {"type": "number"}, "batch_size": {"type": "integer"}}

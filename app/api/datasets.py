@@ -48,7 +48,7 @@ _UPLOAD_DOC: dict[str, Any] = {
                             "format": "binary",
                             "description": ".jsonl, .csv or .json",
                         },
-                        "name": {"type": "string"},
+                        "name": {"type": "string", "maxLength": NAME_MAX},
                         "format": {"type": "string", "enum": ["jsonl", "csv", "json"]},
                     },
                 }
@@ -75,6 +75,7 @@ def _format_of(filename: str, given: str | None) -> str:
             422,
             f"Cannot tell the format of {filename!r}: name it .jsonl, .csv or .json, or send `format`.",
             [FieldViolation(path="format", message="use jsonl, csv or json")],
+            reason="UPLOAD_CONTENT",
         )
     return fmt
 
@@ -220,9 +221,8 @@ async def _checked(app: Any, upload: _Upload, settings: Settings) -> Checked:
         details = validation_details(answer.errors)
         raise ApiError(422, details[0].message, details)
     if answer.path is not None:
-        raise ApiError(
-            answer.status, answer.message, [FieldViolation(path=answer.path, message=answer.detail)]
-        )
+        detail = [FieldViolation(path=answer.path, message=answer.detail)]
+        raise ApiError(answer.status, answer.message, detail, reason="UPLOAD_CONTENT")
     raise ApiError(answer.status, answer.message)
 
 

@@ -21,7 +21,7 @@ from app.audit.kinds.registry import KINDS
 from app.db.retry import is_transient, short_reason
 from app.db.scoping import InvalidPageToken
 from app.jobs.service import Conflict, QuotaExceeded, Rejected, TooLarge
-from app.schemas.errors import ErrorBody, ErrorResponse, FieldViolation
+from app.schemas.errors import REFUSALS, ErrorBody, ErrorResponse, FieldViolation
 
 log = logging.getLogger(__name__)
 
@@ -49,23 +49,29 @@ class ApiError(Exception):
         message: str,
         details: list[FieldViolation] | None = None,
         headers: dict[str, str] | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.details = details or []
         self.headers = headers or {}
+        self.reason = reason  # a key of app.schemas.errors.REFUSALS
 
 
 def error_response(
-    code: int, message: str, details: list[FieldViolation] | None = None, **headers: str
+    code: int,
+    message: str,
+    details: list[FieldViolation] | None = None,
+    reason: str | None = None,
+    **headers: str,
 ) -> JSONResponse:
+    """The error answer; `reason` (REFUSALS) only for a refusal no schema can predict, else left out."""
+    status = _STATUS.get(code, "UNKNOWN")
     body = ErrorResponse(
-        error=ErrorBody(
-            code=code, status=_STATUS.get(code, "UNKNOWN"), message=message, details=details or []
-        )
+        error=ErrorBody(code=code, status=status, message=message, details=details or [], reason=reason)
     )
-    return JSONResponse(body.model_dump(), status_code=code, headers=headers or None)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=code, headers=headers or None)
 
 
 def json_path(loc: tuple[Any, ...]) -> str:
@@ -206,7 +212,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Rejected)
     async def _rejected(_: Request, exc: Rejected) -> JSONResponse:
-        return error_response(422, exc.message, [FieldViolation(path=exc.path, message=exc.message)])
+        details = [FieldViolation(path=exc.path, message=exc.message)]
+        return error_response(422, exc.message, details, exc.reason)
 
     @app.exception_handler(InvalidPageToken)
     async def _token(_: Request, exc: InvalidPageToken) -> JSONResponse:
@@ -220,7 +227,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.code == 401 else {}
-        return error_response(exc.code, exc.message, exc.details, **headers, **exc.headers)
+        return error_response(exc.code, exc.message, exc.details, exc.reason, **headers, **exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -265,6 +272,43 @@ _DOCUMENTED = {
 _RETRY_AFTER = {
     "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
 }
+
+
+_SUBMIT = (
+    "UNKNOWN_DATASET",
+    "DATASET_UNAVAILABLE",
+    "DATASET_UNLABELLED",
+    "UNKNOWN_MODEL",
+    "EGRESS_REFUSED",
+    "SECRET_NOT_SET",
+    "SERVER_LIMIT",
+)  # an audit request's checks beyond its schema (app.jobs.service.check_request)
+OPERATION_REFUSALS: dict[str, tuple[str, ...]] = {
+    "submitAudit": _SUBMIT,
+    "planAudit": _SUBMIT,
+    "resumeAudit": _SUBMIT,
+    "submitSweep": _SUBMIT,
+    "createSchedule": (*_SUBMIT, "CRON_NEVER_FIRES"),
+    "createWebhook": ("EGRESS_REFUSED",),
+    "uploadDataset": ("UPLOAD_CONTENT",),
+    "accountSyntheticGeneration": ("NO_SOLUTION",),
+    "calibrateGaussian": ("NO_SOLUTION",),
+}
+"""operationId → the REFUSALS its 422 can name for a request its schema allows (documented as
+`x-refusals`); a 422 of any other operation, or without `reason`, is a rule the schema states."""
+
+
+def _refusal_answer(answer: dict[str, Any], reasons: dict[str, str]) -> None:
+    """The 422 of an operation with `x-refusals`: its `reason` is one of them (or absent: a schema rule)."""
+    answer["description"] = (
+        "Bad input: `details` gives the JSON path of each bad field. A request its schema allows is refused "
+        "only for the state of this server or arithmetic no schema can state, and `reason` then says which: "
+        + "; ".join(f"`{code}`: {why}" for code, why in reasons.items())
+    )
+    reason = {"type": "string", "enum": list(reasons)}
+    narrowed = {"properties": {"error": {"properties": {"reason": reason}}}}
+    schema = {"allOf": [{"$ref": "#/components/schemas/ErrorResponse"}, narrowed]}
+    answer["content"] = {"application/json": {"schema": schema}}
 
 
 def _operation_errors(path: str, operation: dict[str, Any]) -> set[int]:
@@ -315,6 +359,14 @@ def document_error_responses(app: FastAPI) -> None:
                     if code in (429, 503):
                         answer["headers"] = _RETRY_AFTER
                     operation["responses"].setdefault(str(code), answer)
+                reasons = OPERATION_REFUSALS.get(operation.get("operationId", ""), ())
+                if any(
+                    p.get("name", "").lower() == "idempotency-key" for p in operation.get("parameters", [])
+                ):
+                    reasons = (*reasons, "IDEMPOTENCY_KEY_REUSED")  # app.api.idempotency
+                if reasons:
+                    operation["x-refusals"] = {reason: REFUSALS[reason] for reason in reasons}
+                    _refusal_answer(operation["responses"]["422"], operation["x-refusals"])
                 if path == "/readyz":
                     operation["responses"].setdefault(
                         "503",

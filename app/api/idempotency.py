@@ -31,7 +31,8 @@ Remember = Callable[[Session, str], None]
 
 
 def _reused(exc: idempotency.KeyReused) -> ApiError:
-    return ApiError(422, str(exc), [FieldViolation(path="header.Idempotency-Key", message=str(exc))])
+    detail = [FieldViolation(path="header.Idempotency-Key", message=str(exc))]
+    return ApiError(422, str(exc), detail, reason="IDEMPOTENCY_KEY_REUSED")
 
 
 def create_once(

@@ -72,6 +72,29 @@ def _require_discriminators(document: dict[str, Any]) -> None:
     walk(document)
 
 
+PLANNED_KINDS = ("mia",)
+"""The kinds POST /v1/audits/plan covers (app.jobs.service.plan_audit)."""
+
+
+def _plan_body(document: dict[str, Any]) -> None:
+    """planAudit's body is a submit's, narrowed to the kinds plans cover (issue 20 L1): the route parses the
+    whole union, so a body of another kind keeps its 422 at `$.kind` ("plans cover kind mia")."""
+    for operations in document.get("paths", {}).values():
+        operation = operations.get("post") if isinstance(operations, dict) else None
+        if not operation or operation.get("operationId") != "planAudit":
+            continue
+        content = operation["requestBody"]["content"]["application/json"]
+        union = content["schema"]
+        mapping = {k: v for k, v in union["discriminator"]["mapping"].items() if k in PLANNED_KINDS}
+        content["schema"] = {
+            **union,
+            "oneOf": [{"$ref": ref} for ref in mapping.values()],
+            "discriminator": {**union["discriminator"], "mapping": mapping},
+        }
+        examples = content.get("examples") or {}
+        content["examples"] = {k: v for k, v in examples.items() if k in PLANNED_KINDS}
+
+
 def install_openapi(app: FastAPI) -> None:
     """Serve a document with the security scheme and result examples (operation ids come from
     `operation_id`, the app's generate_unique_id_function)."""
@@ -104,6 +127,7 @@ def install_openapi(app: FastAPI) -> None:
                     content = operation.get("responses", {}).get("200", {}).setdefault("content", {})
                     content.setdefault("application/json", {})["examples"] = examples
         _require_discriminators(schema)
+        _plan_body(schema)
         app.openapi_schema = schema
         return schema
 

@@ -54,11 +54,13 @@ def create_schedule(
     next cron time (or one interval from now). Runs at least ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS apart
     (422 naming `cron` or `interval_seconds`); at most ICLAUDIT_MAX_SCHEDULES per tenant (429)."""
     least = settings.schedule_min_interval_seconds
-    if body.cron is not None and (message := schedules.cron_problem(body.cron, min_interval=least)):
-        raise ApiError(422, message, [FieldViolation(path="$.cron", message=message)])
+    if body.cron is not None and (problem := schedules.cron_problem(body.cron, min_interval=least)):
+        message, reason = problem
+        raise ApiError(422, message, [FieldViolation(path="$.cron", message=message)], reason=reason)
     if body.interval_seconds is not None and body.interval_seconds < least:
         message = f"interval_seconds {schedules.too_often(body.interval_seconds, least)}"
-        raise ApiError(422, message, [FieldViolation(path="$.interval_seconds", message=message)])
+        detail = [FieldViolation(path="$.interval_seconds", message=message)]
+        raise ApiError(422, message, detail, reason="SERVER_LIMIT")
     if body.request is not None:
         check_request(session, tenant_id=tenant.id, request=body.request, settings=settings)
         target, stored = "audit", body.request.model_dump(mode="json")

@@ -65,9 +65,8 @@ def create_webhook(
     try:
         check_url(body.url, settings.webhook_egress)
     except EgressRefused as exc:
-        raise ApiError(
-            422, f"url: {exc.reason}.", [FieldViolation(path="$.url", message=exc.reason)]
-        ) from exc
+        detail = [FieldViolation(path="$.url", message=exc.reason)]
+        raise ApiError(422, f"url: {exc.reason}.", detail, reason="EGRESS_REFUSED") from exc
     row = webhook_rows.add_endpoint(
         session,
         tenant_id=tenant.id,

@@ -68,20 +68,24 @@ def too_often(seconds: float, min_interval: float) -> str:
     )
 
 
-def cron_problem(cron: str, *, after: datetime | None = None, min_interval: float = 0.0) -> str | None:
-    """Why `cron` cannot drive a schedule (not a cron expression, one that never fires, such as
-    "0 0 31 2 *": February has no 31st, or one whose closest two times are under `min_interval` seconds
-    apart: ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS), or None."""
+def cron_problem(
+    cron: str, *, after: datetime | None = None, min_interval: float = 0.0
+) -> tuple[str, str | None] | None:
+    """Why `cron` cannot drive a schedule, and the refusal's reason (app.schemas.errors.REFUSALS) where
+    its schema cannot say it: not a cron expression (None: CRON_PATTERN states it), one that never fires
+    (CRON_NEVER_FIRES, such as "0 0 31 2 *": February has no 31st), or one whose closest two times are
+    under `min_interval` seconds apart (SERVER_LIMIT: ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS); or None."""
     if not croniter.is_valid(cron):
-        return f"cron {cron!r} is not a cron expression (five fields, or six with seconds last)."
+        return f"cron {cron!r} is not a cron expression (five fields, or six with seconds last).", None
     try:
         croniter(cron, after or utcnow()).get_next(datetime)
     except (CroniterError, ValueError, OverflowError):
-        return f"cron {cron!r} never fires (no date matches it); give a time that exists."
+        message = f"cron {cron!r} never fires (no date matches it); give a time that exists."
+        return message, "CRON_NEVER_FIRES"
     if min_interval > 0:
         gap = shortest_gap(cron, after=after or utcnow(), below=min_interval)
         if gap < min_interval:
-            return f"cron {cron!r} {too_often(gap, min_interval)}"
+            return f"cron {cron!r} {too_often(gap, min_interval)}", "SERVER_LIMIT"
     return None
 
 

@@ -82,6 +82,7 @@ def check_size(request: SweepRequest, *, max_audits: int) -> int:
             "$.grid",
             f"grid: the sweep would create {total} audits ({shape}{seeds}), above this service's maximum "
             f"of {max_audits} (ICLAUDIT_SWEEP_MAX_AUDITS); split it.",
+            "SERVER_LIMIT",
         )
     return total
 
@@ -107,7 +108,7 @@ def check_notify(request: SweepRequest, settings: Settings) -> None:
         try:
             check_url(request.notify, settings.webhook_egress)
         except EgressRefused as exc:
-            raise Rejected("$.notify", f"notify: {exc.reason}.") from exc
+            raise Rejected("$.notify", f"notify: {exc.reason}.", "EGRESS_REFUSED") from exc
 
 
 def expand(
@@ -166,7 +167,8 @@ def submit_sweep(
             check_request(session, tenant_id=tenant_id, request=child, settings=settings, quota=False)
         except Rejected as exc:
             key = next((k for k in point if exc.path == f"$.{k}"), None)
-            raise Rejected(_key_path(key) if key else "$.base" + exc.path[1:], exc.message) from exc
+            path = _key_path(key) if key else "$.base" + exc.path[1:]
+            raise Rejected(path, exc.message, exc.reason) from exc
     reserve_active(session, **quota)
     sweep = store.add_sweep(
         session,

@@ -23,12 +23,14 @@ log = logging.getLogger(__name__)
 
 
 class Rejected(Exception):
-    """A request that fails a cross-cutting check; nothing was stored. `path` is a JSON path in the body."""
+    """A request that fails a cross-cutting check; nothing was stored. `path` is a JSON path in the body;
+    `reason` (app.schemas.errors.REFUSALS) when no schema can state the rule (state, configuration)."""
 
-    def __init__(self, path: str, message: str) -> None:
+    def __init__(self, path: str, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.path = path
         self.message = message
+        self.reason = reason
 
 
 class TooLarge(Exception):
@@ -98,6 +100,7 @@ def check_labels(session: Session, *, tenant_id: str, request: AuditRequestBase)
             f"{field[2:]}: this audit reads the records' labels, and dataset {request.dataset!r} has none "
             "(rows of text alone). Upload rows with a label, or use an attack that reads the records' text "
             "only (inquiry, canary_prompt, repeat, likelihood, min_k, …).",
+            "DATASET_UNLABELLED",
         )
 
 
@@ -115,6 +118,7 @@ def check_builtin_available(name: str, settings: Settings) -> None:
             f"The built-in dataset {name!r} is not available on this server ({reason}). An operator sets "
             f"ICLAUDIT_DATA_DIR to a directory holding {name}/train.jsonl and {name}/test.jsonl; or use "
             "synthetic_records, or upload a dataset (POST /v1/datasets). GET /v1/datasets lists what is available.",
+            "DATASET_UNAVAILABLE",
         )
 
 
@@ -168,7 +172,7 @@ def check_headers(
         try:
             resolve(value.secret)
         except secrets.MissingSecret as exc:
-            raise Rejected(f"{path}.secret", f"{where}.{name}: {exc}.") from None
+            raise Rejected(f"{path}.secret", f"{where}.{name}: {exc}.", "SECRET_NOT_SET") from None
 
 
 def check_request(
@@ -181,12 +185,13 @@ def check_request(
         try:
             check_url(request.notify, settings.webhook_egress)
         except EgressRefused as exc:
-            raise Rejected("$.notify", f"notify: {exc.reason}.") from exc
+            raise Rejected("$.notify", f"notify: {exc.reason}.", "EGRESS_REFUSED") from exc
     trials = getattr(request, "trials", None)
     if isinstance(trials, int) and trials > settings.max_trials:
         raise Rejected(
             "$.trials",
             f"trials is {trials}, above this service's maximum of {settings.max_trials} (ICLAUDIT_MAX_TRIALS).",
+            "SERVER_LIMIT",
         )
     if quota:
         check_active_quota(session, tenant_id=tenant_id, settings=settings)
@@ -195,12 +200,14 @@ def check_request(
         raise Rejected(
             "$.llm_calls",
             f"llm_calls is {llm_calls}, above this service's maximum of {settings.max_llm_calls} (ICLAUDIT_MAX_LLM_CALLS).",
+            "SERVER_LIMIT",
         )
     if request.dataset is not None and not known_dataset(session, tenant_id=tenant_id, name=request.dataset):
         raise Rejected(
             "$.dataset",
             f"Unknown dataset {request.dataset!r}: give a built-in name or the id of a dataset you uploaded "
             "(GET /v1/datasets).",
+            "UNKNOWN_DATASET",
         )
     if request.dataset is not None:
         check_builtin_available(request.dataset, settings)
@@ -210,7 +217,9 @@ def check_request(
         try:
             check_url(re.sub(r"\{[^{}]*\}", "x", endpoint.url), settings.endpoint_egress)
         except EgressRefused as exc:
-            raise Rejected("$.mechanism.endpoint.url", f"mechanism.endpoint.url: {exc.reason}.") from exc
+            raise Rejected(
+                "$.mechanism.endpoint.url", f"mechanism.endpoint.url: {exc.reason}.", "EGRESS_REFUSED"
+            ) from exc
         for i, step in enumerate([*getattr(endpoint, "steps", []), getattr(endpoint, "close", None)]):
             if step is None:
                 continue
@@ -222,7 +231,7 @@ def check_request(
             try:  # a template's {values} stand for one path segment each; the real URL is checked per call
                 check_url(re.sub(r"\{[^{}]*\}", "x", step.url), settings.endpoint_egress)
             except EgressRefused as exc:
-                raise Rejected(where, f"{where[2:]}: {exc.reason}.") from exc
+                raise Rejected(where, f"{where[2:]}: {exc.reason}.", "EGRESS_REFUSED") from exc
         headers = getattr(endpoint, "headers", None) or {}
         check_headers(headers, session=session, tenant_id=tenant_id, settings=settings)
     target = getattr(request, "target", None)
@@ -230,7 +239,7 @@ def check_request(
         try:
             check_url(target.url, settings.endpoint_egress)
         except EgressRefused as exc:
-            raise Rejected("$.target.url", f"target.url: {exc.reason}.") from exc
+            raise Rejected("$.target.url", f"target.url: {exc.reason}.", "EGRESS_REFUSED") from exc
         check_headers(
             target.headers, session=session, tenant_id=tenant_id, settings=settings, where="target.headers"
         )
@@ -241,7 +250,9 @@ def check_request(
             get_model_info(request.model)
         except UnknownModel as exc:
             raise Rejected(
-                "$.model", f"Unknown model {request.model!r}: GET /v1/models lists the registered ones."
+                "$.model",
+                f"Unknown model {request.model!r}: GET /v1/models lists the registered ones.",
+                "UNKNOWN_MODEL",
             ) from exc
 
 

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.audit.stats.verdict import Outcome
 from app.db.constants import AuditState
 from app.schemas.audits import request_union
 from app.schemas.sweeps import SweepRequest
+
+
+def _field(value: str) -> str:
+    """A cron field: `*` or a value or range of `value`, each with an optional step, comma-separated."""
+    item = rf"(\*|({value})(-({value}))?)(/[1-9][0-9]?)?"
+    return rf"{item}(,{item})*"
+
+
+_MINUTE = r"[0-5]?[0-9]"
+# Five fields (minute, hour, day of month, month, day of week: 0-7, 0 and 7 Sunday), or six with seconds
+# last; numbers only, one space apart. Every string it matches croniter parses (tests/api/
+# test_api_schema_rules.py); croniter's names, aliases (@daily) and L/W/# are not taken (issue 20 L1).
+CRON_PATTERN = (
+    "^"
+    + " ".join(
+        _field(v)
+        for v in (_MINUTE, r"[01]?[0-9]|2[0-3]", r"0?[1-9]|[12][0-9]|3[01]", r"0?[1-9]|1[0-2]", "[0-7]")
+    )
+    + f"( {_field(_MINUTE)})?$"
+)
+_CRON = re.compile(CRON_PATTERN)
 
 
 def _one_of(given: str, given_type: str, other: str) -> dict[str, Any]:
@@ -40,11 +62,22 @@ class ScheduleCreate(BaseModel):
     cron: str | None = Field(
         default=None,
         max_length=200,
-        description='Cron in UTC: five fields ("0 3 * * *": nightly at 03:00), or six with seconds last.',
+        description='Cron in UTC: five fields ("0 3 * * *": nightly at 03:00), or six with seconds last; '
+        "numbers, `*`, ranges, steps and lists.",
+        json_schema_extra={"pattern": CRON_PATTERN},
     )
     interval_seconds: float | None = Field(
         default=None, ge=1, le=366 * 86400, description="Or: every N seconds."
     )
+
+    @field_validator("cron")
+    @classmethod
+    def _cron_syntax(cls, cron: str | None) -> str | None:
+        if cron is not None and not _CRON.fullmatch(cron):
+            raise ValueError(
+                f"cron {cron!r} is not a cron expression (five fields, or six with seconds last)"
+            )
+        return cron
 
     @model_validator(mode="after")
     def _one_each(self) -> ScheduleCreate:

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.audit.accounting import MAX_SCALE, MIN_SCALE
 
 MAX_LABELS = 32
-LabelKey = Annotated[
-    str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]*[A-Za-z0-9])?$")
-]
+LABEL_KEY = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]*[A-Za-z0-9])?$"
+
+
+def pattern_keys(schema: dict[str, Any]) -> None:
+    """A dict whose keys have a pattern, as JSON Schema states it for every key: pydantic writes
+    patternProperties, which leave a key that does not match unconstrained; here the pattern goes to
+    propertyNames and the values' schema to additionalProperties (issue 20 L1)."""
+    patterns = schema.pop("patternProperties", {})
+    if len(patterns) == 1:
+        (pattern, values), *_ = patterns.items()
+        schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": pattern}
+        schema["additionalProperties"] = values
+
+
+LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=LABEL_KEY)]
 Labels = Annotated[
     dict[LabelKey, Annotated[str, Field(max_length=255)]],
     Field(
@@ -19,6 +31,7 @@ Labels = Annotated[
         description=f"Free-form metadata (model version, git sha, pipeline run): up to {MAX_LABELS} labels, "
         "keys ≤ 63 characters, values ≤ 255. Filter with `GET /v1/audits?label=key=value`; carried into "
         "webhook payloads.",
+        json_schema_extra=pattern_keys,
     ),
 ]
 

@@ -1,0 +1,95 @@
+"""Issue 20 L1: the rules the OpenAPI schema states hold as the server enforces them (nothing the schema
+allows is refused without a named reason, nothing it forbids accepted), and a refusal no schema can state
+carries its reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from croniter import croniter
+from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from app.config import Settings
+from app.db import keys
+from app.db.engine import make_engine, make_session_factory
+from app.db.migrate import upgrade
+from app.main import create_app
+from app.schemas.errors import REFUSALS
+from app.schemas.schedules import CRON_PATTERN, ScheduleCreate
+
+BOUND = {"kind": "bound", "counts": {"tp": 3, "fn": 1, "fp": 1, "tn": 3}}
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(st.from_regex(CRON_PATTERN, fullmatch=True).filter(lambda cron: len(cron) <= 200))
+def test_cron_pattern_no_looser_than_croniter(cron: str) -> None:
+    """Every cron the schema allows (its pattern, at most 200 characters), croniter parses, and the request
+    model takes."""
+    assert croniter.is_valid(cron), cron
+    assert ScheduleCreate.model_validate({"request": BOUND, "cron": cron}).cron == cron
+
+
+@pytest.mark.parametrize("cron", ["", "every night", "0 3 * * *\n", "*/0 * * * *", "0 24 * * *", "@daily"])
+def test_cron_outside_pattern_refused(cron: str) -> None:
+    with pytest.raises(ValidationError, match="is not a cron expression"):
+        ScheduleCreate.model_validate({"request": BOUND, "cron": cron})
+
+
+@pytest.fixture
+def client(tmp_path: Any, data_dir: Any) -> Any:
+    settings = Settings(
+        state_dir=tmp_path,
+        data_dir=data_dir,
+        auth_enabled=True,
+        executor="celery",
+        broker_url="redis://127.0.0.1:9/0",
+        rate_limit="",
+        write_rate_limit="",
+        max_trials=1000,
+        preload_models=False,
+        sweep_seconds=3600,
+        sweep_max_audits=4,
+    )
+    upgrade(settings.sqlalchemy_url)
+    engine = make_engine(settings.sqlalchemy_url)
+    with make_session_factory(engine).begin() as session:
+        key = keys.create_api_key(session, "rules")[1]
+    engine.dispose()
+    with TestClient(create_app(settings)) as c:
+        c.headers["Authorization"] = f"Bearer {key}"
+        yield c
+
+
+def test_refusals_are_named_and_declared(client: TestClient) -> None:
+    """A schema-valid request refused for server state or arithmetic names its reason, and the operation
+    declares that reason in the OpenAPI (x-refusals and the 422's reason enum); a schema rule has none."""
+    iclinf = {"kind": "iclinf", "dataset": "no-such-dataset", "model": "oracle"}
+    cases = [
+        ("/v1/audits", iclinf, "UNKNOWN_DATASET", "$.dataset"),
+        ("/v1/audits", {**BOUND, "model": "no-such-model"}, "UNKNOWN_MODEL", "$.model"),
+        ("/v1/audits", {**BOUND, "notify": "http://127.0.0.1:9/x"}, "EGRESS_REFUSED", "$.notify"),
+        (
+            "/v1/sweeps",
+            {"base": BOUND, "grid": {"confidence": [0.5, 0.6, 0.7, 0.8, 0.9]}},
+            "SERVER_LIMIT",
+            "$.grid",
+        ),
+        ("/v1/schedules", {"request": BOUND, "cron": "0 0 31 2 *"}, "CRON_NEVER_FIRES", "$.cron"),
+        ("/v1/webhooks", {"url": "http://127.1/hook"}, "EGRESS_REFUSED", "$.url"),
+    ]
+    document = client.get("/openapi.json").json()
+    for path, body, reason, where in cases:
+        answer = client.post(path, json=body)
+        assert answer.status_code == 422, (path, answer.text)
+        error = answer.json()["error"]
+        assert (error["reason"], error["details"][0]["path"]) == (reason, where), error
+        operation = document["paths"][path]["post"]
+        assert reason in operation["x-refusals"] and REFUSALS[reason] == operation["x-refusals"][reason]
+        narrowed = operation["responses"]["422"]["content"]["application/json"]["schema"]["allOf"][1]
+        assert reason in narrowed["properties"]["error"]["properties"]["reason"]["enum"]
+    plain = client.post("/v1/audits", json={**BOUND, "confidence": 2})
+    assert plain.status_code == 422 and "reason" not in plain.json()["error"]
