@@ -35,6 +35,7 @@ from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import require_head
 from app.integrations.dispatch import IntegrationsTicker
 from app.jobs.executors import Sweeper, make_executor
+from app.jobs.plans import close_planner
 from app.observability import install_request_ids
 from app.ui.routes import install_ui
 
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await watch.stop()
             datasets.close_checking_pool(app)  # the upload-checking processes, if any started
+            close_planner(app)  # the plan process, if a plan started it (app/jobs/plans.py)
             integrations.stop()
             sweeper.stop()
             executor.close()

@@ -20,6 +20,7 @@ from app.db.retry import is_transient, short_reason
 from app.integrations.dispatch import WEBHOOK_TASK
 from app.integrations.webhooks import deliver
 from app.jobs.broker import TASK_NAME
+from app.jobs.plans import PLAN_TASK, answer_plan
 from app.jobs.runner import run_audit as run_audit_by_id
 from app.observability import bind
 from workers.celery_app import celery_app
@@ -54,3 +55,10 @@ def deliver_webhook(delivery_id: str, attempt: int) -> None:
     """One attempt of one webhook delivery (app.integrations.webhooks.deliver records the outcome; a
     crash here leaves the delivery leased, and the API's tick hands it out again when the lease ends)."""
     deliver(delivery_id, attempt, sessions=_session_factory(), settings=get_settings())
+
+
+@celery_app.task(name=PLAN_TASK)
+def plan_audit(plan_id: str, tenant_id: str, body: dict, request_id: str | None = None) -> None:
+    """A plan of a checked request (app/jobs/plans.py), its answer pushed to Redis for the API process."""
+    with bind(request_id=request_id):
+        answer_plan(plan_id, tenant_id, body, sessions=_session_factory(), settings=get_settings())

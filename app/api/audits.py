@@ -21,6 +21,7 @@ from app.api.deps import (
     SessionDep,
     SettingsDep,
     TenantDep,
+    caller_tenant_id,
     count_remembered,
     recheck_key,
     remembered_tenant_id,
@@ -411,18 +412,32 @@ async def audit_events(
 
 
 @router.post("/plan", response_model=dict[str, Any], responses={**_ERRORS, 429: {"model": ErrorResponse}})
-def plan_audit(
+async def plan_audit(
     body: Annotated[AuditRequest, Body(openapi_examples=request_examples())],  # type: ignore[valid-type]
-    session: SessionDep,
-    tenant: TenantDep,
-    settings: SettingsDep,
+    request: Request,
+    authorization: Authorization = None,
 ) -> dict[str, Any]:
     """What this audit would cost and could resolve, without running it: model or endpoint calls, tokens,
     expected wall time from this deployment's finished audits, `epsilon_detectable` at the requested trials
     and the trials needed to resolve the claim (app/audit/plan.py). The same body and checks as a submit;
-    nothing is stored and nothing is called. One plan at a time per tenant (429 while one is computed)."""
-    with plan_slots.hold(tenant.id):
-        return service.plan_audit(session=session, tenant_id=tenant.id, request=body, settings=settings)
+    nothing is stored and nothing is called. The plan is computed by a worker, not this process
+    (app/jobs/plans.py): 503 if none answers in time. One plan at a time per tenant (429 while one is
+    computed)."""
+    from anyio import to_thread
+
+    from app.jobs import plans
+
+    tenant_id = await caller_tenant_id(request, authorization)
+    with plan_slots.hold(tenant_id):
+        settings = request.app.state.settings
+        await run_in_session(request, plans.check_plan, tenant_id, body, settings)
+        try:
+            answer = await to_thread.run_sync(
+                plans.planner(request.app).plan, tenant_id, body.model_dump(mode="json")
+            )
+        except plans.PlanUnavailable as exc:
+            raise ApiError(503, f"{exc}; retry later.", headers={"Retry-After": "30"}) from None
+    return plans.plan_of(answer)
 
 
 class ResumeChanges(BaseModel):

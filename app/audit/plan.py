@@ -1,7 +1,8 @@
 """Plan an audit before spending (issue 22 §1): its calls, tokens, time and power, without running it.
 
-A `mia` request is rehearsed: its contexts, partitions and the attack's prompts are built exactly as the
-run builds them (`mia._setup`, same seeds), with a stand-in engine that answers every label uniformly
+`plan_request` answers for every kind (`bound`, `iclinf` and `synthetic_generation` at the end of this
+module). A `mia` request is rehearsed: its contexts, partitions and the attack's prompts are built exactly
+as the run builds them (`mia._setup`, same seeds), with a stand-in engine that answers every label uniformly
 and counts what it is asked. The model's calls are the distinct prompts the run sends (`distinct_prompts`
 in its result; each goes to the engine once, whatever the engine's batching); an endpoint's calls are
 2 × `trials` (estimator `direct`: every trial one real call per context). Which prompts are asked does not
@@ -37,6 +38,9 @@ import numpy as np
 from app.audit.runtime import AuditError, RunContext
 from app.engines.protocol import EngineCounters, Generation, PromptLike
 
+VOCAB = 64
+"""The stand-in's vocabulary: the size of the next-token distributions a rehearsal samples from."""
+
 SAMPLE_TRIALS = 50_000
 """The larger of the two trial counts the rehearsal is timed at (the smaller: 1/50 of it)."""
 
@@ -62,11 +66,7 @@ class _StandIn:
         self.counters.forward_passes += len(prompts)
         if self.oracle is not None:
             return self.oracle.label_logprobs(prompts, labels)
-        rows = [
-            np.random.default_rng(int.from_bytes(hashlib.sha256(repr(p).encode()).digest()[:8], "little"))
-            for p in prompts
-        ]
-        return np.log(np.stack([rng.dirichlet(np.ones(len(labels))) for rng in rows]))
+        return self.label_logprobs_quiet(prompts, len(labels))
 
     def generate(
         self,
@@ -85,6 +85,26 @@ class _StandIn:
                 prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, n=n
             )
         return [[Generation("", (), ()) for _ in range(n)] for _ in prompts]
+
+    def next_token_logprobs(self, prompts: Sequence[PromptLike], top_k: Any = "all") -> list[Any]:
+        from app.engines.protocol import TokenDistribution
+
+        self.prompts.extend(prompts)
+        self.counters.forward_passes += len(prompts)
+        if self.oracle is not None:
+            return self.oracle.next_token_logprobs(prompts, top_k)  # refuses: not a language model
+        return [TokenDistribution(logprobs=row) for row in self.label_logprobs_quiet(prompts, VOCAB)]
+
+    def label_logprobs_quiet(self, prompts: Sequence[PromptLike], size: int) -> np.ndarray:
+        """A distribution over `size` outcomes per prompt, drawn from the prompt's hash (nothing recorded)."""
+        rows = [
+            np.random.default_rng(int.from_bytes(hashlib.sha256(repr(p).encode()).digest()[:8], "little"))
+            for p in prompts
+        ]
+        return np.log(np.stack([rng.dirichlet(np.ones(size)) for rng in rows]))
+
+    def decode(self, token_ids: Sequence[int]) -> str:
+        return ""
 
 
 def _model_name(request: Any) -> str:
@@ -131,6 +151,27 @@ def fit_rate(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
     return 0.0, float(np.median(seconds / calls))
 
 
+def _trials_needed(
+    detectable: Callable[[int], float], at: int, at_value: float, goal: float, max_trials: int
+) -> int | None:
+    """The smallest trials (to 5 %) at which `detectable(trials)` ≤ `goal`, searched from `at` (down when it
+    already resolves, else up by ×4); None for no goal (0) or none within `max_trials`."""
+    if goal <= 0:
+        return None
+    if at_value <= goal:
+        lo, hi = 2, at
+    else:
+        lo, hi = at, at
+        while detectable(hi) > goal and hi < max_trials:
+            lo, hi = hi, min(hi * 4, max_trials)
+        if detectable(hi) > goal:
+            return None
+    while hi - lo > 1 and hi > 1.05 * lo:  # to 5 %, halving the ratio (not the gap)
+        mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
+        lo, hi = (lo, mid) if detectable(mid) <= goal else (mid, hi)
+    return hi
+
+
 def _power(request: Any, gaussian: bool, claimed: float | None, max_trials: int) -> dict:
     """epsilon_detectable at the requested trials (η = 1) and the trials needed for `consistent`."""
     from app.audit.stats.auditor import THREAT_MODELS, assumption_for
@@ -174,22 +215,7 @@ def _power(request: Any, gaussian: bool, claimed: float | None, max_trials: int)
         return best
 
     at_request = detectable(request.trials)
-    needed: int | None = None
-    if threshold > 0:
-        goal = POWER_FACTOR * threshold
-        if at_request <= goal:
-            hi = request.trials
-            lo = 2
-        else:
-            lo, hi = request.trials, request.trials
-            while detectable(hi) > goal and hi < max_trials:
-                lo, hi = hi, min(hi * 4, max_trials)
-            hi = hi if detectable(hi) <= goal else None  # type: ignore[assignment]
-        if hi is not None:
-            while hi - lo > 1 and hi > 1.05 * lo:  # to 5 %, halving the ratio (not the gap)
-                mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
-                lo, hi = (lo, mid) if detectable(mid) <= goal else (mid, hi)
-            needed = hi
+    needed = _trials_needed(detectable, request.trials, at_request, POWER_FACTOR * threshold, max_trials)
     direct = request.estimator == "direct"
     return {
         "epsilon_detectable": at_request if math.isfinite(at_request) else None,
@@ -359,3 +385,261 @@ def plan_mia(
         },
         "notes": notes,
     }
+
+
+def _expected(sim: float, calls: int, per: float | None, fixed: float) -> float | None:
+    """The run's compute plus its calls at the measured rate (None without one; no calls: compute only)."""
+    if not calls:
+        return sim
+    return None if per is None else sim + fixed + per * calls
+
+
+def _model_time(sim: float, calls: int, rates: Rates) -> dict:
+    return {
+        "expected_seconds": _expected(sim, calls, rates.model_seconds_per_call, rates.model_fixed_seconds),
+        "compute_seconds": sim,
+        "model_seconds_per_call": rates.model_seconds_per_call if calls else None,
+        "endpoint_seconds_per_call": None,
+        "fixed_seconds": rates.model_fixed_seconds,
+        "basis": rates.basis,
+    }
+
+
+def _token_counter(tokens: Callable[[PromptLike], int] | None) -> Callable[[PromptLike], int] | None:
+    """`tokens` remembered per prompt text (a rehearsal sends the same texts many times), continuations
+    added as they are (the engine appends them whole)."""
+    if tokens is None:
+        return None
+    from app.engines.protocol import Prompt
+
+    @functools.lru_cache(maxsize=65_536)
+    def of_text(text: str, system: str | None) -> int:
+        return tokens(Prompt(text=text, system=system))
+
+    def count(prompt: PromptLike) -> int:
+        p = prompt if isinstance(prompt, Prompt) else Prompt(text=prompt)
+        return of_text(p.text, p.system) + len(p.continuation)
+
+    return count
+
+
+ICLINF_SAMPLE = 200
+"""Queries an `iclinf` plan rehearses (all of them when fewer): every query sends the same number of
+prompts, so the calls are exact at any m; tokens and compute are scaled from the sample."""
+
+
+def iclinf_prompts(shots: int, queries: int, output_space: str, calibration: bool, content_free: str) -> int:
+    """Prompts an `iclinf` run sends its engine (app/audit/kinds/iclinf.py): per query the k + 1
+    leave-one-out prompts, each again per content-free input with calibration, and with the vocabulary
+    output space the full prompt once more for its label scores (and its content-free inputs)."""
+    from app.audit.icl.iclinf import CONTENT_FREE_INPUTS
+
+    cf = len(CONTENT_FREE_INPUTS[content_free]) if calibration else 0
+    per_query = (shots + 1) * (1 + cf) + (1 + cf if output_space == "vocabulary" else 0)
+    return per_query * queries
+
+
+def synthetic_prompts_per_step(batch_size: int, variant: str) -> int:
+    """Prompts a `synthetic_generation` step sends: the s private ones, and the public one with `svt`."""
+    return batch_size + (1 if variant == "svt" else 0)
+
+
+def run_calls(kind: str, request: dict, result: dict) -> tuple[str, int] | None:
+    """("model" or "endpoint", calls) of a finished audit, counted as its plan counts them (the history
+    a plan's seconds per call are measured from); None when it made none."""
+    if kind == "mia":
+        endpoint = ((request.get("mechanism") or {}).get("endpoint") or {}).get("url")
+        if endpoint and result.get("endpoint_calls"):
+            return "endpoint", int(result["endpoint_calls"])
+        return ("model", int(result["distinct_prompts"])) if result.get("distinct_prompts") else None
+    if kind == "iclinf":
+        return "model", iclinf_prompts(
+            int(result.get("shots") or request.get("shots") or 4),
+            int(result.get("queries") or request.get("queries") or 500),
+            str(request.get("output_space") or "labels"),
+            bool(request.get("calibration")),
+            str(request.get("content_free") or "blank"),
+        )
+    if kind == "synthetic_generation" and result.get("generated_tokens"):
+        per_step = synthetic_prompts_per_step(int(result["batch_size"]), str(result.get("variant")))
+        return "model", int(result["generated_tokens"]) * per_step
+    return None
+
+
+def plan_bound(request: Any, *, max_trials: int = 8_000_000) -> dict:
+    """A `bound` calls nothing: zeros, the bound's own computation timed, and the closed-form power of
+    the membership test its counts (or held-out scores) make (η = 1), with the trials per side needed."""
+    from app.audit.kinds import bound
+    from app.audit.stats.thresholds import SELECTION_PENALTY
+    from app.audit.stats.verdict import POWER_FACTOR, MembershipTest, epsilon_detectable, power_uniforms
+
+    start = time.perf_counter()
+    result = bound.run(request, RunContext())
+    sim = time.perf_counter() - start
+    counts = result["counts"]
+    held_in, held_out = counts["tp"] + counts["fn"], counts["fp"] + counts["tn"]
+    given_in, given_out = (
+        (held_in, held_out)
+        if request.counts is not None
+        else (len(request.scores_in), len(request.scores_out))
+    )
+    threshold = request.epsilon if request.epsilon is not None else request.max_epsilon
+    uniforms = power_uniforms(np.random.default_rng(0))
+    split = result.get("threshold_strategy") == "split"
+
+    def detectable_at(n_in: int, n_out: int) -> float:
+        test = MembershipTest(
+            name="bound",
+            n_in=max(1, n_in),
+            n_out=max(1, n_out),
+            confidence=float(result.get("confidence") or request.confidence),
+            delta=request.delta,
+            assumption=request.assumption,
+            efficiency=1.0,
+            epsilon_lower=0.0,
+            selection_penalty=SELECTION_PENALTY if split else 1.0,
+        )
+        return epsilon_detectable(test, threshold, uniforms)
+
+    def detectable(per_side: int) -> float:  # per side as given; the test holds the same share of them
+        return detectable_at(round(per_side * held_in / given_in), round(per_side * held_out / given_out))
+
+    power: dict[str, Any] = {"trials": {"in": given_in, "out": given_out}, "llm_calls": None}
+    if result.get("biased"):
+        note = "threshold_strategy in_sample gives no verdict (an optimistic bound)"
+        power |= {"epsilon_detectable": None, "trials_needed": None, "llm_calls_needed": None, "note": note}
+    else:
+        at = detectable_at(held_in, held_out)
+        side = min(given_in, given_out)
+        needed = _trials_needed(detectable, side, detectable(side), POWER_FACTOR * threshold, max_trials)
+        power |= {
+            "epsilon_detectable": at if math.isfinite(at) else None,
+            "trials_needed": needed,
+            "llm_calls_needed": None,
+            "note": "closed form at the given counts, assuming the test sees the claim's whole signal (η = "
+            "1); trials_needed is per side (C1 and C0 alike)",
+        }
+    return {
+        "kind": "bound",
+        "calls": {"model": 0, "endpoint": 0, "exact": True},
+        "tokens": {"prompt": 0, "generated": 0},
+        "time": _model_time(sim, 0, Rates(basis="a bound calls no model: its computation, timed here")),
+        "power": power,
+        "notes": ["a bound calls no model and no endpoint: it is computed from the counts or scores given"],
+    }
+
+
+def plan_iclinf(
+    request: Any, *, datasets: Any, rates: Rates = Rates(), tokens: Callable[[PromptLike], int] | None = None
+) -> dict:
+    """An `iclinf` request rehearsed on up to ICLINF_SAMPLE of its queries with the stand-in engine: its
+    prompts (exact: the same number per query), their tokens and the computation scaled to all queries.
+    It measures a loss and has no claim or verdict, so no power."""
+    from app.audit.kinds import iclinf
+
+    dataset = datasets.load(request.dataset)
+    if len(dataset.test) < request.queries:  # the run's own refusal, which a smaller rehearsal would miss
+        raise AuditError(f"queries={request.queries} exceeds the {len(dataset.test)} test examples")
+    m = min(request.queries, ICLINF_SAMPLE)
+    engines = _Engines(request.model)
+    start = time.perf_counter()
+    iclinf.run(request.model_copy(update={"queries": m}), RunContext(engines=engines, datasets=datasets))
+    scale = request.queries / m
+    sim = (time.perf_counter() - start) * scale
+    sent = engines.stand_in.prompts
+    calls = len(sent) // m * request.queries
+    count = _token_counter(tokens)
+    prompt_tokens = None if count is None else round(sum(count(p) for p in sent) * scale)
+    notes = (
+        [] if m == request.queries else [f"tokens and compute scaled from {m} of {request.queries} queries"]
+    )
+    return {
+        "kind": "iclinf",
+        "calls": {"model": calls, "endpoint": 0, "exact": True},
+        "tokens": {"prompt": prompt_tokens, "generated": 0},
+        "time": _model_time(sim, calls, rates),
+        "power": {
+            "trials": None,
+            "llm_calls": None,
+            "epsilon_detectable": None,
+            "trials_needed": None,
+            "llm_calls_needed": None,
+            "note": "iclinf measures a privacy loss; it has no claim and no verdict to power",
+        },
+        "notes": notes,
+    }
+
+
+def plan_synthetic_generation(
+    request: Any, *, datasets: Any, rates: Rates = Rates(), tokens: Callable[[PromptLike], int] | None = None
+) -> dict:
+    """A `synthetic_generation` request: its theory solved as the run solves it, one sequence rehearsed
+    with the stand-in (the batch's prompts, the per-step computation), then N_gen · T_max steps of s
+    prompts (+ the public one with svt): an upper bound, since a sequence stops at the model's end of
+    text and svt once its private tokens are spent. The verdict measures the spent ε exactly, with no
+    sampling error: any overspend of the claim is detected, with no trials to add."""
+    from app.audit.kinds import synthetic_generation as sg
+
+    params = sg.theory(request)
+    s, n, t_max = params["batch_size"], request.sequences, request.max_new_tokens
+    one = request.model_copy(
+        update={
+            "sequences": 1,
+            "batch_size": s,
+            "clip": params["clip"],
+            "temperature": params["temperature"],
+            "target_epsilon": None,
+            "max_private_tokens": None,
+        }
+    )
+    engines = _Engines(request.model)
+    start = time.perf_counter()
+    sg.run(one, RunContext(engines=engines, datasets=datasets))
+    sim = (time.perf_counter() - start) * n
+    per_step = synthetic_prompts_per_step(s, request.variant)
+    steps = n * t_max
+    calls = steps * per_step
+    count = _token_counter(tokens)
+    prompt_tokens = None
+    if count is not None:  # each step sends the batch's prompts continued by the tokens generated so far
+        base = sum(count(p) for p in engines.stand_in.prompts[:per_step])
+        prompt_tokens = n * (t_max * base + per_step * t_max * (t_max - 1) // 2)
+    return {
+        "kind": "synthetic_generation",
+        "calls": {"model": calls, "endpoint": 0, "exact": False},
+        "tokens": {"prompt": prompt_tokens, "generated": steps},
+        "time": _model_time(sim, calls, rates),
+        "power": {
+            "trials": None,
+            "llm_calls": None,
+            "epsilon_theory": params["epsilon"],
+            "epsilon_detectable": params["epsilon"],
+            "trials_needed": None,
+            "llm_calls_needed": calls,
+            "note": "the spent ε is measured exactly (no sampling error): any overspend of ε_theory is seen",
+        },
+        "notes": [
+            f"calls and tokens are upper bounds: {steps} steps of {per_step} prompts, fewer when a sequence "
+            "ends early" + (" or the sparse vector test spends its private tokens" if per_step > s else "")
+        ],
+    }
+
+
+def plan_request(
+    request: Any,
+    *,
+    datasets: Any,
+    rates: Rates = Rates(),
+    tokens: Callable[[PromptLike], int] | None = None,
+    max_trials: int = 8_000_000,
+) -> dict:
+    """The plan of a request of any kind (the module docstring)."""
+    if request.kind == "mia":
+        return plan_mia(request, datasets=datasets, rates=rates, tokens=tokens, max_trials=max_trials)
+    if request.kind == "bound":
+        return plan_bound(request, max_trials=max_trials)
+    if request.kind == "iclinf":
+        return plan_iclinf(request, datasets=datasets, rates=rates, tokens=tokens)
+    if request.kind == "synthetic_generation":
+        return plan_synthetic_generation(request, datasets=datasets, rates=rates, tokens=tokens)
+    raise AuditError(f"kind {request.kind!r} cannot be planned")

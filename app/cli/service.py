@@ -69,8 +69,12 @@ def serve(
 def worker(
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
     queues: Annotated[
-        str, typer.Option(help="Queues to consume: audits, and webhooks (signed deliveries, short tasks).")
-    ] = "audits,webhooks",
+        str,
+        typer.Option(
+            help="Queues to consume: audits, plans (POST /v1/audits/plan, seconds each) and webhooks (signed "
+            "deliveries, short tasks)."
+        ),
+    ] = "audits,plans,webhooks",
     nice: Annotated[
         int,
         typer.Option(

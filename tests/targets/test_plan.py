@@ -75,3 +75,95 @@ def test_plan_refuses_what_a_submit_refuses(app_client, make_key) -> None:
         bad = json.loads((EXAMPLES / "mia-oracle-eps1.json").read_text()) | {"trials": 10**9}
         response = client.post("/v1/audits/plan", json=bad)
         assert response.status_code == 422 and response.json()["error"]["details"][0]["path"] == "$.trials"
+
+
+class Counting:
+    """The real engine, counting the prompts each call sends it (whatever its batching)."""
+
+    def __init__(self, engine) -> None:
+        self.engine, self.prompts = engine, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.engine, name)
+
+    def label_logprobs(self, prompts, labels):
+        self.prompts += len(prompts)
+        return self.engine.label_logprobs(prompts, labels)
+
+    def next_token_logprobs(self, prompts, top_k="all"):
+        self.prompts += len(prompts)
+        return self.engine.next_token_logprobs(prompts, top_k)
+
+
+def test_plan_counts_the_prompts_iclinf_and_synthetic_generation_send(smollm2, data_dir) -> None:
+    """Against real SmolLM2 runs: iclinf's calls are exact, synthetic generation's are N_gen·T_max steps
+    of s prompts (+1 with svt), of which the run sends those of the steps it took."""
+    from app.audit.kinds.registry import kind_module
+    from app.audit.local import LocalDatasets
+    from app.audit.plan import model_tokens, plan_request, run_calls
+    from app.audit.runtime import RunContext
+
+    datasets = LocalDatasets(data_dir)
+    bodies = [
+        json.loads((EXAMPLES / "iclinf-dbpedia-k2.json").read_text()) | {"queries": 3},
+        json.loads((EXAMPLES / "iclinf-dbpedia-k4-calibrated-zhao2021.json").read_text())
+        | {"queries": 2, "output_space": "vocabulary"},
+        json.loads((EXAMPLES / "synthgen-eps1.json").read_text()) | {"max_new_tokens": 3},
+        json.loads((EXAMPLES / "synthgen-svt-eps5.json").read_text())
+        | {"sequences": 2, "max_new_tokens": 4, "max_private_tokens": 2},
+    ]
+    for body in bodies:
+        request = kind_module(body["kind"]).Request.model_validate(body)
+        plan = plan_request(request, datasets=datasets, tokens=model_tokens(request.model))
+        engine = Counting(smollm2)
+        result = kind_module(body["kind"]).run(
+            request, RunContext(engines=_Provider(engine), datasets=datasets)
+        )
+        calls = plan["calls"]["model"]
+        assert run_calls(body["kind"], body, result) == ("model", engine.prompts), body
+        assert plan["tokens"]["prompt"] > 0 and plan["calls"]["endpoint"] == 0
+        if body["kind"] == "iclinf":
+            assert calls == engine.prompts and plan["calls"]["exact"] is True
+            assert plan["power"]["epsilon_detectable"] is None  # no claim, no verdict
+        else:
+            per_step = result["batch_size"] + (body.get("variant") == "svt")
+            assert calls == body["sequences"] * body["max_new_tokens"] * per_step >= engine.prompts
+            assert engine.prompts == result["generated_tokens"] * per_step and plan["calls"]["exact"] is False
+            assert plan["power"]["epsilon_detectable"] == result["epsilon_theory"]
+
+
+class _Provider:
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def llm(self, name: str):
+        return self.engine
+
+
+def test_plan_of_a_bound_calls_nothing_and_its_trials_needed_resolve(app_client, make_key) -> None:
+    """A bound's plan is zeros and the closed-form power of its counts; counts scaled to the trials it
+    says are needed detect 2× the claim, 10 % fewer do not (the search stops within 5 %)."""
+    from app.audit.kinds import bound
+    from app.audit.plan import plan_bound
+
+    body = json.loads((EXAMPLES / "bound-counts.json").read_text()) | {"epsilon": 1.0}
+    with app_client() as client:
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+        answer = client.post("/v1/audits/plan", json=body)
+        assert answer.status_code == 200, answer.text
+    plan = answer.json()
+    assert plan["calls"] == {"model": 0, "endpoint": 0, "exact": True} and plan["tokens"]["prompt"] == 0
+    needed = plan["power"]["trials_needed"]
+    assert needed > 4000 and plan["power"]["epsilon_detectable"] > 2.0  # 4,000 a side cannot resolve ε = 1
+
+    def detectable(per_side: int) -> float:
+        counts = {
+            "tp": per_side // 2,
+            "fn": per_side - per_side // 2,
+            "fp": per_side // 2,
+            "tn": per_side - per_side // 2,
+        }
+        scaled = bound.Request.model_validate(body | {"counts": counts})
+        return plan_bound(scaled)["power"]["epsilon_detectable"] or float("inf")
+
+    assert detectable(needed) <= 2.0 < detectable(round(needed * 0.9))

@@ -1,0 +1,411 @@
+"""Plans are computed where audits run, never in the API process (issue 22 §1).
+
+A plan rehearses the audit's own computation (app/audit/plan.py: seconds of CPU); in the API process it
+would hold the event loop's GIL and the CPU its polls need. The API checks the request as a submit does
+(422s), then hands the body to:
+
+- the embedded executor's plan process (`InlinePlanner`): a worker process like the audit ones
+  (app/jobs/pool.py: the same forkserver, the same lowered priority, its own database engine), one per API
+  process, started at the first plan, fed plans in tenant turns (`FairQueue`) over a pipe. It is apart
+  from the audit processes, so a plan never waits behind an hours-long audit, nor an audit behind plans;
+- with ICLAUDIT_EXECUTOR=celery, a Celery task `iclaudit.plan_audit` on the `plans` queue (which
+  `iclaudit worker` consumes), whose answer comes back as a Redis list `iclaudit:plan:<id>` (BLPOP).
+
+Both end in `compute_plan`, which reads the throughput from the tenant's finished audits
+(`measured_rates`) and plans the request. The API process only waits, in a worker thread, up to
+PLAN_WAIT_SECONDS (then `PlanUnavailable`: 503). app/api/connections.py's PlanSlots still lets a tenant
+have one plan at a time, now to share the planning worker's time among tenants.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import logging
+import os
+import threading
+import uuid
+from multiprocessing.connection import Connection
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from app import observability
+from app.config import Settings
+from app.db.models import Audit, AuditState
+
+log = logging.getLogger(__name__)
+
+PLAN_WAIT_SECONDS = 300
+"""How long the API waits for a worker to answer a plan (then 503)."""
+PLAN_TASK = "iclaudit.plan_audit"
+PLAN_QUEUE = "plans"
+PLAN_KEY = "iclaudit:plan:"
+PLAN_HISTORY = 20
+"""Finished audits a plan's throughput is measured from (the tenant's latest of the same kind and model, or
+of the same endpoint)."""
+
+
+class PlanUnavailable(Exception):
+    """No worker answered the plan in time (or the plan process died computing it)."""
+
+
+def _origin(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
+    """Seconds per model call of the tenant's latest SUCCEEDED audits of this kind and model, and per
+    endpoint call of those to this endpoint's origin, from (calls, finished − started) of up to
+    PLAN_HISTORY of each (calls as the plan counts them: app.audit.plan.run_calls): a fixed part and a
+    per-call part when their calls differ (app.audit.plan.fit_rate), else the median seconds per call."""
+    from app.audit.plan import Rates, fit_rate, run_calls
+    from app.db.scoping import owned
+
+    endpoint = getattr(getattr(request, "mechanism", None), "endpoint", None)
+    rows = session.scalars(
+        owned(Audit, tenant_id)
+        .where(Audit.kind == request.kind, Audit.state == AuditState.SUCCEEDED, Audit.started_at.is_not(None))
+        .order_by(Audit.finished_at.desc())
+        .limit(20 * PLAN_HISTORY)
+    ).all()
+    model: list[tuple[int, float]] = []
+    url: list[tuple[int, float]] = []
+    for audit in rows:
+        body = audit.request or {}
+        if audit.finished_at is None:
+            continue
+        seconds = (audit.finished_at - audit.started_at).total_seconds()
+        calls = run_calls(audit.kind, body, audit.result or {})
+        their = ((body.get("mechanism") or {}).get("endpoint") or {}).get("url")
+        if calls is None:
+            continue
+        if calls[0] == "endpoint":
+            if endpoint is not None and their and _origin(their) == _origin(endpoint.url):
+                url.append((calls[1], seconds))
+        elif body.get("model") == request.model and calls[1]:
+            model.append((calls[1], seconds))
+    model, url = model[:PLAN_HISTORY], url[:PLAN_HISTORY]
+    basis = ", ".join(
+        f"{len(v)} finished {request.kind} audits {what}"
+        for v, what in ((model, f"of {request.model}"), (url, "of this endpoint"))
+        if v
+    )
+    model_fit, url_fit = fit_rate(model), fit_rate(url)
+    return Rates(
+        model_seconds_per_call=model_fit[1] if model_fit else None,
+        endpoint_seconds_per_call=url_fit[1] if url_fit else None,
+        basis=basis or "no finished audit to measure from",
+        model_fixed_seconds=model_fit[0] if model_fit else 0.0,
+        endpoint_fixed_seconds=url_fit[0] if url_fit else 0.0,
+    )
+
+
+def compute_plan(
+    *, session_factory: sessionmaker[Session], tenant_id: str, body: dict, settings: Settings
+) -> dict:
+    """The plan of a checked request body, in a worker: {"plan": …}, or {"rejected": message} when the
+    run itself would refuse it (app.audit.runtime.AuditError)."""
+    from app.audit.kinds.registry import kind_module
+    from app.audit.plan import model_tokens, plan_request
+    from app.audit.runtime import AuditError
+    from app.jobs.providers import TenantDatasets
+
+    request = kind_module(body["kind"]).Request.model_validate(body)
+    with session_factory() as session:
+        rates = measured_rates(session, tenant_id=tenant_id, request=request)
+    datasets = TenantDatasets(
+        session_factory=session_factory,
+        tenant_id=tenant_id,
+        data_dir=settings.data_dir,
+        max_rows=settings.upload_max_rows,
+    )
+    endpoint = getattr(getattr(request, "mechanism", None), "name", None) == "http_endpoint"
+    try:
+        tokens = None if endpoint or request.kind == "bound" else model_tokens(request.model)
+        plan = plan_request(
+            request, datasets=datasets, rates=rates, tokens=tokens, max_trials=settings.max_trials
+        )
+    except AuditError as exc:
+        return {"rejected": f"this request cannot be planned: {exc}"}
+    return {"plan": plan}
+
+
+def _plan_child(
+    conn: Connection, lifeline: Connection, settings: Settings, level: int, environ: dict
+) -> None:
+    """The plan process: `(plan_id, request_id, tenant_id, body)` in, `("planned", (plan_id, answer))` out
+    (`("log", record)` for its log lines, as the audit processes send theirs); None stops it."""
+    import signal
+
+    from app.jobs.pool import AUDIT_NICE, _die_with_api, _PipeLog
+
+    os.environ.clear()
+    os.environ.update(environ)
+    from app.config import get_settings
+    from app.db.engine import make_engine, make_session_factory
+
+    get_settings.cache_clear()
+    lock = threading.Lock()
+
+    def send(message: tuple[str, Any]) -> None:
+        with lock:
+            conn.send(message)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_api(lifeline)
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + AUDIT_NICE)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(_PipeLog(send))
+    root.setLevel(level)
+    engine = make_engine(
+        settings.sqlalchemy_url, pool_size=1, max_overflow=2, connect_retry_seconds=5, name="iclaudit-plans"
+    )
+    sessions = make_session_factory(engine)
+    try:
+        while True:
+            try:
+                message = conn.recv()
+            except (EOFError, OSError):
+                return
+            if message is None:
+                return
+            plan_id, request_id, tenant_id, body = message
+            with observability.bind(request_id=request_id):
+                try:
+                    answer = compute_plan(
+                        session_factory=sessions, tenant_id=tenant_id, body=body, settings=settings
+                    )
+                except Exception as exc:
+                    log.exception("plan %s failed", plan_id)
+                    answer = {"error": type(exc).__name__}
+            send(("planned", (plan_id, answer)))
+    finally:
+        engine.dispose()
+
+
+class InlinePlanner:
+    """The embedded executor's plan process (the module docstring), started at the first plan and again
+    after it died; plans wait their tenant's turn in a FairQueue and run one at a time."""
+
+    def __init__(self, settings: Settings) -> None:
+        from app.jobs.executors import FairQueue
+
+        self._settings = settings
+        self._queue = FairQueue()
+        self._stopping = threading.Event()
+        self._answers: dict[str, dict] = {}
+        self._changed = threading.Condition()
+        self._process: Any = None
+        self._conn: Connection | None = None
+        self._lifeline: Connection | None = None
+        self._alive = False
+        self.pid: int | None = None
+        """The plan process's id once started (tests stop it to show where plans are computed)."""
+        self._slot = threading.Thread(target=self._work, name="plan-slot", daemon=True)
+        self._slot.start()
+
+    def _start(self) -> None:
+        from app.jobs.pool import context
+
+        ctx = context()
+        self._conn, child = ctx.Pipe(duplex=True)
+        lifeline, self._lifeline = ctx.Pipe(duplex=False)
+        level = min(logging.getLogger().getEffectiveLevel(), logging.INFO)
+        self._process = ctx.Process(
+            target=_plan_child,
+            args=(child, lifeline, self._settings, level, dict(os.environ)),
+            name="iclaudit-plans",
+            daemon=True,
+        )
+        self._process.start()
+        child.close()
+        lifeline.close()
+        self.pid = self._process.pid
+        self._alive = True
+        threading.Thread(target=self._read, args=(self._conn,), name="plan-reader", daemon=True).start()
+
+    def _read(self, conn: Connection) -> None:
+        while True:
+            try:
+                kind, payload = conn.recv()
+            except (EOFError, OSError):
+                break
+            if kind == "log":
+                logger = logging.getLogger(payload.name)
+                if logger.isEnabledFor(payload.levelno):
+                    logger.handle(payload)
+            elif kind == "planned":
+                with self._changed:
+                    self._answers[payload[0]] = payload[1]
+                    self._changed.notify_all()
+        with self._changed:
+            self._alive = False
+            self._changed.notify_all()
+
+    def _compute(self, plan_id: str, request_id: str | None, tenant_id: str, body: dict) -> dict | None:
+        """Send one plan to the process (started if need be) and wait for its answer; None if it died."""
+        if self._process is None or not self._alive or not self._process.is_alive():
+            self._stop_process(timeout=0)
+            self._start()
+        try:
+            self._conn.send((plan_id, request_id, tenant_id, body))  # type: ignore[union-attr]
+        except OSError:
+            return None
+        with self._changed:
+            while plan_id not in self._answers and self._alive:
+                self._changed.wait(1.0)
+            return self._answers.pop(plan_id, None)
+
+    def _work(self) -> None:
+        while (item := self._queue.get(self._stopping)) is not None:
+            request_id, tenant_id, body, done = item
+            if not done.set_running_or_notify_cancel():
+                continue  # its caller stopped waiting
+            try:
+                answer = self._compute(uuid.uuid4().hex, request_id, tenant_id, body)
+            except Exception as exc:
+                done.set_exception(exc)
+                continue
+            if answer is None:
+                done.set_exception(PlanUnavailable("the plan process died computing this plan"))
+            else:
+                done.set_result(answer)
+
+    def plan(self, tenant_id: str, body: dict, timeout: float | None = None) -> dict:
+        """The worker's answer to one plan (blocks the calling thread, not the event loop), waiting up to
+        `timeout` seconds (PLAN_WAIT_SECONDS)."""
+        timeout = PLAN_WAIT_SECONDS if timeout is None else timeout
+        done: concurrent.futures.Future[dict] = concurrent.futures.Future()
+        self._queue.put(tenant_id, (observability.request_id.get(), tenant_id, body, done))
+        try:
+            return done.result(timeout)
+        except concurrent.futures.TimeoutError:
+            done.cancel()
+            raise PlanUnavailable(f"no worker answered the plan within {timeout:.0f} s") from None
+
+    def _stop_process(self, timeout: float) -> None:
+        if self._process is None:
+            return
+        with contextlib.suppress(OSError):
+            self._conn.send(None)  # type: ignore[union-attr]
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join(5)
+        for conn in (self._conn, self._lifeline):
+            if conn is not None:
+                conn.close()
+        self._process = self._conn = self._lifeline = None
+
+    def close(self) -> None:
+        self._stopping.set()
+        self._queue.wake_all()
+        with self._changed:
+            self._alive = False  # a plan being waited for fails now instead of at its process's end
+            self._changed.notify_all()
+        self._slot.join(10)
+        self._stop_process(timeout=10)
+
+
+class CeleryPlanner:
+    """Plans as Celery tasks on the `plans` queue; each answer is pushed to a Redis list (BLPOP here)."""
+
+    def __init__(self, settings: Settings) -> None:
+        from app.jobs.broker import create_celery
+
+        self._celery = create_celery(settings)
+        self._broker_url = settings.broker_url
+
+    def plan(self, tenant_id: str, body: dict, timeout: float | None = None) -> dict:
+        import redis
+
+        timeout = PLAN_WAIT_SECONDS if timeout is None else timeout
+        plan_id = uuid.uuid4().hex
+        request_id = observability.request_id.get()
+        self._celery.send_task(
+            PLAN_TASK,
+            args=[plan_id, tenant_id, body],
+            kwargs={"request_id": request_id} if request_id else {},
+            queue=PLAN_QUEUE,
+            expires=timeout,  # a plan nobody waits for any more is not computed
+        )
+        # the socket waits longer than the BLPOP, which answers None at its own timeout
+        client = redis.Redis.from_url(self._broker_url, socket_connect_timeout=5, socket_timeout=timeout + 10)
+        try:
+            got = client.blpop([PLAN_KEY + plan_id], timeout=max(1, round(timeout)))
+        finally:
+            client.close()
+        if got is None:
+            raise PlanUnavailable(f"no worker answered the plan within {timeout:.0f} s")
+        return json.loads(got[1])
+
+    def close(self) -> None:
+        self._celery.close()
+
+
+def answer_plan(
+    plan_id: str, tenant_id: str, body: dict, *, sessions: sessionmaker[Session], settings: Settings
+) -> None:
+    """A Celery worker's side of a plan: compute it and push the answer for the waiting API process."""
+    import redis
+
+    try:
+        answer = compute_plan(session_factory=sessions, tenant_id=tenant_id, body=body, settings=settings)
+    except Exception as exc:
+        log.exception("plan %s failed", plan_id)
+        answer = {"error": type(exc).__name__}
+    client = redis.Redis.from_url(settings.broker_url, socket_connect_timeout=5)
+    try:
+        client.rpush(PLAN_KEY + plan_id, json.dumps(answer))
+        client.expire(PLAN_KEY + plan_id, PLAN_WAIT_SECONDS)
+    finally:
+        client.close()
+
+
+_lock = threading.Lock()
+
+
+def planner(app: Any) -> InlinePlanner | CeleryPlanner:
+    """The app's planner, made at its first plan (the executor's kind)."""
+    with _lock:
+        found = getattr(app.state, "planner", None)
+        if found is None:
+            settings = app.state.settings
+            found = CeleryPlanner(settings) if settings.executor == "celery" else InlinePlanner(settings)
+            app.state.planner = found
+        return found
+
+
+def close_planner(app: Any) -> None:
+    """Stop the app's planner, if a plan started one (the app's shutdown)."""
+    found = getattr(app.state, "planner", None)
+    if found is not None:
+        found.close()
+        app.state.planner = None
+
+
+def check_plan(session: Session, tenant_id: str, request: Any, settings: Settings) -> None:
+    """The checks of a submit (422s), the quota aside: a plan stores nothing."""
+    from app.jobs.service import check_request
+
+    check_request(session, tenant_id=tenant_id, request=request, settings=settings, quota=False)
+
+
+def plan_of(answer: dict) -> dict:
+    """The plan in a worker's answer; Rejected (422) when the run would refuse the request."""
+    from app.jobs.service import Rejected
+
+    if "rejected" in answer:
+        raise Rejected("$", answer["rejected"])
+    if "plan" not in answer:
+        raise RuntimeError(f"the plan failed in the worker ({answer.get('error')})")
+    return answer["plan"]  # type: ignore[no-any-return]
