@@ -16,6 +16,7 @@ Retry-After), each answered in the API's error shape with the setting that sets 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import logging
@@ -200,6 +201,52 @@ class LocalWindows:
             self._counts.pop(key, None)
 
 
+class BatchedHits:
+    """One Redis round trip for the hits of a window that arrive together (one event loop): while a batch
+    is in flight the next gathers, and the k hits of one key in a batch are one `hit(cost=k)`. The window
+    arithmetic is exact: k hits all pass one after another exactly when `cost=k` passes (the count only
+    grows), and when it does not, the batch's hits are sent one by one, each answered as alone."""
+
+    def __init__(self, limiter: object) -> None:
+        self.limiter = limiter
+        self._pending: dict[tuple[RateLimitItem, tuple[str, ...]], list[asyncio.Future[bool]]] = {}
+        self._sender: asyncio.Task[None] | None = None
+
+    async def hit(self, item: RateLimitItem, *identifiers: str) -> bool:
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault((item, identifiers), []).append(future)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send())
+        return await future
+
+    async def _send(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, {}
+            await asyncio.gather(
+                *(self._settle(item, ids, futures) for (item, ids), futures in batch.items())
+            )
+
+    async def _settle(
+        self, item: RateLimitItem, ids: tuple[str, ...], futures: list[asyncio.Future[bool]]
+    ) -> None:
+        hit = self.limiter.hit  # type: ignore[attr-defined]
+        try:
+            if await hit(item, *ids, cost=len(futures)):
+                answers = [True] * len(futures)
+            elif len(futures) == 1:
+                answers = [False]
+            else:
+                answers = [await hit(item, *ids) for _ in futures]
+        except Exception as exc:  # the storage is away: each caller decides (Guard lets them through)
+            for future in futures:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for future, allowed in zip(futures, answers, strict=True):
+            if not future.done():
+                future.set_result(allowed)
+
+
 @dataclass(frozen=True)
 class _Rule:
     items: tuple[RateLimitItem, ...]
@@ -223,8 +270,11 @@ class Guard:
         write_rate: str,
         auth_failures_per_key: str,
         auth_failures_per_address: str,
+        url: str = "memory://",
     ) -> None:
         self.local = isinstance(storage, MemoryStorage)
+        self._url = url  # the shared storage's URL, for the event loop's own client (`request_async`)
+        self._async: object | None = None  # limits.aio's limiter on the same Redis (`request_async`)
         self._limiter: SlidingWindowCounterRateLimiter | LocalWindows = (
             LocalWindows() if self.local else SlidingWindowCounterRateLimiter(storage)
         )
@@ -246,6 +296,7 @@ class Guard:
             write_rate=settings.write_rate_limit,
             auth_failures_per_key=settings.auth_failure_limit,
             auth_failures_per_address=settings.auth_failure_address_limit,
+            url=url,
         )
 
     def _retry_after(self, item: RateLimitItem, *keys: str) -> int:
@@ -272,6 +323,51 @@ class Guard:
         self._check(self._rate, ("tenant", tenant_id), True, "Too many requests: this tenant")
         if method in _WRITES:
             self._check(self._write_rate, ("tenant-writes", tenant_id), True, "Too many writes: this tenant")
+
+    async def request_async(self, tenant_id: str, method: str) -> None:
+        """`request` for a shared (Redis) storage, counted on the event loop (limits.aio, the same keys and
+        Lua scripts as the synchronous limiter, so every process and both paths count in one window): a
+        poll answered before the stack (app/api/shared_poll.py) needs no thread for its limit. A storage
+        outage lets the request through (logged), as `request` does."""
+        checks = [(self._rate, ("tenant", tenant_id), "Too many requests: this tenant")]
+        if method in _WRITES:
+            checks.append((self._write_rate, ("tenant-writes", tenant_id), "Too many writes: this tenant"))
+        limiter = self._async_limiter()
+        for rule, keys, message in checks:
+            for item in rule.items:
+                try:
+                    allowed = await limiter.hit(item, *keys)
+                    retry_after = 0 if allowed else await self._retry_after_async(item, *keys)
+                except Exception as exc:  # Redis down: limits are protection, not availability
+                    log.warning(
+                        "rate-limit storage unavailable (%s: %s); not limiting", type(exc).__name__, exc
+                    )
+                    return
+                if not allowed:
+                    raise TooManyRequests(
+                        f"{message} is limited to {item} ({rule.setting}); retry after Retry-After seconds.",
+                        retry_after,
+                    )
+
+    def _async_limiter(self) -> BatchedHits:
+        """limits.aio's sliding-window-counter limiter on this guard's Redis, its hits batched (made on
+        first use, on the event loop of this process; redis-py's asyncio client)."""
+        if self._async is None:
+            from limits.aio.strategies import SlidingWindowCounterRateLimiter as AioLimiter
+
+            url = self._url.removeprefix("async+")
+            self._async = BatchedHits(
+                AioLimiter(storage_from_string(f"async+{url}", implementation="redispy"))
+            )
+        return self._async  # type: ignore[return-value]
+
+    async def _retry_after_async(self, item: RateLimitItem, *keys: str) -> int:
+        reset_at = (await self._async_limiter().limiter.get_window_stats(item, *keys)).reset_time
+        return math.ceil(reset_at - time.time())
+
+    def known_good(self, key: str) -> bool:
+        """Whether `key` authenticated here lately (`before_authentication` then checks nothing)."""
+        return self._digest(key) in self._good
 
     @staticmethod
     def _digest(key: str) -> bytes:

@@ -1,0 +1,223 @@
+"""The poll of an audit answered before the middleware stack when the rate limits are shared by several
+API processes (`iclaudit serve --workers N`, limits in Redis; issue 22 §5), as app/api/fast_poll.py
+answers it for one process with its limits in memory.
+
+For a caller whose key was verified here in the last few seconds (app.db.keys.remembered; its secret
+passed here, so the failed-authentication throttles check nothing):
+
+- a finished audit's kept answer (app.api.watch.FinishedBodies) is served as is: a terminal state is final,
+  whichever process wrote it;
+- a running audit's answer kept here (`CheckedRunning`, taken from this process's own 200 answers) is
+  served only after its current mark is read from PostgreSQL (app.db.mark_check: one indexed SELECT per
+  batch of polls, on the event loop, after the poll arrived) and its ETag equals the kept one. A write
+  by any process (a Celery worker's progress, another API process's cancel) committed before the poll
+  began changes the mark, and the poll then goes the long way and renders the new state: never stale.
+
+The tenant's limit is counted in Redis on the event loop (app.api.limits.Guard.request_async: the same
+window every process and the long way count in); 429 in the error shape. The answer carries what the
+stack would have added (ETag, Cache-Control, the security headers, X-Request-ID) and the HTTP metrics are
+recorded under the route's template. Anything else goes down the stack unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from typing import Any
+
+from cachetools import LRUCache
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.deps import _renew_soon
+from app.api.errors import error_response
+from app.api.fast_poll import _SECURITY, PREFIX, FastPoll
+from app.api.headers import csp_for
+from app.api.limits import TooManyRequests
+from app.api.watch import CACHE_CONTROL, bodies_of, etag_of, matches
+from app.db import keys, mark_check
+from app.observability import request_id, request_id_for
+
+CHECKED_ENTRIES = 4096
+CHECKED_MAX_BODY = 256 * 1024
+
+
+class CheckedRunning:
+    """(ETag, body) of running audits' answers by (tenant id, audit id): served only once the audit's
+    current mark gives the same ETag (see the module docstring)."""
+
+    def __init__(self, max_entries: int = CHECKED_ENTRIES) -> None:
+        self._cache: LRUCache[tuple[str, str], tuple[str, bytes]] = LRUCache(max_entries)
+        self._lock = threading.Lock()
+        self._refreshing: dict[tuple[str, str], asyncio.Future[tuple[str, bytes] | None]] = {}
+
+    def get(self, tenant_id: str, audit_id: str) -> tuple[str, bytes] | None:
+        with self._lock:
+            return self._cache.get((tenant_id, audit_id))
+
+    def put(self, tenant_id: str, audit_id: str, etag: str, body: bytes) -> None:
+        with self._lock:
+            self._cache[(tenant_id, audit_id)] = (etag, body)
+
+    def refresh(self, tenant_id: str, audit_id: str) -> asyncio.Future[tuple[str, bytes] | None] | None:
+        """The refresh in flight for this answer (a poll reading it the long way), or None after starting
+        one: the caller then reads it and calls `settle`."""
+        future = self._refreshing.get((tenant_id, audit_id))
+        if future is None:
+            self._refreshing[(tenant_id, audit_id)] = asyncio.get_running_loop().create_future()
+        return future
+
+    def settle(self, tenant_id: str, audit_id: str) -> None:
+        """The refresh is done: its waiters get what is kept now (None when nothing is)."""
+        future = self._refreshing.pop((tenant_id, audit_id), None)
+        if future is not None and not future.done():
+            future.set_result(self.get(tenant_id, audit_id))
+
+
+class SharedPoll(FastPoll):
+    def __init__(self, app: ASGIApp) -> None:
+        super().__init__(app)
+        self._checks: mark_check.MarkCheck | bool | None = False  # False: not made yet
+        self._running = CheckedRunning()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
+            path: str = scope["path"]
+            audit_id = path[len(PREFIX) :] if path.startswith(PREFIX) else ""
+            state = scope["app"].state
+            if audit_id and "/" not in audit_id and not state.guard.local:
+                tenant_id = self._remembered(state, scope)
+                if tenant_id is not None:
+                    answered, refreshing = await self._answer_shared(scope, audit_id, tenant_id, send)
+                    if answered:
+                        return
+                    try:
+                        await self.app(scope, receive, self._keeping(scope, audit_id, tenant_id, send))
+                    finally:
+                        if refreshing:
+                            self._running.settle(tenant_id, audit_id)
+                    return
+        await self.app(scope, receive, send)
+
+    @staticmethod
+    def _remembered(state: Any, scope: Scope) -> str | None:
+        """The tenant of a key verified here lately that the failure throttles would pass at once."""
+        if not state.settings.auth_enabled:
+            return state.default_tenant_id  # type: ignore[no-any-return]
+        authorization = _header(scope, b"authorization")
+        scheme, _, key = (authorization or "").partition(" ")
+        key = key.strip()
+        if scheme.lower() != "bearer" or not key or not state.guard.known_good(key):
+            return None
+        found = keys.remembered(key)
+        if found is None:
+            return None
+        if found[1] > keys.VERIFIED_TTL_SECONDS / 2:
+            _renew_soon(state, key)
+        return found[0]
+
+    def _mark_check(self, state: Any) -> mark_check.MarkCheck | None:
+        if self._checks is False:
+            url = state.settings.sqlalchemy_url
+            self._checks = mark_check.MarkCheck(url, etag_of) if mark_check.supported(url) else None
+            state.mark_check = self._checks  # closed at shutdown (close_shared_poll)
+        return self._checks  # type: ignore[return-value]
+
+    async def _answer_shared(
+        self, scope: Scope, audit_id: str, tenant_id: str, send: Send
+    ) -> tuple[bool, bool]:
+        """(answered, this poll reads the answer the long way for the others: call `settle` after)."""
+        started = time.perf_counter()
+        state = scope["app"].state
+        held = bodies_of(scope["app"]).get(tenant_id, audit_id)
+        if held is not None:
+            etag, _, body = held
+        else:
+            checks = self._mark_check(state)
+            if checks is None:
+                return False, False
+            current = await checks.etag(audit_id)  # read after this poll arrived
+            if current is None:  # not found, or the database is away: the long way says which
+                return False, False
+            kept = self._running.get(tenant_id, audit_id)
+            if kept is None or kept[0] != current:
+                # written since: one poll reads it the long way, the others wait for that (read after
+                # they arrived) and take it when its ETag is the one their own check read
+                waiting = self._running.refresh(tenant_id, audit_id)
+                if waiting is None:
+                    return False, True
+                kept = await asyncio.shield(waiting)
+                if kept is None or kept[0] != current:
+                    return False, False
+            etag, body = kept
+        rid = request_id_for(_header(scope, b"x-request-id"))
+        request_id.set(rid)
+        common = [*_SECURITY, (b"content-security-policy", csp_for(scope["path"]).encode())]
+        common.append((b"x-request-id", rid.encode()))
+        try:
+            await state.guard.request_async(tenant_id, "GET")
+        except TooManyRequests as exc:
+            refused = error_response(429, exc.message, **{"Retry-After": str(exc.retry_after)})
+            await self._send(send, 429, [*refused.raw_headers, *common], refused.body)
+            self._record(scope, 429, refused.raw_headers, started)
+            return True, False
+        headers = [(b"etag", etag.encode()), (b"cache-control", CACHE_CONTROL.encode()), *common]
+        if matches(_header(scope, b"if-none-match"), etag):
+            await self._send(send, 304, headers, b"")
+            self._record(scope, 304, headers, started)
+            return True, False
+        headers = [
+            (b"content-length", str(len(body)).encode()),
+            (b"content-type", b"application/json"),
+            *headers,
+        ]
+        await self._send(send, 200, headers, body)
+        self._record(scope, 200, headers, started)
+        return True, False
+
+    def _keeping(self, scope: Scope, audit_id: str, tenant_id: str, send: Send) -> Send:
+        """`send`, keeping a 200 answer of a running audit (its ETag and body come from one read) for the
+        next polls to serve once checked; a finished audit's is kept by the route (FinishedBodies)."""
+        if self._mark_check(scope["app"].state) is None:
+            return send
+        etag: str | None = None
+        parts: list[bytes] = []
+
+        async def keeping(message: Message) -> None:
+            nonlocal etag
+            if message["type"] == "http.response.start":
+                if message["status"] == 200:
+                    etag = next((v.decode() for k, v in message.get("headers", []) if k == b"etag"), None)
+            elif message["type"] == "http.response.body" and etag is not None:
+                parts.append(message.get("body", b""))
+                size = sum(map(len, parts))
+                if size > CHECKED_MAX_BODY:
+                    etag = None
+                elif (
+                    not message.get("more_body", False)
+                    and bodies_of(scope["app"]).get(tenant_id, audit_id) is None
+                ):
+                    self._running.put(tenant_id, audit_id, etag, b"".join(parts))
+            await send(message)
+
+        return keeping
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")  # type: ignore[no-any-return]
+    return None
+
+
+def install_shared_poll(app: Any) -> None:
+    """Outermost, after install_fast_poll (it passes every request through while the limits are local)."""
+    app.add_middleware(SharedPoll)
+
+
+async def close_shared_poll(app: Any) -> None:
+    checks = getattr(app.state, "mark_check", None)
+    if checks:
+        with contextlib.suppress(Exception):
+            await checks.close()

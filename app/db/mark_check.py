@@ -1,0 +1,113 @@
+"""Audits' marks read on the event loop, batched: the cheap validity check of a kept answer when other
+processes write (issue 22 §5: several API processes and Celery workers on PostgreSQL).
+
+A poll that holds a rendered answer for a running audit asks `MarkCheck.etag(audit_id)`. The request
+joins the next batch; one batch is one indexed `SELECT id, <mark> FROM audits WHERE id IN (...)` on a
+connection of this process's own small async pool, with no thread hop. A batch is sent only after every
+request in it arrived (requests that come while a batch is in flight wait for the next one), so the
+answer reflects every write committed before the poll began, by any process: a kept answer is served only
+while its ETag equals the mark's, never a stale state. Under load the batches grow, so the queries per
+second stay near one per connection round trip however many polls there are.
+
+The mark is app.db.polling.MARK_FIELDS (state, progress, attempt, cancel flag, start and finish times),
+read through the same SQLAlchemy column types as the API's own reads, so `app.api.watch.etag_of` gives
+the same ETag from either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import make_url
+
+from app.db.models import Audit
+from app.db.polling import MARK_FIELDS
+from app.db.retry import short_reason
+
+log = logging.getLogger(__name__)
+
+_MARKS = select(Audit.id, *(getattr(Audit, name) for name in MARK_FIELDS))
+BATCH_MAX = 500
+
+
+class MarkCheck:
+    """Batched mark reads for one event loop (one API process). `etag(audit_id)` → the audit's current
+    ETag, or None when it is gone or the read failed (the caller then reads the long way)."""
+
+    def __init__(self, url: str, etag_of: Callable[[Any], str], *, connections: int = 2) -> None:
+        from sqlalchemy.ext.asyncio import create_async_engine
+
+        self._engine = create_async_engine(
+            make_url(url),
+            pool_size=connections,
+            max_overflow=0,
+            pool_pre_ping=False,  # a broken connection fails its batch (polls go the long way) and is replaced
+            connect_args={"connect_timeout": 5, "application_name": "iclaudit-api-marks"},
+        )
+        self._etag_of = etag_of
+        self._pending: dict[str, list[asyncio.Future[str | None]]] = {}
+        self._slots = asyncio.Semaphore(connections)
+        self._sender: asyncio.Task[None] | None = None
+        self.batches = 0  # how many queries so far
+        self.checks = 0  # how many polls asked
+
+    async def etag(self, audit_id: str) -> str | None:
+        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(audit_id, []).append(future)
+        self.checks += 1
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send())
+        return await future
+
+    async def _send(self) -> None:
+        """Start a batch whenever a connection is free and requests wait; each batch holds the requests
+        that arrived before it started."""
+        running: set[asyncio.Task[None]] = set()
+        try:
+            while self._pending:
+                await self._slots.acquire()
+                if not self._pending:
+                    self._slots.release()
+                    break
+                ids = list(self._pending)[:BATCH_MAX]
+                batch = {i: self._pending.pop(i) for i in ids}
+                task = asyncio.create_task(self._read(batch))
+                running.add(task)
+                task.add_done_callback(running.discard)
+                await asyncio.sleep(0)  # let the batch's query go out before gathering the next one
+        finally:
+            if running:
+                await asyncio.gather(*running, return_exceptions=True)
+
+    async def _read(self, batch: dict[str, list[asyncio.Future[str | None]]]) -> None:
+        found: dict[str, str] = {}
+        try:
+            async with self._engine.connect() as connection:
+                for row in await connection.execute(_MARKS.where(Audit.id.in_(list(batch)))):
+                    found[row.id] = self._etag_of(row)
+            self.batches += 1
+        except Exception as exc:  # the database is away: these polls read the long way (with its retries)
+            log.warning("mark check failed (%s); reading the long way", short_reason(exc))
+        finally:
+            self._slots.release()
+            for audit_id, futures in batch.items():
+                for future in futures:
+                    if not future.done():
+                        future.set_result(found.get(audit_id))
+
+    async def close(self) -> None:
+        if self._sender is not None:
+            with contextlib.suppress(Exception):
+                await self._sender
+        await self._engine.dispose()
+
+
+def supported(url: str) -> bool:
+    """Whether marks can be read on the event loop for this database (PostgreSQL through psycopg)."""
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "psycopg"
