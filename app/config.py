@@ -97,8 +97,9 @@ class Settings(BaseSettings):
     )
     default_budget: dict[str, float] | None = Field(
         default=None,
-        description='Budget given to every tenant\'s mia audit that sets none (JSON: {"max_calls": 100000, '
-        '"max_seconds": 3600}; app/audit/budget.py). Stored with the audit at submit.',
+        description="Budget given to every tenant's audit that sets none and calls a model or an endpoint "
+        '(mia, iclinf, synthetic_generation; JSON: {"max_calls": 100000, "max_seconds": 3600}; '
+        "app/audit/budget.py). Stored with the audit at submit.",
     )
     secrets_dir: Path | None = Field(
         default=None,

@@ -1,5 +1,10 @@
 """Budgets (issue 22 §2): `budget: {max_calls, max_tokens, max_seconds}` on an audit, counted as it runs.
 
+Kinds: mia, iclinf and synthetic_generation take one (`with_budget` shows the spend at every progress
+report); `bound` makes no call, so it takes none (a budget there is a 422). An iclinf audit stopped by a cap
+keeps the queries it finished, a synthetic_generation audit the texts it finished; both are marked
+`inconclusive` (budget) unless what was measured already shows a violation (`stopped_verdict`).
+
 Calls are the model's distinct prompts (each goes to the engine once) and an endpoint's calls; tokens the
 engine's prompt and generated tokens; seconds the audit's wall time since its computation began. The
 meter is checked before every model or endpoint call and at every progress report: the call that would
@@ -18,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.audit.runtime import AuditError
+from app.audit.runtime import AuditError, RunContext
 
 
 class BudgetSpec(BaseModel):
@@ -120,3 +125,34 @@ class MeteredEngine:
                 self._meter.charge(calls=len(prompts), tokens=after - before)
 
         return metered
+
+
+def with_budget(ctx: RunContext, budget: BudgetSpec | None) -> tuple[RunContext, Meter]:
+    """`ctx` whose progress reports check the budget and show the spend against it (`calls 120/500, …`),
+    and the meter that counts it; without a budget `ctx` itself and a meter that only counts."""
+    import dataclasses
+
+    meter = Meter(budget)
+    if budget is None:
+        return ctx, meter
+    report = ctx.progress
+
+    def progress(stage: str, fraction: float, message: str = "") -> None:
+        meter.check()
+        report(stage, fraction, f"{message} · {meter.summary()}" if message else meter.summary())
+
+    return dataclasses.replace(ctx, progress=progress), meter
+
+
+def stopped_verdict(stop: BudgetExhausted, finished: str, judged: dict | None = None) -> dict:
+    """The verdict fields of an audit a cap stopped, judged on what it `finished` ("3 of 50 queries"):
+    `inconclusive` (budget), unless `judged` — the verdict of what was measured — is already a violation,
+    which more calls could not undo."""
+    if judged is not None and judged.get("verdict") == "violation":
+        return judged
+    reason = f"{stop}; measured on the {finished} it finished"
+    return {
+        "verdict": "inconclusive",
+        "verdict_reason": reason,
+        "headline": f"Inconclusive (budget): {reason}",
+    }

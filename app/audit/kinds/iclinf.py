@@ -20,6 +20,7 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
+from app.audit.budget import BudgetExhausted, BudgetSpec, MeteredEngine, stopped_verdict, with_budget
 from app.audit.icl.iclinf import (
     CONTENT_FREE_INPUTS,
     calibrate,
@@ -87,6 +88,13 @@ class Request(AuditRequestBase):
         default=None,
         description="Custom templates only: how one exemplar is written, with {text} and {label} "
         "(default 'Input: {text}\\nOutput: {label}').",
+    )
+    budget: BudgetSpec | None = Field(
+        default=None,
+        description="Caps on model calls (prompts scored: k + 1 a query, more with calibration), tokens and "
+        "seconds (app/audit/budget.py). Stopped by one, the audit keeps the queries it finished — a uniform "
+        "sample of the m drawn, so ICLInf and its spread are estimated on them — and is inconclusive: "
+        "budget; stopped before its first query, it fails naming the cap.",
     )
 
     @model_validator(mode="after")
@@ -187,32 +195,43 @@ def run(request: Request, ctx: RunContext) -> dict:
     template = resolve_template(request.template, request.dataset, dataset.labels, request.example_format)
     words = template.words(dataset.labels)
     label_index = {label: i for i, label in enumerate(dataset.labels)}
-    engine = ctx.engines.llm(request.model)
-    passes_before = engine.counters.forward_passes
+    ctx, meter = with_budget(ctx, request.budget)
+    raw_engine = ctx.engines.llm(request.model)
+    passes_before = raw_engine.counters.forward_passes
+    engine = MeteredEngine(raw_engine, meter) if request.budget is not None else raw_engine
 
     k, m = request.shots, request.queries
     inputs = CONTENT_FREE_INPUTS[request.content_free]
     losses = np.empty((m, k))
-    correct = 0
-    for j, (query, exemplars) in enumerate(draw_queries(dataset, k, m, request.seed)):
-        prompts = leave_one_out_prompts(template, exemplars, query.text)
-        logp = score(engine, prompts, request.output_space, words)
-        if request.calibration:
-            logp = calibrate(
-                logp, content_free_logprobs(engine, template, exemplars, inputs, request.output_space, words)
-            )
-        losses[j] = leave_one_out_losses(logp[0], logp[1:])
-        if request.output_space == "labels":
-            label_logp = logp[0]
-        else:
-            label_logp = score(engine, prompts[:1], "labels", words)[0]
+    correct = done = 0
+    stop: BudgetExhausted | None = None
+    try:
+        for j, (query, exemplars) in enumerate(draw_queries(dataset, k, m, request.seed)):
+            prompts = leave_one_out_prompts(template, exemplars, query.text)
+            logp = score(engine, prompts, request.output_space, words)
             if request.calibration:
-                cf = content_free_logprobs(
-                    engine, template, exemplars, inputs, "labels", words, first_only=True
+                logp = calibrate(
+                    logp,
+                    content_free_logprobs(engine, template, exemplars, inputs, request.output_space, words),
                 )
-                label_logp = calibrate(label_logp, cf[0])
-        correct += int(np.argmax(label_logp)) == label_index.get(query.label or "", -1)
-        ctx.progress("iclinf", (j + 1) / m, f"query {j + 1}/{m}")
+            losses[j] = leave_one_out_losses(logp[0], logp[1:])
+            if request.output_space == "labels":
+                label_logp = logp[0]
+            else:
+                label_logp = score(engine, prompts[:1], "labels", words)[0]
+                if request.calibration:
+                    cf = content_free_logprobs(
+                        engine, template, exemplars, inputs, "labels", words, first_only=True
+                    )
+                    label_logp = calibrate(label_logp, cf[0])
+            correct += int(np.argmax(label_logp)) == label_index.get(query.label or "", -1)
+            done = j + 1
+            ctx.progress("iclinf", (j + 1) / m, f"query {j + 1}/{m}")
+    except BudgetExhausted as exc:  # a cap: keep the queries finished, a prefix of a uniform draw
+        if done == 0:
+            raise
+        stop = exc if done < m else None  # the report after the last query: nothing was left undone
+    losses, m = losses[:done], done
 
     summary = summarize(losses)
     chance = 1.0 / len(dataset.labels)
@@ -223,10 +242,17 @@ def run(request: Request, ctx: RunContext) -> dict:
             "model does not solve this task in context, so its ICLInf says little about what it learns from "
             "the exemplars."
         )
-    forward_passes = engine.counters.forward_passes - passes_before
+    forward_passes = raw_engine.counters.forward_passes - passes_before
     if ctx.on_counters is not None:
         ctx.on_counters({"forward_passes": forward_passes})
+    extra: dict = {}
+    if stop is not None:
+        extra = stopped_verdict(stop, f"{done} of {request.queries} queries")
+        extra["stopped"] = {"reason": "budget", "cap": stop.cap, "message": str(stop), "queries": done}
+    if request.budget is not None:
+        extra.update(meter.as_dict())
     return {
+        **extra,
         "kind": "iclinf",
         "dataset": request.dataset,
         "model": request.model,

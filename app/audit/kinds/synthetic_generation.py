@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE, rdp
+from app.audit.budget import BudgetExhausted, BudgetSpec, MeteredEngine, stopped_verdict, with_budget
 from app.audit.icl.synthetic import SparseVectorTest, generate_private_sequence
 from app.audit.icl.templates import generation_prompt, public_generation_prompt
 from app.audit.kinds.base import (
@@ -82,6 +83,14 @@ class Request(AuditRequestBase):
         ge=1,
         le=512_000,
         description="svt: r, private tokens allowed in all (default N_gen·T_max).",
+    )
+    budget: BudgetSpec | None = Field(
+        default=None,
+        description="Caps on model calls (prompts sent: s a token, one more with svt), tokens and seconds "
+        "(app/audit/budget.py). Stopped by one, the audit keeps the texts it finished and their measured RDP "
+        "(a lower count of what the full run would spend), and is inconclusive: budget, unless that already "
+        "exceeds epsilon_theory (a violation more tokens could not undo); stopped before its first text, it "
+        "fails naming the cap.",
     )
 
     @model_validator(mode="after")
@@ -182,12 +191,14 @@ def run(request: Request, ctx: RunContext) -> dict:
             f"dataset {request.dataset!r} has {len(private)} training examples labelled {request.label!r}; "
             f"batch_size={s} needs at least that many"
         )
-    engine = ctx.engines.llm(request.model)
-    passes_before = engine.counters.forward_passes
+    ctx, meter = with_budget(ctx, request.budget)
+    raw_engine = ctx.engines.llm(request.model)
+    passes_before = raw_engine.counters.forward_passes
+    engine = MeteredEngine(raw_engine, meter) if request.budget is not None else raw_engine
     rng = np.random.default_rng(request.seed)
     batch = [private[i] for i in rng.choice(len(private), size=s, replace=False)]
     prompts = [generation_prompt(e.text, request.label) for e in batch]
-    stop = frozenset(getattr(engine, "eos_token_ids", ()) or ())
+    stop_ids = frozenset(getattr(engine, "eos_token_ids", ()) or ())
     orders = sorted({*rdp.EMPIRICAL_ORDERS, alpha})
     budget = private_token_budget(request)
     svt = None
@@ -206,33 +217,39 @@ def run(request: Request, ctx: RunContext) -> dict:
     step_losses: list[list[float]] = []
     private_mask: list[list[bool]] = []
     at_alpha = orders.index(alpha)
-    for i in range(n):
-        if svt is not None and svt.exhausted:
-            break
+    stop: BudgetExhausted | None = None
+    try:
+        for i in range(n):
+            if svt is not None and svt.exhausted:
+                break
 
-        def on_token(t: int, i: int = i) -> None:
-            ctx.progress(
-                "generate", (i * t_max + t + 1) / (n * t_max), f"sequence {i + 1}/{n}, token {t + 1}"
+            def on_token(t: int, i: int = i) -> None:
+                ctx.progress(
+                    "generate", (i * t_max + t + 1) / (n * t_max), f"sequence {i + 1}/{n}, token {t + 1}"
+                )
+
+            seq = generate_private_sequence(
+                engine,
+                prompts,
+                clip=params["clip"],
+                temperature=params["temperature"],
+                max_new_tokens=t_max,
+                orders=orders,
+                rng=rng,
+                stop_token_ids=stop_ids,
+                on_token=on_token,
+                public_prompt=public_generation_prompt(request.label) if svt is not None else None,
+                svt=svt,
             )
-
-        seq = generate_private_sequence(
-            engine,
-            prompts,
-            clip=params["clip"],
-            temperature=params["temperature"],
-            max_new_tokens=t_max,
-            orders=orders,
-            rng=rng,
-            stop_token_ids=stop,
-            on_token=on_token,
-            public_prompt=public_generation_prompt(request.label) if svt is not None else None,
-            svt=svt,
-        )
-        texts.append(seq.text)
-        for step in seq.step_curves:
-            curve += step
-        step_losses.append([float(step[at_alpha]) for step in seq.step_curves])
-        private_mask.append(list(seq.private))
+            texts.append(seq.text)
+            for step in seq.step_curves:
+                curve += step
+            step_losses.append([float(step[at_alpha]) for step in seq.step_curves])
+            private_mask.append(list(seq.private))
+    except BudgetExhausted as exc:  # a cap: keep the texts finished (app/audit/budget.py)
+        if not texts:
+            raise
+        stop = exc
     if svt is not None:
         curve += svt.rdp_curve(orders)
     theory_curve = [
@@ -249,10 +266,15 @@ def run(request: Request, ctx: RunContext) -> dict:
     epsilon_empirical, alpha_empirical = rdp.rdp_curve_epsilon(orders, curve, request.delta)
     private_tokens = sum(sum(mask) for mask in private_mask)
     generated = sum(len(mask) for mask in private_mask)
-    forward_passes = engine.counters.forward_passes - passes_before
+    forward_passes = raw_engine.counters.forward_passes - passes_before
     if ctx.on_counters is not None:
         ctx.on_counters({"forward_passes": forward_passes})
     verdict = judge_accounting(epsilon_empirical, params["epsilon"]).as_dict()
+    if stop is not None:
+        verdict = stopped_verdict(stop, f"{len(texts)} of {n} texts", verdict)
+        verdict["stopped"] = {"reason": "budget", "cap": stop.cap, "message": str(stop), "texts": len(texts)}
+    if request.budget is not None:
+        verdict.update(meter.as_dict())
     return {
         **verdict,
         "violation": verdict["verdict"] == "violation",
@@ -264,7 +286,7 @@ def run(request: Request, ctx: RunContext) -> dict:
         "batch_size": s,
         "clip": params["clip"],
         "temperature": params["temperature"],
-        "sequences": n,
+        "sequences": len(texts) if stop is not None else n,
         "max_new_tokens": t_max,
         "delta": request.delta,
         "target_epsilon": request.target_epsilon,

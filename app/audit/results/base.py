@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,6 +49,19 @@ class ResultBase(BaseModel):
     )
     epsilon_detectable_unbounded: bool | None = Field(
         default=None, description="True when no true ε up to 100 would be flagged with probability ≥ ½."
+    )
+    stopped: dict[str, Any] | None = Field(
+        default=None,
+        description="Set when a budget cap stopped the audit (app/audit/budget.py): reason, cap, message and "
+        "what it finished (mia: trials a context; iclinf: queries; synthetic_generation: texts), on which it "
+        "was measured; the verdict is then inconclusive unless that already shows a violation.",
+    )
+    budget: dict[str, Any] | None = Field(
+        default=None,
+        description="The audit's budget caps (max_calls, max_tokens, max_seconds), when it had one.",
+    )
+    spent: dict[str, Any] | None = Field(
+        default=None, description="What it spent against them: calls, tokens, seconds."
     )
 
     def verdicts(self) -> list[Verdict]:
