@@ -812,9 +812,9 @@ def test_a_tenants_open_streams_and_long_polls_are_capped(held: Live) -> None:
     tenant holding two event streams gets 429 naming the setting for a third stream and for a long-poll;
     another tenant's stream opens; once one stream closes the tenant's long-poll is served again."""
     with held.client("c-streams") as api, held.client("c-other") as other, contextlib.ExitStack() as first:
-        # audits that stay PENDING or RUNNING for the test's length (cancelled at its end)
-        audit = api.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
-        theirs = other.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
+        # audits that stay PENDING for the test's length, behind the held worker (cancelled at its end)
+        audit = api.post("/v1/audits", json=held.gate.request()).json()
+        theirs = other.post("/v1/audits", json=held.gate.request()).json()
         with contextlib.ExitStack() as second:
             streams = [_open_stream(api, first, audit["id"]), _open_stream(api, second, audit["id"])]
             third = api.get(f"/v1/audits/{audit['id']}/events")

@@ -6,12 +6,19 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from service.client import bound_request, long_mia_request, sse_events, verdict_request, wait_for
+from service.gate import Gate
+from sqlalchemy import select
 
 from app.audit.stats.verdict import OUTCOMES
+from app.db import audits as audit_rows
+from app.db.models import Audit
 
 
 def _sqlite_only(settings, why: str) -> None:
@@ -21,16 +28,62 @@ def _sqlite_only(settings, why: str) -> None:
         pytest.skip(why)
 
 
-def _hold_the_worker(client) -> dict[str, Any]:
-    """A long audit on the single inline worker, so that audits submitted after it stay PENDING: 8M trials
-    (~15 s on an idle machine; 2M finished within the tests' checks), cancelled or stopped with the app."""
-    running = client.post("/v1/audits", json=long_mia_request(trials=8_000_000)).json()
+@pytest.fixture
+def gate() -> Iterator[Gate]:
+    with Gate() as held:
+        yield held
+
+
+@pytest.fixture
+def app_client(app_client: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
+    """The conftest's, with the gate's endpoint allowed; the gate opens before the app stops (a held audit
+    ends and its worker is free)."""
+
+    @contextmanager
+    def open_client(**changes: Any) -> Iterator[TestClient]:
+        with app_client(endpoint_allowlist=[gate.url], **changes) as c:
+            try:
+                yield c
+            finally:
+                gate.release()
+
+    return open_client
+
+
+def _hold_the_worker(client, gate: Gate) -> dict[str, Any]:
+    """An audit RUNNING at the gate (tests/service/gate.py) on the single inline worker, so that audits
+    submitted after it stay PENDING until the gate opens, however fast or busy the machine is."""
+    running = client.post("/v1/audits", json=gate.request()).json()
+    gate.wait_entered()
     wait_for(client.get, running["id"], ("RUNNING",))
     return running
 
 
-def test_etag_and_304_follow_state_and_progress(client) -> None:
-    running = _hold_the_worker(client)
+def _end(client, gate: Gate, running: dict[str, Any]) -> None:
+    """Cancel the held audit, open the gate, and wait for it to end CANCELLED."""
+    client.post(f"/v1/audits/{running['id']}/cancel")
+    gate.release()
+    assert wait_for(client.get, running["id"])["state"] == "CANCELLED"
+
+
+def _record_progress(client, audit_id: str, fraction: float) -> None:
+    """Write the held audit's progress as its runner does (app.db.audits.record_progress, its attempt):
+    the gated runner writes none while it waits."""
+    with client.app.state.session_factory.begin() as session:
+        attempt = session.execute(select(Audit.attempt).where(Audit.id == audit_id)).scalar_one()
+        assert audit_rows.record_progress(
+            session,
+            audit_id=audit_id,
+            attempt=attempt,
+            stage="trials",
+            fraction=fraction,
+            eta_seconds=None,
+            message="",
+        )
+
+
+def test_etag_and_304_follow_state_and_progress(client, gate) -> None:
+    running = _hold_the_worker(client, gate)
     posted = client.post("/v1/audits", json=bound_request())
     queued = posted.json()
     first = client.get(f"/v1/audits/{queued['id']}")
@@ -49,17 +102,16 @@ def test_etag_and_304_follow_state_and_progress(client) -> None:
     after = client.get(f"/v1/audits/{queued['id']}", headers={"If-None-Match": etag})
     assert after.status_code == 200 and after.json() == cancelled and after.headers["ETag"] != etag
 
-    # the running audit's ETag moves with its progress: one ETag per distinct progress seen
+    # the running audit's ETag moves with its progress: one ETag per distinct progress written
     seen: dict[str, str] = {}
-    deadline = time.monotonic() + 30
-    while len({json.loads(p)["fraction"] for p in seen.values()}) < 3 and time.monotonic() < deadline:
+    for fraction in (0.25, 0.25, 0.5, 0.75, 0.75):
+        _record_progress(client, running["id"], fraction)
         response = client.get(f"/v1/audits/{running['id']}")
+        assert response.json()["progress"]["fraction"] == fraction
         seen.setdefault(response.headers["ETag"], json.dumps(response.json()["progress"], sort_keys=True))
-        time.sleep(0.05)
-    assert len({json.loads(p)["fraction"] for p in seen.values()}) >= 3, seen
+    assert {json.loads(p)["fraction"] for p in seen.values()} == {0.25, 0.5, 0.75}, seen
     assert len(set(seen.values())) == len(seen), seen
-    client.post(f"/v1/audits/{running['id']}/cancel")
-    wait_for(client.get, running["id"])
+    _end(client, gate, running)
 
 
 def test_result_has_an_etag_and_304(client) -> None:
@@ -71,9 +123,9 @@ def test_result_has_an_etag_and_304(client) -> None:
     assert again.status_code == 304 and again.content == b""
 
 
-def test_long_poll_returns_on_change_and_times_out_unchanged(client, settings) -> None:
+def test_long_poll_returns_on_change_and_times_out_unchanged(client, settings, gate) -> None:
     _sqlite_only(settings, "long-poll timing is the hub's, not the dialect's")
-    running = _hold_the_worker(client)
+    running = _hold_the_worker(client, gate)
     queued = client.post("/v1/audits", json=bound_request()).json()
     path = f"/v1/audits/{queued['id']}"
     etag = client.get(path).headers["ETag"]
@@ -106,8 +158,7 @@ def test_long_poll_returns_on_change_and_times_out_unchanged(client, settings) -
     start = time.monotonic()
     assert client.get(path, params={"wait": "30"}).json()["state"] == "CANCELLED"
     assert time.monotonic() - start < 2
-    client.post(f"/v1/audits/{running['id']}/cancel")
-    wait_for(client.get, running["id"])
+    _end(client, gate, running)
 
 
 def test_wait_out_of_bounds_is_422(client, settings) -> None:
@@ -162,14 +213,14 @@ def test_list_summary_by_default_full_on_request(client) -> None:
     assert "text/event-stream" in events
 
 
-def test_list_filters_on_the_results_verdict(client, make_key) -> None:
+def test_list_filters_on_the_results_verdict(client, make_key, gate) -> None:
     """`?verdict=` reads the stored result's `verdict` JSON field (`->>` on PostgreSQL, `json_extract` on
     SQLite), in both views, with the other filters and across pages; an unknown verdict is 422."""
     made = {o: client.post("/v1/audits", json=verdict_request(o)).json()["id"] for o in OUTCOMES}
     second_leak = client.post("/v1/audits", json=verdict_request("leak", labels={"run": "2"})).json()["id"]
     for audit_id in [*made.values(), second_leak]:
         wait_for(client.get, audit_id)
-    running = _hold_the_worker(client)  # no result yet: never matches a verdict
+    running = _hold_the_worker(client, gate)  # no result yet: never matches a verdict
     bob = client.post(  # another tenant's leak is not listed
         "/v1/audits", json=verdict_request("leak"), headers={"Authorization": f"Bearer {make_key('bob')}"}
     ).json()["id"]
@@ -212,8 +263,7 @@ def test_list_filters_on_the_results_verdict(client, make_key) -> None:
     assert bad.status_code == 422
     detail = bad.json()["error"]["details"][0]
     assert detail["path"] == "query.verdict" and "'inconclusive'" in detail["message"]
-    client.post(f"/v1/audits/{running['id']}/cancel")
-    wait_for(client.get, running["id"])
+    _end(client, gate, running)
 
 
 def test_other_tenant_gets_404_on_every_polling_route(client, make_key) -> None:
@@ -237,13 +287,13 @@ def test_other_tenant_gets_404_on_every_polling_route(client, make_key) -> None:
     assert done.status_code == 200
 
 
-def test_waiting_holds_no_request_slot(app_client, make_key, settings) -> None:
+def test_waiting_holds_no_request_slot(app_client, make_key, settings, gate) -> None:
     """With 2 request slots (a request waits 0.5 s for one, then 503), 3 long-polls and an event stream
     waiting at once leave other requests free."""
     _sqlite_only(settings, "slots do not depend on the dialect")
     with app_client(api_concurrency=2, api_queue_seconds=0.5) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
-        running = _hold_the_worker(client)
+        running = _hold_the_worker(client, gate)
         queued = client.post("/v1/audits", json=bound_request()).json()
         path = f"/v1/audits/{queued['id']}"
         etag = client.get(path).headers["ETag"]
@@ -270,5 +320,4 @@ def test_waiting_holds_no_request_slot(app_client, make_key, settings) -> None:
         client.post(f"{path}/cancel")  # ends the stream
         waiters.pop().join(timeout=10)
         assert [e["state"] for e in answers[-1]] == ["PENDING", "CANCELLED"]
-        client.post(f"/v1/audits/{running['id']}/cancel")
-        wait_for(client.get, running["id"])
+        _end(client, gate, running)
