@@ -21,7 +21,7 @@ from app.audit.kinds.registry import KINDS
 from app.db.retry import is_transient, short_reason
 from app.db.scoping import InvalidPageToken
 from app.jobs.service import Conflict, QuotaExceeded, Rejected, TooLarge
-from app.schemas.errors import REFUSALS, ErrorBody, ErrorResponse, FieldViolation
+from app.schemas.errors import NO_SOLUTION, REFUSALS, ErrorBody, ErrorResponse, FieldViolation
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,9 @@ def validation_details(errors: list[dict[str, Any]]) -> list[FieldViolation]:
             loc = (*loc, "kind")
         path = json_path(loc)
         named = _NAMED.match(str((err.get("ctx") or {}).get("error", "")))
-        if err.get("type") == "value_error" and path == "$" and named:  # "field: why" from a model validator
+        if (
+            err.get("type") in ("value_error", NO_SOLUTION) and path == "$" and named
+        ):  # "field: why" from a model validator
             path = f"$.{named.group(1)}"
             details.append(FieldViolation(path=path, message=str(err["ctx"]["error"]).rstrip(".") + "."))
             continue
@@ -208,7 +210,8 @@ def install_error_handlers(app: FastAPI) -> None:
             if len(details) == 1
             else f"{len(details)} problems: " + " ".join(f"{d.message}" for d in details)
         )
-        return error_response(422, message, details)
+        arithmetic = all(err.get("type") == NO_SOLUTION for err in exc.errors())
+        return error_response(422, message, details, "NO_SOLUTION" if arithmetic else None)
 
     @app.exception_handler(Rejected)
     async def _rejected(_: Request, exc: Rejected) -> JSONResponse:
@@ -282,13 +285,14 @@ _SUBMIT = (
     "EGRESS_REFUSED",
     "SECRET_NOT_SET",
     "SERVER_LIMIT",
+    "NO_SOLUTION",
 )  # an audit request's checks beyond its schema (app.jobs.service.check_request)
 OPERATION_REFUSALS: dict[str, tuple[str, ...]] = {
     "submitAudit": _SUBMIT,
     "planAudit": _SUBMIT,
     "resumeAudit": _SUBMIT,
-    "submitSweep": _SUBMIT,
-    "createSchedule": (*_SUBMIT, "CRON_NEVER_FIRES"),
+    "submitSweep": (*_SUBMIT, "GRID_POINT_RULE"),
+    "createSchedule": (*_SUBMIT, "GRID_POINT_RULE", "CRON_NEVER_FIRES"),
     "createWebhook": ("EGRESS_REFUSED",),
     "uploadDataset": ("UPLOAD_CONTENT",),
     "accountSyntheticGeneration": ("NO_SOLUTION",),

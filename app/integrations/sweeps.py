@@ -139,8 +139,12 @@ def expand(
                 culprit = next(
                     (k for k in point if where == k or where.startswith(k + ".")), next(iter(point))
                 )
+                # A rule of the kind across fields (loc: the request itself), met by base and every value
+                # on its own but not by this combination: no schema can state it (GRID_POINT_RULE).
+                rule = "NO_SOLUTION" if err["type"] == "no_solution" else None
+                rule = rule or ("GRID_POINT_RULE" if len(err["loc"]) <= 1 else None)
                 raise Rejected(
-                    _key_path(culprit), f"grid point {point}: {where}: {err['msg'].rstrip('.')}."
+                    _key_path(culprit), f"grid point {point}: {where}: {err['msg'].rstrip('.')}.", rule
                 ) from exc
             out.append((point, body["seed"], child))
     return out

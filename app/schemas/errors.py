@@ -17,11 +17,18 @@ REFUSALS: dict[str, str] = {
     "SECRET_NOT_SET": "A header's secret reference names a secret not set for this tenant.",
     "SERVER_LIMIT": "Above a limit this server is configured with (ICLAUDIT_MAX_TRIALS, "
     "ICLAUDIT_MAX_LLM_CALLS, ICLAUDIT_SWEEP_MAX_AUDITS, ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS).",
+    "GRID_POINT_RULE": "A sweep's point (base with each grid key's value set) breaks a rule of its kind across "
+    "fields, though base and each value meet their own schemas.",
     "CRON_NEVER_FIRES": "A well-formed cron that no date matches (e.g. 0 0 31 2 *).",
     "NO_SOLUTION": "The accountant's arithmetic has no finite answer (e.g. a target ε not reachable at δ).",
     "IDEMPOTENCY_KEY_REUSED": "The Idempotency-Key was first used with a different request body.",
     "UPLOAD_CONTENT": "The uploaded file's contents: its format (from `format` or the file name) or rows.",
 }
+
+
+NO_SOLUTION = "no_solution"
+"""The type of a pydantic error for arithmetic no schema states (a request's target ε no parameter reaches):
+answered 422 with reason NO_SOLUTION."""
 
 
 class FieldViolation(BaseModel):

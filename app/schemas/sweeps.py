@@ -25,8 +25,61 @@ def _grid_schema(schema: dict[str, Any]) -> None:
     schema["additionalProperties"] = patterns.get(GRID_KEY, {"type": "array", "minItems": 1})
 
 
+_SCALAR = {"string", "integer", "number", "boolean"}
+_NOT_SETTABLE = {"kind"}  # the tag: a grid point changes fields of base's kind, never the kind
+
+
+def _resolved(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    ref = prop.get("$ref") or next((p.get("$ref") for p in prop.get("allOf", []) if "$ref" in p), None)
+    return defs[ref.rsplit("/", 1)[-1]] if ref else prop
+
+
+def _scalar(prop: dict[str, Any]) -> dict[str, Any] | None:
+    """The part of a field's schema that a grid value (a string, number or boolean) can meet, or None."""
+    if "anyOf" in prop:
+        kept = [branch for branch in map(_scalar, prop["anyOf"]) if branch is not None]
+        return None if not kept else kept[0] if len(kept) == 1 else {"anyOf": kept}
+    if prop.get("type") in _SCALAR or ("enum" in prop and "type" not in prop) or "const" in prop:
+        return {k: v for k, v in prop.items() if k not in ("title", "description", "default")}
+    return None
+
+
+def grid_keys(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") -> dict[str, dict[str, Any]]:
+    """Each dotted path into a kind's request that a grid may set, and its values' schema: a field taking a
+    string, number or boolean, at the top or inside an object base always holds (a model field, never null)."""
+    keys: dict[str, dict[str, Any]] = {}
+    for name, prop in schema.get("properties", {}).items():
+        if not prefix and name in _NOT_SETTABLE:
+            continue
+        inner = _resolved(prop, defs)
+        if inner.get("type") == "object" and "properties" in inner:
+            keys |= grid_keys(inner, defs, f"{prefix}{name}.")
+        elif (values := _scalar(prop)) is not None:
+            keys[prefix + name] = values
+    return keys
+
+
+def _per_kind_grid(schema: dict[str, Any]) -> None:
+    """State, per kind of base, the grid keys it takes and each key's values (issue 20 L1): a point is base
+    with each key's value set, validated as a submitted audit; and `seed` on the grid with seeds 1 only."""
+    from app.schemas.audits import request_models
+
+    kinds = []
+    for model in request_models():
+        own = model.model_json_schema()
+        keys = grid_keys(own, own.get("$defs", {}))
+        kind = own["properties"]["kind"].get("const") or own["properties"]["kind"]["enum"][0]
+        grid = {
+            "propertyNames": {"enum": sorted(keys)},
+            "properties": {key: {"type": "array", "items": values} for key, values in sorted(keys.items())},
+        }
+        kinds.append({"properties": {"base": {"properties": {"kind": {"const": kind}}}, "grid": grid}})
+    one_seed = {"properties": {"grid": {"propertyNames": {"not": {"const": "seed"}}}}}
+    schema["allOf"] = [{"anyOf": kinds}, {"anyOf": [{"properties": {"seeds": {"const": 1}}}, one_seed]}]
+
+
 class SweepRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_per_kind_grid)
 
     base: Annotated[request_union(), Field(description="The audit every point starts from.")]  # type: ignore[valid-type]
     grid: dict[

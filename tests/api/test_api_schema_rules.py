@@ -22,6 +22,14 @@ from app.schemas.errors import REFUSALS
 from app.schemas.schedules import CRON_PATTERN, ScheduleCreate
 
 BOUND = {"kind": "bound", "counts": {"tp": 3, "fn": 1, "fp": 1, "tn": 3}}
+ONE_SCORE = {"kind": "bound", "scores_in": [0.9], "scores_out": [0.1], "threshold_strategy": "in_sample"}
+SYNTHETIC = {
+    "kind": "synthetic_generation",
+    "model": "oracle",
+    "temperature": None,
+    "clip": 1,
+    "batch_size": 2,
+}
 
 
 @settings(max_examples=300, deadline=None, database=None, derandomize=True)
@@ -80,6 +88,13 @@ def test_refusals_are_named_and_declared(client: TestClient) -> None:
         ),
         ("/v1/schedules", {"request": BOUND, "cron": "0 0 31 2 *"}, "CRON_NEVER_FIRES", "$.cron"),
         ("/v1/webhooks", {"url": "http://127.1/hook"}, "EGRESS_REFUSED", "$.url"),
+        ("/v1/audits", {**SYNTHETIC, "target_epsilon": 1e-6}, "NO_SOLUTION", "$.target_epsilon"),
+        (
+            "/v1/sweeps",
+            {"base": ONE_SCORE, "grid": {"threshold_strategy": ["split"]}},
+            "GRID_POINT_RULE",
+            '$.grid["threshold_strategy"]',
+        ),
     ]
     document = client.get("/openapi.json").json()
     for path, body, reason, where in cases:

@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE, rdp
 from app.audit.budget import BudgetExhausted, BudgetSpec, MeteredEngine, stopped_verdict, with_budget
@@ -41,11 +42,40 @@ from app.audit.kinds.base import (
 )
 from app.audit.runtime import AuditError, RunContext
 from app.audit.stats.verdict import judge_accounting
+from app.schemas.errors import NO_SOLUTION
 
 SOLVABLE = ("temperature", "clip", "batch_size")
 
 
+_NUMBER, _NULL = {"type": "number"}, {"type": "null"}
+
+
+def _solving(target: str | None) -> dict:
+    """No target_epsilon and all of temperature, clip, batch_size given (None; temperature has no default), or
+    target_epsilon given with `target` null (temperature: absent or null; clip, batch_size: null) and the
+    other two given."""
+    others = {name: _NUMBER for name in SOLVABLE if name != target}
+    if target is None:
+        return {"required": ["temperature"], "properties": {"target_epsilon": _NULL, **others}}
+    required = ["target_epsilon"] if target == "temperature" else ["target_epsilon", "temperature", target]
+    return {"required": required, "properties": {"target_epsilon": _NUMBER, target: _NULL, **others}}
+
+
+# The schema states what _check_parameters checks (issue 20 L1), but for an infeasible target_epsilon (the
+# RDP arithmetic: a 422 with reason NO_SOLUTION): max_private_tokens with variant svt only, and
+# target_epsilon xor every one of temperature, clip and batch_size.
+RULES_SCHEMA: dict = {
+    "allOf": [
+        {"anyOf": [{"required": ["variant"], "properties": {"variant": {"const": "svt"}}},
+                   {"properties": {"max_private_tokens": _NULL}}]},
+        {"anyOf": [_solving(None), *map(_solving, ("temperature", "clip", "batch_size"))]},
+    ]
+}  # fmt: skip
+
+
 class Request(AuditRequestBase):
+    model_config = ConfigDict(json_schema_extra=RULES_SCHEMA)
+
     kind: Literal["synthetic_generation"] = "synthetic_generation"
     dataset: str = Field(
         default="ag_news", description="Labelled dataset whose training texts are the private examples."
@@ -111,8 +141,9 @@ class Request(AuditRequestBase):
             )
         try:  # an infeasible target (no temperature/clip/batch size reaches it) is refused at submit
             theory(self)
-        except ValueError as exc:
-            raise ValueError(f"target_epsilon: {exc}") from None
+        except ValueError as exc:  # arithmetic no schema states: the 422 says NO_SOLUTION
+            message = f"target_epsilon: {exc}"
+            raise PydanticCustomError(NO_SOLUTION, "{error}", {"error": message}) from None
         return self
 
 
