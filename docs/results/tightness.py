@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -32,7 +33,16 @@ sys.path.insert(0, str(ROOT))
 
 RUNS = ROOT / "docs/results/tightness-runs.jsonl"
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
-DESIGNS = ("copy", "rare_token", "inquiry", "brainwash", "auto")
+DESIGNS = (
+    "copy",
+    "rare_token",
+    "inquiry",
+    "inquiry_count",
+    "inquiry_constrained",
+    "copy_constrained",
+    "brainwash",
+    "auto",
+)
 GOAL = {"white_box": 0.8, "black_box": 0.6}
 TRIALS = 200_000
 PARTITIONS = 4
@@ -65,6 +75,7 @@ def _row(dataset: str, design: str, eps: float) -> tuple[str, dict]:
 ROWS: dict[str, dict] = dict(
     [_row("ag_news", d, e) for d in DESIGNS for e in EPSILONS]
     + [_row(ds, d, 8.0) for ds in ("trec", "sst2") for d in DESIGNS]
+    + [_row("trec", "copy_constrained", e) for e in EPSILONS[:-1]]  # the design that flips trec's vote
 )
 
 
@@ -145,6 +156,11 @@ def one_count_ceiling(epsilon: float, divisor: float, delta: float = 1e-5) -> fl
     return epsilon_for_mu(mu_for_epsilon(epsilon, delta) / divisor, delta) / epsilon
 
 
+def measured_attack(line: dict) -> str:
+    """The attack the measurement ran: the row's, or the one `auto`'s pilot chose."""
+    return (line.get("design") or {}).get("attack") or line["attack"]
+
+
 def _cell(line: dict, tm: str) -> str:
     eps = line[tm]["epsilon_empirical"]
     ratio = _ratio(line, tm)
@@ -155,22 +171,46 @@ def _cell(line: dict, tm: str) -> str:
     effect = s.get("effect")
     if effect is None:
         return text + " — no canary effect recorded"
-    if effect <= 0:
+    if effect <= 0 and s["p_with"] <= 0:
         return (
             text
             + f" — limited by the canary effect {effect:.2f}: its partition never votes y+ (P {s['p_with']:.2f})"
         )
+    if effect <= 0:
+        return (
+            text + f" — limited by the canary effect {effect:.2f}: its partition votes y+ without the canary "
+            f"as well (P {s['p_with']:.2f} with, {s['p_without']:.2f} without)"
+        )
     if effect < 1:
         return text + f" — limited by the canary effect {effect:.2f}"
     valid = s.get("valid_without")
+    eps_theory = line["epsilon_theory"]
     if valid is not None and valid < 1:
-        return (
-            text
-            + f" — limited by the query: effect 1.00, but without the canary its partition casts no valid "
-            f"vote (P {valid:.2f}), so one count moves instead of two (ceiling of the Ṽ_y+ − Ṽ_other score "
-            f"then: ε(μ/2) = {one_count_ceiling(line['epsilon_theory'], 2.0):.2f}×)"
+        why = (
+            f" — limited by the query: effect 1.00, but without the canary its partition casts no valid "
+            f"vote (P {valid:.2f}), so one count moves instead of two"
         )
-    return text + " — effect 1.00: limited by the trials"
+        count_ceiling = one_count_ceiling(eps_theory, math.sqrt(2.0))
+        if tm == "black_box":
+            return (
+                text + why + f" (no test of the release passes the Ṽ_y+ score's ceiling ε(μ/√2) = "
+                f"{count_ceiling:.2f}× then, and the released argmax reaches less)"
+            )
+        if measured_attack(line).endswith("_count"):
+            return (
+                text + why + f" (the Ṽ_y+ score is the Neyman-Pearson test of that move; its ceiling: "
+                f"ε(μ/√2) = {count_ceiling:.2f}×)"
+            )
+        return (
+            text + why + f" (ceiling of the Ṽ_y+ − Ṽ_other score then: ε(μ/2) = "
+            f"{one_count_ceiling(eps_theory, 2.0):.2f}×; of Ṽ_y+: {count_ceiling:.2f}×)"
+        )
+    if measured_attack(line).endswith("_count") and tm == "white_box":
+        return (
+            text + " — limited by the score: two counts move, where Ṽ_y+ sees one of them "
+            f"(ceiling ε(μ/√2) = {one_count_ceiling(eps_theory, math.sqrt(2.0)):.2f}×)"
+        )
+    return text + " — effect 1.00, two counts move: limited by the trials"
 
 
 def _signal(line: dict) -> str:
@@ -204,36 +244,55 @@ with the canary against without it. Cost columns: forward passes and prompt toke
 that row (0 when the engine's result cache already held the answers of the same contexts at another
 ε), wall time of the audit on the shared 2-core CPU (load average 10-23 during these runs).
 
+Attack names (app/audit/attacks/count_score.py): `<design>_count` is the design with the white-box score
+Ṽ_y+ alone instead of 003 §3.2's Ṽ_y+ − Ṽ_other (Ṽ = V + N(0, σ²I), 003 App. 5 Alg. 2); the Neyman-Pearson
+test when the canary moves one count (V_in − V_out = e_y+, separation 1/σ), where the difference sees
+1/(√2σ). `<design>_constrained` asks the same query of private voting whose teachers answer within the
+label set (each partition votes argmax_k log P(label k | prompt): 003 §3.4's constrained output, done by
+scoring only the label tokens), so every partition casts a valid vote; that is a deployment of private
+voting that reads label log-probabilities, with the same σ and Δ₂ = √2. `auto` now scores both white-box
+scores of every (design, T) on its pilot and may choose a `_count` attack; it never chooses a
+`_constrained` one (that changes the system under audit, not the attack).
+
 """
 
 OUTRO = """
 ## Reading it
 
-- **Inquiry** (003 Prompt 1) is the one design SmolLM2 follows on ag_news at temperature 0: its canary
-  partition answers "Yes" with the canary and not without it (effect 1.00), and ε_emp is the same
-  fraction of ε_theory at every ε. The gap to the goal is the query's, not the trials': without the
-  canary the partition's greedy answer is not a valid vote (see the cell), so the canary moves one count
-  of the vote vector instead of two (sensitivity 1 of the √2 the noise is calibrated for). For that pair
-  the white-box score Ṽ_Yes − Ṽ_No sees a shift of 1 under noise √2·σ, i.e. μ/2, whose ε is the
-  ceiling printed in the cell; the measured white-box ratio is 0.01–0.07 below it (the bound uses the
-  held-out half of the trials), so the query, not the trials, is what limits. The Neyman-Pearson score for a one-count move, Ṽ_Yes alone, would reach ε(μ/√2)
-  (0.66–0.68 × at ε 1–8: above the black-box goal, below the white-box one); it needs a change to
-  private voting's white-box view (mechanisms/private_voting.py), not made here.
-- **Copy and rare-token canaries** (003 Prompt 4 on the canary's own text, the canary exemplar relabelled
-  y* or "zyzzyva"): SmolLM2 at temperature 0 does not answer with a label at all on this prompt (it
-  restates the instruction, "The possible labels are: …"), so the canary's partition never votes y+
-  (effect 0). The rare-token row's ε_emp on ag_news comes from the canary partition's *other* votes
-  changing (the white-box score subtracts the strongest other label), not from y+.
+- **The Ṽ_y+ score** (`inquiry_count`) lifts the white box on ag_news from 0.40–0.44× to 0.60–0.65×
+  of ε_theory, against its ceiling ε(μ/√2) = 0.66–0.68× (in each cell): the query, not the score, is
+  what limits now. Without the canary the canary's partition casts no valid vote (its greedy answer on
+  the seed-0 context continues the context text, "The UN High Commissioner for Refugees, Ruud Lub…"),
+  so the canary moves one count of the vote vector instead of two (sensitivity 1 of the √2 the noise is
+  calibrated for). For a one-count move Ṽ_y+ is the Neyman-Pearson test, so no white-box score on this
+  query reaches 0.8×, and no black-box one passes the same ε(μ/√2); the released argmax reaches
+  0.42–0.44× (the black-box column is the same for `inquiry` and `inquiry_count`: only the white-box
+  score differs).
+- **Label-constrained teachers** make the partition without the canary vote, as planned, but on the
+  inquiry query it then votes "Yes" too (P(Yes) > P(No) over the label log-probabilities with and without
+  the canary, effect 0 on ag_news, trec and sst2). With the copy canary (the canary exemplar relabelled
+  y*, the query its own text) the label-constrained vote flips on trec's seed-0 context: y+ with the
+  canary, another label without it, two counts move (003 Lemma 3.1's [1, T−1] against [0, T]), and
+  `trec-copy_constrained` meets both goals at ε = 2, 4 and 8 (white box 0.84–0.97×, black box
+  0.81–0.95×) and the black-box one at ε = 1 (0.71×); its white box at ε = 1 reaches 0.69×, limited by
+  the trials (effect 1, two counts move: at small ε the Clopper-Pearson interval of 200,000 trials costs
+  a larger share of ε).
+  On the seed-0 contexts of ag_news and sst2 the constrained copy canary's partition does not vote y+
+  (effect 0): the issue's first check saw the flip in 20 of 30 ag_news queries with the canary and 4 of
+  30 without, so the effect varies from one context to the next, and one context pair per row cannot
+  average over them.
+- **Copy and rare-token canaries, free decoding** (003 Prompt 4 on the canary's own text, the canary
+  exemplar relabelled y* or "zyzzyva"): SmolLM2 at temperature 0 does not answer with a label at all on
+  this prompt (it restates the instruction, "The possible labels are: …"), so the canary's partition never
+  votes y+ (effect 0). The rare-token row's ε_emp on ag_news comes from the canary partition's *other*
+  votes changing (the white-box score subtracts the strongest other label), not from y+.
 - **Brainwash** (003's baseline): no effect on any dataset.
-- **auto**: where no candidate shows any μ on the pilot's contexts (trec) the rule has nothing to go on
-  and takes the first candidate (copy). On ag_news the copy canary led the pilot on its 2 odd-row
-  context pairs, yet showed no effect on the measurement's context: 2 pilot pairs are too few to rank
+- **auto** (see its pilot table): where no candidate shows any μ on the pilot's contexts the rule has
+  nothing to go on and takes the first candidate (copy); 2 pilot context pairs are too few to rank
   designs whose effect varies from one context to the next (a larger pilot costs forward passes; the
-  pilot already spends about as many as the measurement, table above). On sst2, where none of the
-  fixed designs moves the vote, the pilot found signal_text (003 Prompt 3 asked of private voting,
-  Table 3's first pair), whose measurement flips the canary's partition (effect 1.00) with the same
-  one-count limit as inquiry on ag_news.
-- **trec, sst2**: no design moves the canary's partition (effect 0 everywhere at ε = 8).
+  pilot already spends about as many as the measurement). Where it finds a one-count flip (signal_text
+  on sst2, 003 Prompt 3 asked of private voting, Table 3's first pair) it can now take the Ṽ_y+ score
+  for it.
 - **ESA with MiniLM** and 003 §3.4's constrained-output generation query: not run in this pass (see the
   issue); 003 reports generation audits below theory because ESA's sensitivity 2/T is rarely attained by
   real embeddings (tests/audit/mia/test_mia_real_models.py checks the same direction on samsum).
@@ -260,8 +319,9 @@ def report() -> str:
         "## What `auto`'s pilot saw",
         "",
         "Each `auto` row's pilot: 2 context pairs of the odd training rows per candidate (design, T), scored by the",
-        "exact population μ summed over both threat models (app/audit/design.py); the largest mean wins, the first",
-        "candidate on ties. The measurement then ran on the even rows (its row above).",
+        "exact population μ summed over both threat models (app/audit/design.py), once with each white-box score",
+        "(`<design>`: Ṽ_y+ − Ṽ_other, `<design>_count`: Ṽ_y+, from the same pilot votes); the largest mean wins,",
+        "the first candidate on ties. The measurement then ran on the even rows (its row above).",
         "",
         "| run | chosen | pilot μ per candidate | pilot forward passes |",
         "|---|---|---|---|",
