@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 
 RUNNING_TTL_SECONDS = 1.0
 RUNNING_CACHE_ENTRIES = 4096
+REFRESHES = 2  # re-reads a poll of a stale running audit waits for before it goes down the stack
 
 PREFIX = "/v1/audits/"
 TEMPLATE = "/v1/audits/{audit_id}"
@@ -69,13 +70,13 @@ class RunningBodies:
 
     def __init__(self, executor: Any, max_entries: int = RUNNING_CACHE_ENTRIES) -> None:
         self._executor = executor
-        self._cache: LRUCache[tuple[str, str], tuple[str, str, bytes, tuple[Any, ...], float]] = LRUCache(
-            max_entries
+        self._cache: LRUCache[tuple[str, str], tuple[str, str, bytes, tuple[Any, ...] | None, float]] = (
+            LRUCache(max_entries)
         )
         self._lock = threading.Lock()
         self._flights: dict[tuple[str, str], asyncio.Future[None]] = {}
 
-    def stamp(self, audit_id: str | None = None) -> tuple[int, ...] | None:
+    def stamp(self, audit_id: str | None = None) -> tuple[Any, ...] | None:
         """Read before the database read whose answer `put` keeps (None: a write is in flight; not kept):
         the audit's, or without one every audit's (`put` takes the audit's from it)."""
         if audit_id is None:
@@ -88,7 +89,9 @@ class RunningBodies:
         if held is None:
             return None
         etag, state, body, stamp, at = held
-        if time.monotonic() - at > RUNNING_TTL_SECONDS or self._executor.write_stamp(audit_id) != stamp:
+        if stamp is None or time.monotonic() - at > RUNNING_TTL_SECONDS:
+            return None
+        if self._executor.write_stamp(audit_id) != stamp:
             return None
         return etag, state, body
 
@@ -102,34 +105,28 @@ class RunningBodies:
     ) -> None:
         if stamp is not None and stamp[0] == "all":
             stamp = self._executor.write_stamp_of(audit_id, stamp[1:])
-        with self._lock:
-            if stamp is None:
-                self._cache.pop((tenant_id, audit_id), None)
-            else:
-                self._cache[(tenant_id, audit_id)] = (etag, state, body, stamp, time.monotonic())
+        with self._lock:  # stamp None (a write was in flight): known to be the tenant's, never served
+            self._cache[(tenant_id, audit_id)] = (etag, state, body, stamp, time.monotonic())
 
     async def refresh(self, app: Any, tenant_id: str, audit_id: str) -> None:
         """Re-read a stale entry: one read in a worker thread, under a request slot, for every poll that
-        arrives meanwhile (each then checks the new entry's stamp itself). No free slot: nothing is read
-        (the caller goes down the stack, which waits for one)."""
+        arrives meanwhile (each then checks the new entry's stamp itself). No slot within
+        ICLAUDIT_API_QUEUE_SECONDS: nothing is read (the caller goes down the stack, which answers 503)."""
         key = (tenant_id, audit_id)
         flight = self._flights.get(key)
         if flight is not None:
             await asyncio.shield(flight)
             return
-        slots = app.state.db_slots
-        try:
-            slots.acquire_nowait()
-        except anyio.WouldBlock:
-            return
         flight = self._flights[key] = asyncio.get_running_loop().create_future()
         try:
-            sessions, bodies = app.state.session_factory, bodies_of(app)
-            await to_thread.run_sync(_reread, sessions, tenant_id, audit_id, bodies, self)
+            slots = app.state.db_slots
+            with anyio.move_on_after(app.state.settings.api_queue_seconds):
+                async with slots:
+                    sessions, bodies = app.state.session_factory, bodies_of(app)
+                    await to_thread.run_sync(_reread, sessions, tenant_id, audit_id, bodies, self)
         except Exception:  # the stack's read will say what went wrong
             log.debug("re-reading audit %s for its kept answer failed", audit_id, exc_info=True)
         finally:
-            slots.release()
             del self._flights[key]
             flight.set_result(None)
 
@@ -204,7 +201,9 @@ class FastPoll:
         held = bodies_of(app).get(tenant_id, audit_id)
         if held is None and (running := running_of(app)) is not None:
             held = running.get(tenant_id, audit_id)
-            if held is None and running.known(tenant_id, audit_id):
+            for _ in range(REFRESHES):  # a write that began during a re-read: once more, then the stack
+                if held is not None or not running.known(tenant_id, audit_id):
+                    break
                 await running.refresh(app, tenant_id, audit_id)
                 held = bodies_of(app).get(tenant_id, audit_id) or running.get(tenant_id, audit_id)
         if held is None:

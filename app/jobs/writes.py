@@ -3,8 +3,8 @@ no write that could change it has begun since it was read (issue 23).
 
 A writer is a slot: 0 is the API process (any transaction that writes: its sessions do not say which
 audit), 1 + i the inline executor's worker process i (which writes only the audit it runs). Each slot counts
-writing transactions begun (at their first write, so before COMMIT makes it visible) and ended (once the
-transaction is over, committed or not). A reader stamps before its database read; what it read is current while the
+writing transactions begun (before COMMIT makes their writes visible) and ended (once the transaction is
+over, committed or not). A reader stamps before its database read; what it read is current while the
 begun count of the slots it depends on is unchanged and none of them had a commit in flight at the stamp.
 The counts are a `RawArray`, written by one process per slot and read by the API process without a
 message or a lock.
@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
+_WROTE = "iclaudit_wrote"  # session.info: this transaction sent a statement that may write
 _COUNTED = "iclaudit_write_counted"  # session.info: this transaction counted as begun
 
 
@@ -53,16 +54,21 @@ class WriteCounts:
             self.counts[2 * slot + 1] = self.counts[2 * slot]
 
     def listen(self, slot: int) -> Any:
-        """Count this process's transactions that write, under `slot` (every `Session`): begun at the first
-        write statement or flush (before COMMIT, so before the write can be seen), ended when the
+        """Count this process's transactions that write, under `slot` (every `Session`): begun just before
+        COMMIT (a write is invisible to other connections until then) or at a flush, ended when the
         transaction is over. Returns `unlisten`."""
 
         def statement(state: Any) -> None:
             if not state.is_select:  # an ORM or Core UPDATE, INSERT, DELETE, or text: may write
-                self._begin_once(state.session, slot)
+                state.session.info[_WROTE] = True
+
+        def before_commit(session: Session) -> None:
+            if session.info.get(_WROTE) or session.new or session.dirty or session.deleted:
+                self._begin_once(session, slot)
 
         hooks: list[tuple[str, Any]] = [
             ("do_orm_execute", statement),
+            ("before_commit", before_commit),
             ("before_flush", lambda session, _ctx, _instances: self._begin_once(session, slot)),
             ("after_transaction_end", lambda session, txn: self._after_end(session, txn, slot)),
         ]
@@ -81,5 +87,7 @@ class WriteCounts:
             self.begin(slot)
 
     def _after_end(self, session: Session, transaction: SessionTransaction, slot: int) -> None:
-        if transaction.parent is None and session.info.pop(_COUNTED, False):
-            self.end(slot)
+        if transaction.parent is None:
+            session.info.pop(_WROTE, None)
+            if session.info.pop(_COUNTED, False):
+                self.end(slot)
