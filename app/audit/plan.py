@@ -233,7 +233,7 @@ def _rehearse(request: Any, datasets: Any, trials: int) -> tuple[dict, _Engines,
     from app.audit.kinds import mia
 
     engines = _Engines(_model_name(request))
-    timed = request.model_copy(update={"trials": trials, "target": None})  # a target is never called
+    timed = _unbudgeted(request, trials=trials, target=None)  # a target is never called
     ctx = RunContext(engines=engines, datasets=datasets)
     module = attack_module(request.attack.name)
     own = getattr(module, "run_audit", None) is not None and getattr(module, "owns_audit", lambda _r: True)(
@@ -385,6 +385,37 @@ def plan_mia(
         },
         "notes": notes,
     }
+
+
+def _unbudgeted(request: Any, **changes: Any) -> Any:
+    """The request with `changes` for a rehearsal, its budget (if its kind has one) left out: a stand-in
+    engine's calls and seconds are no spend to stop at."""
+    if "budget" in type(request).model_fields:
+        changes["budget"] = None
+    return request.model_copy(update=changes)
+
+
+def _budget_notes(request: Any, plan: dict) -> list[str]:
+    """What in the plan is over the request's budget: the audit would stop there (a partial result)."""
+    budget = getattr(request, "budget", None)
+    if budget is None:
+        return []
+    calls = plan["calls"]["model"] + plan["calls"]["endpoint"]
+    tokens = (plan["tokens"]["prompt"] or 0) + (plan["tokens"]["generated"] or 0)
+    seconds = plan["time"]["expected_seconds"]
+    over = [
+        (name, cap, planned)
+        for name, cap, planned in (
+            ("max_calls", budget.max_calls, calls),
+            ("max_tokens", budget.max_tokens, tokens),
+            ("max_seconds", budget.max_seconds, seconds),
+        )
+        if cap is not None and planned is not None and planned > cap
+    ]
+    return [
+        f"budget.{name} = {cap:g} is below the planned {planned:.4g}: the audit stops there"
+        for name, cap, planned in over
+    ]
 
 
 def _expected(sim: float, calls: int, per: float | None, fixed: float) -> float | None:
@@ -543,7 +574,7 @@ def plan_iclinf(
     m = min(request.queries, ICLINF_SAMPLE)
     engines = _Engines(request.model)
     start = time.perf_counter()
-    iclinf.run(request.model_copy(update={"queries": m}), RunContext(engines=engines, datasets=datasets))
+    iclinf.run(_unbudgeted(request, queries=m), RunContext(engines=engines, datasets=datasets))
     scale = request.queries / m
     sim = (time.perf_counter() - start) * scale
     sent = engines.stand_in.prompts
@@ -582,15 +613,14 @@ def plan_synthetic_generation(
 
     params = sg.theory(request)
     s, n, t_max = params["batch_size"], request.sequences, request.max_new_tokens
-    one = request.model_copy(
-        update={
-            "sequences": 1,
-            "batch_size": s,
-            "clip": params["clip"],
-            "temperature": params["temperature"],
-            "target_epsilon": None,
-            "max_private_tokens": None,
-        }
+    one = _unbudgeted(
+        request,
+        sequences=1,
+        batch_size=s,
+        clip=params["clip"],
+        temperature=params["temperature"],
+        target_epsilon=None,
+        max_private_tokens=None,
     )
     engines = _Engines(request.model)
     start = time.perf_counter()
@@ -635,11 +665,14 @@ def plan_request(
 ) -> dict:
     """The plan of a request of any kind (the module docstring)."""
     if request.kind == "mia":
-        return plan_mia(request, datasets=datasets, rates=rates, tokens=tokens, max_trials=max_trials)
-    if request.kind == "bound":
-        return plan_bound(request, max_trials=max_trials)
-    if request.kind == "iclinf":
-        return plan_iclinf(request, datasets=datasets, rates=rates, tokens=tokens)
-    if request.kind == "synthetic_generation":
-        return plan_synthetic_generation(request, datasets=datasets, rates=rates, tokens=tokens)
-    raise AuditError(f"kind {request.kind!r} cannot be planned")
+        plan = plan_mia(request, datasets=datasets, rates=rates, tokens=tokens, max_trials=max_trials)
+    elif request.kind == "bound":
+        plan = plan_bound(request, max_trials=max_trials)
+    elif request.kind == "iclinf":
+        plan = plan_iclinf(request, datasets=datasets, rates=rates, tokens=tokens)
+    elif request.kind == "synthetic_generation":
+        plan = plan_synthetic_generation(request, datasets=datasets, rates=rates, tokens=tokens)
+    else:
+        raise AuditError(f"kind {request.kind!r} cannot be planned")
+    plan["notes"] = [*plan["notes"], *_budget_notes(request, plan)]
+    return plan

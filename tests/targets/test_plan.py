@@ -167,3 +167,19 @@ def test_plan_of_a_bound_calls_nothing_and_its_trials_needed_resolve(app_client,
         return plan_bound(scaled)["power"]["epsilon_detectable"] or float("inf")
 
     assert detectable(needed) <= 2.0 < detectable(round(needed * 0.9))
+
+
+def test_a_plan_over_its_budget_says_where_the_audit_would_stop(data_dir) -> None:
+    """The rehearsal runs whole (a stand-in's calls are no spend); the plan notes the cap it passes."""
+    from app.audit.kinds import mia
+    from app.audit.local import LocalDatasets
+    from app.audit.plan import plan_request
+
+    body = json.loads((EXAMPLES / "mia-oracle-eps1.json").read_text()) | {"trials": 2000}
+    plan = plan_request(
+        mia.Request.model_validate(body | {"budget": {"max_calls": 2}}), datasets=LocalDatasets(data_dir)
+    )
+    assert plan["calls"]["model"] > 2
+    assert [n for n in plan["notes"] if n.startswith("budget.max_calls = 2 is below the planned")]
+    free = plan_request(mia.Request.model_validate(body), datasets=LocalDatasets(data_dir))
+    assert free["calls"] == plan["calls"] and not [n for n in free["notes"] if n.startswith("budget")]
