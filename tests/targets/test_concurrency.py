@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from service.client import wait_for
 from target_server import Target, serve
 
 from app.audit.kinds import mia
@@ -191,3 +192,33 @@ def test_a_budget_stops_at_the_same_trial_and_the_resume_re_issues_nothing() -> 
     (stopped_1, resumed_1, store_1), (stopped_4, resumed_4, store_4) = runs[1], runs[4]
     assert science(stopped_4) == science(stopped_1) and science(resumed_4) == science(resumed_1)
     assert store_4.recorded() == store_1.recorded()
+
+
+def test_through_the_service_a_budget_stopped_concurrent_audit_resumes_to_the_sequential_result(
+    app_client, make_key
+) -> None:
+    """The service's path (egress client per worker, responses in the database): 150 trials at 4 in flight,
+    stopped at 250 calls, resumed without the budget, equals the uninterrupted sequential run through the
+    service; the target answers every call once."""
+    reference, target = Target(), Busy(latency=0.01)
+    with (
+        serve(reference.app()) as reference_url,
+        serve(target.app()) as url,
+        app_client(endpoint_allowlist=[reference_url + "/", url + "/"]) as client,
+    ):
+        client.headers["Authorization"] = f"Bearer {make_key('alice')}"
+
+        def finish(response) -> dict:
+            assert response.status_code == 202, response.text
+            return wait_for(client.get, response.json()["id"], timeout=180)
+
+        expected = finish(client.post("/v1/audits", json=body(reference_url, 150, 1)))
+        assert expected["state"] == "SUCCEEDED", expected["error"]
+        stopped = finish(client.post("/v1/audits", json=body(url, 150, 4, budget={"max_calls": 250})))
+        assert stopped["state"] == "SUCCEEDED" and stopped["result"]["stopped"]["cap"] == "max_calls"
+        assert target.answered == 250 and target.peak == 4
+        done = finish(client.post(f"/v1/audits/{stopped['id']}/resume", json={"budget": None}))
+    assert done["state"] == "SUCCEEDED", done["error"]
+    assert done["result"]["endpoint_replayed"] == 250 and done["result"]["endpoint_calls"] == 50
+    assert target.answered == 300 and set(target.seen.values()) == {1}
+    assert science(done["result"]) == science(expected["result"])
