@@ -72,13 +72,13 @@ def _require_discriminators(document: dict[str, Any]) -> None:
     walk(document)
 
 
-PLANNED_KINDS = ("mia",)
-"""The kinds POST /v1/audits/plan covers (app.jobs.service.plan_audit)."""
+PLANNED_KINDS = ("bound", "mia", "iclinf", "synthetic_generation")
+"""The kinds POST /v1/audits/plan covers (app/audit/plan.py `plan_request`: every kind)."""
 
 
 def _plan_body(document: dict[str, Any]) -> None:
-    """planAudit's body is a submit's, narrowed to the kinds plans cover (issue 20 L1): the route parses the
-    whole union, so a body of another kind keeps its 422 at `$.kind` ("plans cover kind mia")."""
+    """planAudit's body is a submit's, narrowed to the kinds plans cover (issue 20 L1; today every kind):
+    the route parses the whole union, so a body of a kind left out would keep its 422 at `$.kind`."""
     for operations in document.get("paths", {}).values():
         operation = operations.get("post") if isinstance(operations, dict) else None
         if not operation or operation.get("operationId") != "planAudit":
