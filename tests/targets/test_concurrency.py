@@ -222,3 +222,29 @@ def test_through_the_service_a_budget_stopped_concurrent_audit_resumes_to_the_se
     assert done["result"]["endpoint_replayed"] == 250 and done["result"]["endpoint_calls"] == 50
     assert target.answered == 300 and set(target.seen.values()) == {1}
     assert science(done["result"]) == science(expected["result"])
+
+
+def test_throttle_is_aimd_once_per_congestion_event() -> None:
+    """The arithmetic behind the back-off: a 429 halves concurrency and rate once per epoch (a stale reply
+    does not halve again), Retry-After sets the pause every send waits for, answers win back 1/limit of
+    concurrency and a tenth of the rate each, up to what was asked; other failures change nothing."""
+    from app.audit.mechanisms.http_endpoint import Throttle
+
+    throttle = Throttle(4, rate=10.0)
+    epochs = [throttle.send(paced=False) for _ in range(4)]
+    assert throttle.in_flight == throttle.peak == 4 and epochs == [0] * 4
+    before = time.monotonic()
+    throttle.received(429, epochs[0], 0.5)
+    throttle.received(429, epochs[1], None)  # sent before the decrease: the same event
+    assert (throttle.limit, throttle.rate, throttle.decreases, throttle.allowed) == (2.0, 5.0, 1, 2)
+    assert throttle.pause_until >= before + 0.5
+    throttle.received(500, epochs[2], None)  # not congestion: no change
+    throttle.received(200, epochs[3], None)
+    assert throttle.limit == 2.5 and throttle.rate == 6.0 and throttle.in_flight == 0
+    for _ in range(20):
+        epoch = throttle.send(paced=False)
+        throttle.received(200, epoch, None)
+    assert throttle.limit == 4.0 and throttle.rate == 10.0  # back to what was asked, no further
+    assert time.monotonic() >= before + 0.5  # those sends waited out the Retry-After
+    throttle.received(503, throttle.send(paced=False), None)  # a 503 is congestion too
+    assert throttle.limit == 2.0 and throttle.rate == 5.0 and throttle.decreases == 2
