@@ -361,9 +361,9 @@ def peers() -> Iterator[dict]:
 
     load0 = _load()
     spec = {"model_dir": str(engine.model_dir), "voting": voting, "answers": ANSWERS, "likelihood": records}
-    probe = Path(__file__).with_name("engines_vllm_probe.py")
+    probe = Path(__file__).resolve().parents[2] / "tests" / "engines" / "vllm_probe.py"
     run = subprocess.run(
-        [str(EXTRAS_VENV / "bin" / "python"), str(probe)],
+        [str(EXTRAS_VENV / "bin" / "python"), str(probe), "bench"],
         input=json.dumps(spec),
         capture_output=True,
         text=True,

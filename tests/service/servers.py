@@ -16,7 +16,10 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -299,3 +302,26 @@ DIALECTS = [
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty database: SQLite file, then the session's real PostgreSQL (`postgres` marker)."""
     return fresh_database(request.param, tmp_path)
+
+
+@contextmanager
+def serve_in_thread(app: Any, what: str = "the test server") -> Iterator[str]:
+    """Run an ASGI `app` with uvicorn in a thread on a free 127.0.0.1 port; yields its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

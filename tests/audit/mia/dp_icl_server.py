@@ -10,15 +10,12 @@ lets the oracle engine vote over `labels`, and releases through the project's ow
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import numpy as np
-import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
+from service.servers import serve_in_thread
 
 from app.audit.icl.contexts import partition_disjoint
 from app.audit.icl.prompts import CANARY_BINARY_ANSWERS, CONTEXTLEAK_CANARY, SYSTEM_CONTEXT, fill
@@ -85,21 +82,6 @@ def randomized_response(*, epsilon: float, canary: str = CONTEXTLEAK_CANARY, see
     return app
 
 
-@contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
+def serve(app: FastAPI) -> AbstractContextManager[str]:
     """Run `app` with uvicorn in a thread on a free 127.0.0.1 port; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the test DP-ICL server did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    return serve_in_thread(app, "the test DP-ICL server")
