@@ -4,8 +4,11 @@ carries its reason."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
 import pytest
 from croniter import croniter
 from fastapi.testclient import TestClient
@@ -18,6 +21,7 @@ from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import upgrade
 from app.main import create_app
+from app.schemas.audits import request_adapter
 from app.schemas.errors import REFUSALS
 from app.schemas.schedules import CRON_PATTERN, ScheduleCreate
 
@@ -108,3 +112,23 @@ def test_refusals_are_named_and_declared(client: TestClient) -> None:
         assert reason in narrowed["properties"]["error"]["properties"]["reason"]["enum"]
     plain = client.post("/v1/audits", json={**BOUND, "confidence": 2})
     assert plain.status_code == 422 and "reason" not in plain.json()["error"]
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_example_requests_meet_the_schema() -> None:
+    """The schema is no stricter than the server on real requests: every example audit request in
+    examples/ (each kind, mia's mechanisms and attacks) meets POST /v1/audits's body schema."""
+    document = create_app(Settings(auth_enabled=False)).openapi()
+    body = document["paths"]["/v1/audits"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    validator = jsonschema_rs.Draft202012Validator({**body, "components": document["components"]})
+    requests = []
+    for path in sorted(EXAMPLES.glob("*.json")):
+        data = json.loads(path.read_text())
+        requests += [(path.name, item) for item in (data if isinstance(data, list) else [data])]
+    requests = [(name, item) for name, item in requests if isinstance(item, dict) and "kind" in item]
+    assert len(requests) >= 50 and {item["kind"] for _, item in requests} >= {"bound", "mia", "iclinf"}
+    for name, item in requests:
+        request_adapter().validate_python(item)  # the server takes it
+        assert validator.is_valid(item), (name, [e.message[:200] for e in validator.iter_errors(item)][:3])

@@ -199,15 +199,14 @@ ALL_CHECKS_NEGATIVE = 10
 # an upload's contents, a configured limit, a target ε not reachable at δ, a cron no date matches) is no
 # longer here: it names its reason, which the operation declares (positive_data_accepted_or_named).
 STILL_OPEN = {
-    # mia's cross-field rules are not stated yet.
-    "POST /v1/audits (positive)",
-    # A plan takes a submit's body (every kind is planned): mia's rules above.
+    # A plan takes a submit's body (every kind is planned); its rules are stated as for POST /v1/audits.
+    # Still failing here: with the broker down (as in this run) a plan answers 500 (app/jobs/plans.py).
     "POST /v1/audits/plan (positive)",
-    # The grid keys of each kind and their values are stated now (a point that breaks a rule across fields
-    # names GRID_POINT_RULE); still refused: a mia base for the rules above.
+    # The grid keys of each kind and their values are stated (a point that breaks a rule across fields names
+    # GRID_POINT_RULE); still unstated: an iclinf custom template's placeholders ({examples} then {query},
+    # each once, other braces doubled) and its example_format's ({text}, {label}). The same rule is unstated
+    # for POST /v1/audits and /v1/schedules, whose cases at this seed happen not to meet it.
     "POST /v1/sweeps (positive)",
-    # A mia request or base for the rules above.
-    "POST /v1/schedules (positive)",
 }
 
 

@@ -42,6 +42,7 @@ from app.audit.kinds.base import (
     SvtNoise,
     SvtThreshold,
 )
+from app.audit.kinds.mia_schema import add_rules
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
 from app.audit.mechanisms.http_endpoint import ChatTargetSpec, HeaderValue, StepSpec, TargetEngines
@@ -225,6 +226,8 @@ class AttackSpec(BaseModel):
 
 
 class Request(AuditRequestBase):
+    model_config = ConfigDict(json_schema_extra=add_rules)  # its rules across fields (mia_schema.py)
+
     kind: Literal["mia"] = "mia"
     mechanism: MechanismSpec = Field(
         description="The system under audit, required: its `name` picks the mechanism (no default, so a "
