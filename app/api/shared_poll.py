@@ -8,10 +8,13 @@ passed here, so the failed-authentication throttles check nothing):
 - a finished audit's kept answer (app.api.watch.FinishedBodies) is served as is: a terminal state is final,
   whichever process wrote it;
 - a running audit's answer kept here (`CheckedRunning`, taken from this process's own 200 answers) is
-  served only after its current mark is read from PostgreSQL (app.db.mark_check: one indexed SELECT per
-  batch of polls, on the event loop, after the poll arrived) and its ETag equals the kept one. A write
-  by any process (a Celery worker's progress, another API process's cancel) committed before the poll
-  began changes the mark, and the poll then goes the long way and renders the new state: never stale.
+  served only after its current version (the mark that makes its ETag, and the heartbeat behind its
+  `updated_at`) is read from PostgreSQL (app.db.mark_check: one indexed SELECT per batch of polls, on the
+  event loop, after the poll arrived) and equals the version the answer was rendered at. A write by any
+  process (a Celery worker's progress or heartbeat, another API process's cancel) committed before the
+  poll began changes the version; one poll then reads the audit the long way, and the polls that found
+  the same new version take its answer (kept only when the version read before and after that read is
+  the same): never a stale state.
 
 The tenant's limit is counted in Redis on the event loop (app.api.limits.Guard.request_async: the same
 window every process and the long way count in); 429 in the error shape. The answer carries what the
@@ -43,24 +46,28 @@ CHECKED_ENTRIES = 4096
 CHECKED_MAX_BODY = 256 * 1024
 
 
+Kept = tuple[str, str, bytes]  # (version: app.db.mark_check.MarkCheck.version, ETag, body)
+
+
 class CheckedRunning:
-    """(ETag, body) of running audits' answers by (tenant id, audit id): served only once the audit's
-    current mark gives the same ETag (see the module docstring)."""
+    """Running audits' answers by (tenant id, audit id), each with the version (mark and heartbeat) it
+    was rendered at: served only while the audit's current version is the same (see the module
+    docstring)."""
 
     def __init__(self, max_entries: int = CHECKED_ENTRIES) -> None:
-        self._cache: LRUCache[tuple[str, str], tuple[str, bytes]] = LRUCache(max_entries)
+        self._cache: LRUCache[tuple[str, str], Kept] = LRUCache(max_entries)
         self._lock = threading.Lock()
-        self._refreshing: dict[tuple[str, str], asyncio.Future[tuple[str, bytes] | None]] = {}
+        self._refreshing: dict[tuple[str, str], asyncio.Future[Kept | None]] = {}
 
-    def get(self, tenant_id: str, audit_id: str) -> tuple[str, bytes] | None:
+    def get(self, tenant_id: str, audit_id: str) -> Kept | None:
         with self._lock:
             return self._cache.get((tenant_id, audit_id))
 
-    def put(self, tenant_id: str, audit_id: str, etag: str, body: bytes) -> None:
+    def put(self, tenant_id: str, audit_id: str, kept: Kept) -> None:
         with self._lock:
-            self._cache[(tenant_id, audit_id)] = (etag, body)
+            self._cache[(tenant_id, audit_id)] = kept
 
-    def refresh(self, tenant_id: str, audit_id: str) -> asyncio.Future[tuple[str, bytes] | None] | None:
+    def refresh(self, tenant_id: str, audit_id: str) -> asyncio.Future[Kept | None] | None:
         """The refresh in flight for this answer (a poll reading it the long way), or None after starting
         one: the caller then reads it and calls `settle`."""
         future = self._refreshing.get((tenant_id, audit_id))
@@ -89,14 +96,16 @@ class SharedPoll(FastPoll):
             if audit_id and "/" not in audit_id and not state.guard.local:
                 tenant_id = self._remembered(state, scope)
                 if tenant_id is not None:
-                    answered, refreshing = await self._answer_shared(scope, audit_id, tenant_id, send)
+                    answered, version = await self._answer_shared(scope, audit_id, tenant_id, send)
                     if answered:
                         return
+                    if version is None:
+                        await self.app(scope, receive, send)
+                        return
                     try:
-                        await self.app(scope, receive, self._keeping(scope, audit_id, tenant_id, send))
+                        await self._refresh(scope, receive, send, audit_id, tenant_id, version)
                     finally:
-                        if refreshing:
-                            self._running.settle(tenant_id, audit_id)
+                        self._running.settle(tenant_id, audit_id)
                     return
         await self.app(scope, receive, send)
 
@@ -126,8 +135,9 @@ class SharedPoll(FastPoll):
 
     async def _answer_shared(
         self, scope: Scope, audit_id: str, tenant_id: str, send: Send
-    ) -> tuple[bool, bool]:
-        """(answered, this poll reads the answer the long way for the others: call `settle` after)."""
+    ) -> tuple[bool, str | None]:
+        """(answered, the version this poll read when it is to read the answer the long way for the
+        others: `_refresh`, then `settle`)."""
         started = time.perf_counter()
         state = scope["app"].state
         held = bodies_of(scope["app"]).get(tenant_id, audit_id)
@@ -137,20 +147,20 @@ class SharedPoll(FastPoll):
             checks = self._mark_check(state)
             if checks is None:
                 return False, False
-            current = await checks.etag(audit_id)  # read after this poll arrived
+            current = await checks.version(audit_id)  # read after this poll arrived
             if current is None:  # not found, or the database is away: the long way says which
-                return False, False
+                return False, None
             kept = self._running.get(tenant_id, audit_id)
             if kept is None or kept[0] != current:
-                # written since: one poll reads it the long way, the others wait for that (read after
-                # they arrived) and take it when its ETag is the one their own check read
+                # written since: one poll reads it the long way, the others wait for that and take it
+                # when its version is the one their own check read
                 waiting = self._running.refresh(tenant_id, audit_id)
                 if waiting is None:
-                    return False, True
+                    return False, current
                 kept = await asyncio.shield(waiting)
                 if kept is None or kept[0] != current:
-                    return False, False
-            etag, body = kept
+                    return False, None
+            _, etag, body = kept
         rid = request_id_for(_header(scope, b"x-request-id"))
         request_id.set(rid)
         common = [*_SECURITY, (b"content-security-policy", csp_for(scope["path"]).encode())]
@@ -161,12 +171,12 @@ class SharedPoll(FastPoll):
             refused = error_response(429, exc.message, **{"Retry-After": str(exc.retry_after)})
             await self._send(send, 429, [*refused.raw_headers, *common], refused.body)
             self._record(scope, 429, refused.raw_headers, started)
-            return True, False
+            return True, None
         headers = [(b"etag", etag.encode()), (b"cache-control", CACHE_CONTROL.encode()), *common]
         if matches(_header(scope, b"if-none-match"), etag):
             await self._send(send, 304, headers, b"")
             self._record(scope, 304, headers, started)
-            return True, False
+            return True, None
         headers = [
             (b"content-length", str(len(body)).encode()),
             (b"content-type", b"application/json"),
@@ -174,34 +184,34 @@ class SharedPoll(FastPoll):
         ]
         await self._send(send, 200, headers, body)
         self._record(scope, 200, headers, started)
-        return True, False
+        return True, None
 
-    def _keeping(self, scope: Scope, audit_id: str, tenant_id: str, send: Send) -> Send:
-        """`send`, keeping a 200 answer of a running audit (its ETag and body come from one read) for the
-        next polls to serve once checked; a finished audit's is kept by the route (FinishedBodies)."""
-        if self._mark_check(scope["app"].state) is None:
-            return send
-        etag: str | None = None
-        parts: list[bytes] = []
+    async def _refresh(
+        self, scope: Scope, receive: Receive, send: Send, audit_id: str, tenant_id: str, before: str
+    ) -> None:
+        """The long way, its 200 answer of a running audit kept at version `before` when the audit is at
+        that version after it too (so the read between gave that version's answer); a finished audit's
+        answer the route keeps itself (FinishedBodies)."""
+        status, etag, parts = 0, "", []
 
         async def keeping(message: Message) -> None:
-            nonlocal etag
+            nonlocal status, etag
             if message["type"] == "http.response.start":
-                if message["status"] == 200:
-                    etag = next((v.decode() for k, v in message.get("headers", []) if k == b"etag"), None)
-            elif message["type"] == "http.response.body" and etag is not None:
+                status = message["status"]
+                etag = next((v.decode() for k, v in message.get("headers", []) if k == b"etag"), "")
+            elif message["type"] == "http.response.body" and status == 200:
                 parts.append(message.get("body", b""))
-                size = sum(map(len, parts))
-                if size > CHECKED_MAX_BODY:
-                    etag = None
-                elif (
-                    not message.get("more_body", False)
-                    and bodies_of(scope["app"]).get(tenant_id, audit_id) is None
-                ):
-                    self._running.put(tenant_id, audit_id, etag, b"".join(parts))
             await send(message)
 
-        return keeping
+        await self.app(scope, receive, keeping)
+        body = b"".join(parts)
+        if status != 200 or not etag or len(body) > CHECKED_MAX_BODY or not before.startswith(etag + "|"):
+            return
+        if bodies_of(scope["app"]).get(tenant_id, audit_id) is not None:
+            return
+        checks = self._mark_check(scope["app"].state)
+        if checks is not None and await checks.version(audit_id) == before:
+            self._running.put(tenant_id, audit_id, (before, etag, body))
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -1,12 +1,12 @@
 """Audits' marks read on the event loop, batched: the cheap validity check of a kept answer when other
 processes write (issue 22 §5: several API processes and Celery workers on PostgreSQL).
 
-A poll that holds a rendered answer for a running audit asks `MarkCheck.etag(audit_id)`. The request
+A poll that holds a rendered answer for a running audit asks `MarkCheck.version(audit_id)`. The request
 joins the next batch; one batch is one indexed `SELECT id, <mark> FROM audits WHERE id IN (...)` on a
 connection of this process's own small async pool, with no thread hop. A batch is sent only after every
 request in it arrived (requests that come while a batch is in flight wait for the next one), so the
 answer reflects every write committed before the poll began, by any process: a kept answer is served only
-while its ETag equals the mark's, never a stale state. Under load the batches grow, so the queries per
+while its version (ETag and heartbeat) is the current one, never a stale state. Under load the batches grow, so the queries per
 second stay near one per connection round trip however many polls there are.
 
 The mark is app.db.polling.MARK_FIELDS (state, progress, attempt, cancel flag, start and finish times),
@@ -31,13 +31,15 @@ from app.db.retry import short_reason
 
 log = logging.getLogger(__name__)
 
-_MARKS = select(Audit.id, *(getattr(Audit, name) for name in MARK_FIELDS))
+_MARKS = select(Audit.id, Audit.heartbeat_at, *(getattr(Audit, name) for name in MARK_FIELDS))
 BATCH_MAX = 500
 
 
 class MarkCheck:
-    """Batched mark reads for one event loop (one API process). `etag(audit_id)` → the audit's current
-    ETag, or None when it is gone or the read failed (the caller then reads the long way)."""
+    """Batched mark reads for one event loop (one API process). `version(audit_id)` → the audit's current
+    version, `<ETag>|<heartbeat>` (the ETag is the mark's; the heartbeat also changes the representation,
+    through `updated_at`), or None when it is gone or the read failed (the caller then reads the long
+    way)."""
 
     def __init__(self, url: str, etag_of: Callable[[Any], str], *, connections: int = 2) -> None:
         from sqlalchemy.ext.asyncio import create_async_engine
@@ -53,10 +55,11 @@ class MarkCheck:
         self._pending: dict[str, list[asyncio.Future[str | None]]] = {}
         self._slots = asyncio.Semaphore(connections)
         self._sender: asyncio.Task[None] | None = None
+        self._reading: set[asyncio.Task[None]] = set()
         self.batches = 0  # how many queries so far
         self.checks = 0  # how many polls asked
 
-    async def etag(self, audit_id: str) -> str | None:
+    async def version(self, audit_id: str) -> str | None:
         future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
         self._pending.setdefault(audit_id, []).append(future)
         self.checks += 1
@@ -66,30 +69,27 @@ class MarkCheck:
 
     async def _send(self) -> None:
         """Start a batch whenever a connection is free and requests wait; each batch holds the requests
-        that arrived before it started."""
-        running: set[asyncio.Task[None]] = set()
-        try:
-            while self._pending:
-                await self._slots.acquire()
-                if not self._pending:
-                    self._slots.release()
-                    break
-                ids = list(self._pending)[:BATCH_MAX]
-                batch = {i: self._pending.pop(i) for i in ids}
-                task = asyncio.create_task(self._read(batch))
-                running.add(task)
-                task.add_done_callback(running.discard)
-                await asyncio.sleep(0)  # let the batch's query go out before gathering the next one
-        finally:
-            if running:
-                await asyncio.gather(*running, return_exceptions=True)
+        that arrived before it started. Returns as soon as none waits (with no await between that check
+        and its end, so a request that comes later starts the next sender)."""
+        while self._pending:
+            await self._slots.acquire()
+            if not self._pending:
+                self._slots.release()
+                continue
+            ids = list(self._pending)[:BATCH_MAX]
+            batch = {i: self._pending.pop(i) for i in ids}
+            task = asyncio.create_task(self._read(batch))
+            self._reading.add(task)
+            task.add_done_callback(self._reading.discard)
+            await asyncio.sleep(0)  # let the batch's query go out before gathering the next one
 
     async def _read(self, batch: dict[str, list[asyncio.Future[str | None]]]) -> None:
         found: dict[str, str] = {}
         try:
             async with self._engine.connect() as connection:
                 for row in await connection.execute(_MARKS.where(Audit.id.in_(list(batch)))):
-                    found[row.id] = self._etag_of(row)
+                    beat = row.heartbeat_at.isoformat() if row.heartbeat_at else ""
+                    found[row.id] = f"{self._etag_of(row)}|{beat}"
             self.batches += 1
         except Exception as exc:  # the database is away: these polls read the long way (with its retries)
             log.warning("mark check failed (%s); reading the long way", short_reason(exc))
@@ -101,9 +101,8 @@ class MarkCheck:
                         future.set_result(found.get(audit_id))
 
     async def close(self) -> None:
-        if self._sender is not None:
-            with contextlib.suppress(Exception):
-                await self._sender
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*[t for t in (self._sender, *self._reading) if t is not None])
         await self._engine.dispose()
 
 
