@@ -6,7 +6,7 @@ context" at ε = 1, each answer after LATENCY seconds (asyncio.sleep: calls over
 seeded by the request body, which holds `{trial}`, so both runs get the same answer for each trial. The
 audit is examples/mia-http-endpoint.json at TRIALS trials a context (2·TRIALS calls). Rows: both wall
 times, the ratio, and whether the two results are identical (they must be: concurrency changes only the
-wall time). Run it alone: `python -m bench.suites.endpoint`.
+wall time). `python bench/run.py endpoint`.
 """
 
 from __future__ import annotations
@@ -108,11 +108,3 @@ def run() -> Iterator[dict]:
         "value": all(one.get(k) == four.get(k) for k in keys),
         "unit": "bool",
     }
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    for row in run():
-        print(json.dumps({"suite": "endpoint", **row}), flush=True)
