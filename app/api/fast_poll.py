@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 
 RUNNING_TTL_SECONDS = 1.0
 RUNNING_CACHE_ENTRIES = 4096
-REFRESHES = 2  # re-reads a poll of a stale running audit waits for before it goes down the stack
+REFRESHES = 3  # reads in flight a poll of a stale running audit waits for before it goes down the stack
 
 PREFIX = "/v1/audits/"
 TEMPLATE = "/v1/audits/{audit_id}"
@@ -65,7 +65,7 @@ class RunningBodies:
     """Running audits' ETag, state and JSON by (tenant id, audit id), each with the executor's write stamp
     for that audit read before the read that rendered it (app.jobs.writes): valid while the stamp stands
     (no write to the audit, from this process or the worker process running it, has begun since) and for
-    RUNNING_TTL_SECONDS (writes from other processes). A stale entry is re-read once for all the polls
+    RUNNING_TTL_SECONDS (writes from other processes). A stale entry is read again once for the polls
     that find it so (`refresh`), on the event loop's side of the stack."""
 
     def __init__(self, executor: Any, max_entries: int = RUNNING_CACHE_ENTRIES) -> None:
@@ -74,7 +74,8 @@ class RunningBodies:
             LRUCache(max_entries)
         )
         self._lock = threading.Lock()
-        self._flights: dict[tuple[str, str], asyncio.Future[None]] = {}
+        # (tenant id, audit id) → (when the read began, its answer): the read in flight, if any
+        self._flights: dict[tuple[str, str], tuple[float, asyncio.Future[tuple[str, str, bytes] | None]]] = {}
 
     def stamp(self, audit_id: str | None = None) -> tuple[Any, ...] | None:
         """Read before the database read whose answer `put` keeps (None: a write is in flight; not kept):
@@ -108,33 +109,50 @@ class RunningBodies:
         with self._lock:  # stamp None (a write was in flight): known to be the tenant's, never served
             self._cache[(tenant_id, audit_id)] = (etag, state, body, stamp, time.monotonic())
 
-    async def refresh(self, app: Any, tenant_id: str, audit_id: str) -> None:
-        """Re-read a stale entry: one read in a worker thread, under a request slot, for every poll that
-        arrives meanwhile (each then checks the new entry's stamp itself). No slot within
-        ICLAUDIT_API_QUEUE_SECONDS: nothing is read (the caller goes down the stack, which answers 503)."""
+    async def refresh(
+        self, app: Any, tenant_id: str, audit_id: str, arrived: float
+    ) -> tuple[str, str, bytes] | None:
+        """The audit read again for a poll that arrived at `arrived` (perf_counter) and found its entry
+        stale: one read at a time per audit, in a worker thread under a request slot, shared by the polls
+        that arrived before it began (a read begun after a poll arrived answers it with every write
+        committed before). None: not theirs, no slot within ICLAUDIT_API_QUEUE_SECONDS, or the read failed
+        (the caller goes down the stack)."""
         key = (tenant_id, audit_id)
-        flight = self._flights.get(key)
-        if flight is not None:
-            await asyncio.shield(flight)
-            return
-        flight = self._flights[key] = asyncio.get_running_loop().create_future()
+        for _ in range(REFRESHES):
+            flight = self._flights.get(key)
+            if flight is None:
+                return await self._read(app, key)
+            started, future = flight
+            answer = await asyncio.shield(future)
+            if started >= arrived:
+                return answer
+            if (held := self.get(tenant_id, audit_id)) is not None:  # an earlier read still current
+                return held
+        return None
+
+    async def _read(self, app: Any, key: tuple[str, str]) -> tuple[str, str, bytes] | None:
+        future: asyncio.Future[tuple[str, str, bytes] | None] = asyncio.get_running_loop().create_future()
+        self._flights[key] = (time.perf_counter(), future)
+        answer = None
         try:
-            slots = app.state.db_slots
             with anyio.move_on_after(app.state.settings.api_queue_seconds):
-                async with slots:
+                async with app.state.db_slots:
                     sessions, bodies = app.state.session_factory, bodies_of(app)
-                    await to_thread.run_sync(_reread, sessions, tenant_id, audit_id, bodies, self)
+                    answer = await to_thread.run_sync(_reread, sessions, *key, bodies, self)
         except Exception:  # the stack's read will say what went wrong
-            log.debug("re-reading audit %s for its kept answer failed", audit_id, exc_info=True)
+            log.debug("re-reading audit %s for its kept answer failed", key[1], exc_info=True)
         finally:
             del self._flights[key]
-            flight.set_result(None)
+            future.set_result(answer)
+        return answer
 
 
-def _reread(sessions: Any, tenant_id: str, audit_id: str, bodies: Any, running: RunningBodies) -> None:
+def _reread(
+    sessions: Any, tenant_id: str, audit_id: str, bodies: Any, running: RunningBodies
+) -> tuple[str, str, bytes] | None:
     session = sessions()
     try:
-        render(session, tenant_id, audit_id, bodies, running)
+        return render(session, tenant_id, audit_id, bodies, running)
     finally:
         session.close()
 
@@ -201,11 +219,8 @@ class FastPoll:
         held = bodies_of(app).get(tenant_id, audit_id)
         if held is None and (running := running_of(app)) is not None:
             held = running.get(tenant_id, audit_id)
-            for _ in range(REFRESHES):  # a write that began during a re-read: once more, then the stack
-                if held is not None or not running.known(tenant_id, audit_id):
-                    break
-                await running.refresh(app, tenant_id, audit_id)
-                held = bodies_of(app).get(tenant_id, audit_id) or running.get(tenant_id, audit_id)
+            if held is None and running.known(tenant_id, audit_id):
+                held = await running.refresh(app, tenant_id, audit_id, started)
         if held is None:
             return False
         rid = request_id_for(given_id)
