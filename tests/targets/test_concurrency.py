@@ -248,3 +248,26 @@ def test_throttle_is_aimd_once_per_congestion_event() -> None:
     assert time.monotonic() >= before + 0.5  # those sends waited out the Retry-After
     throttle.received(503, throttle.send(paced=False), None)  # a 503 is congestion too
     assert throttle.limit == 2.0 and throttle.rate == 5.0 and throttle.decreases == 2
+
+
+def test_a_call_that_raises_frees_its_slot() -> None:
+    """Any exception out of the client (not only httpx's) gives the slot back: a slot kept would leave the
+    other workers waiting for ever."""
+    from app.audit.mechanisms.base import claimed_theory
+    from app.audit.mechanisms.http_endpoint import HttpEndpoint
+
+    class Broken:
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("not a transport error")
+
+    endpoint = HttpEndpoint(
+        url="http://127.0.0.1:9/",
+        body={},
+        answer_path="a",
+        theory=claimed_theory(1.0, 1e-5),
+        max_concurrency=1,
+    )
+    for _ in range(2):  # the second call gets the one slot the first one held
+        with pytest.raises(RuntimeError):
+            endpoint._post(Broken(), {}, url=endpoint.url)
+        assert endpoint.throttle.in_flight == 0

@@ -625,12 +625,13 @@ class HttpEndpoint(Mechanism):
             try:
                 sends = body is not None or method not in ("GET", "DELETE")
                 response = client.request(method, url, json=body) if sends else client.request(method, url)
-            except EgressRefused as exc:
-                self.throttle.received(None, epoch, None)
-                raise AuditError(f"endpoint {url} refused by this service: {exc.reason}") from None
-            except httpx.HTTPError as exc:
+            except BaseException as exc:
+                self.throttle.received(None, epoch, None)  # whatever it is: a slot kept would stall the rest
+                if isinstance(exc, EgressRefused):
+                    raise AuditError(f"endpoint {url} refused by this service: {exc.reason}") from None
+                if not isinstance(exc, httpx.HTTPError):
+                    raise
                 problem = f"{type(exc).__name__}: {exc}"
-                self.throttle.received(None, epoch, None)
             else:
                 status = response.status_code
                 if status in _CONGESTION:
