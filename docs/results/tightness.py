@@ -76,6 +76,7 @@ ROWS: dict[str, dict] = dict(
     [_row("ag_news", d, e) for d in DESIGNS for e in EPSILONS]
     + [_row(ds, d, 8.0) for ds in ("trec", "sst2") for d in DESIGNS]
     + [_row("trec", "copy_constrained", e) for e in EPSILONS[:-1]]  # the design that flips trec's vote
+    + [_row(ds, "signal_text_constrained", 8.0) for ds in ("ag_news", "trec", "sst2")]
 )
 
 
@@ -267,10 +268,15 @@ OUTRO = """
   calibrated for). For a one-count move Ṽ_y+ is the Neyman-Pearson test, so no white-box score on this
   query reaches 0.8×, and no black-box one passes the same ε(μ/√2); the released argmax reaches
   0.42–0.44× (the black-box column is the same for `inquiry` and `inquiry_count`: only the white-box
-  score differs).
+  score differs). The score's soundness at its claim: docs/results/design-null-count.md
+  (`design_null.py --count`).
 - **Label-constrained teachers** make the partition without the canary vote, as planned, but on the
   inquiry query it then votes "Yes" too (P(Yes) > P(No) over the label log-probabilities with and without
-  the canary, effect 0 on ag_news, trec and sst2). With the copy canary (the canary exemplar relabelled
+  the canary, effect 0 on ag_news, trec and sst2), and on 003 Prompt 3 (`signal_text_constrained`) it
+  votes y1 ("The old clock chimed a forgotten, dusty tune.") with and without the canary on all three:
+  the label log-probabilities carry a prior for the first answer that the context does not move. (A
+  deployment that calibrates its labels against a content-free prompt would remove that prior; that is a
+  different mechanism, not run here.) With the copy canary (the canary exemplar relabelled
   y*, the query its own text) the label-constrained vote flips on trec's seed-0 context: y+ with the
   canary, another label without it, two counts move (003 Lemma 3.1's [1, T−1] against [0, T]), and
   `trec-copy_constrained` meets both goals at ε = 2, 4 and 8 (white box 0.84–0.97×, black box
@@ -287,12 +293,15 @@ OUTRO = """
   votes y+ (effect 0). The rare-token row's ε_emp on ag_news comes from the canary partition's *other*
   votes changing (the white-box score subtracts the strongest other label), not from y+.
 - **Brainwash** (003's baseline): no effect on any dataset.
-- **auto** (see its pilot table): where no candidate shows any μ on the pilot's contexts the rule has
-  nothing to go on and takes the first candidate (copy); 2 pilot context pairs are too few to rank
-  designs whose effect varies from one context to the next (a larger pilot costs forward passes; the
-  pilot already spends about as many as the measurement). Where it finds a one-count flip (signal_text
-  on sst2, 003 Prompt 3 asked of private voting, Table 3's first pair) it can now take the Ṽ_y+ score
-  for it.
+- **auto** (see its pilot table; a row whose pilot lists no `_count` candidate ran before `auto` had the
+  Ṽ_y+ score, and is kept until its rerun): where no candidate shows any μ on the pilot's contexts the
+  rule has nothing to go on and takes the first candidate (copy); 2 pilot context pairs are too few to
+  rank designs whose effect varies from one context to the next (a larger pilot costs forward passes;
+  the pilot already spends about as many as the measurement). On ag_news at ε = 8 the copy canary led
+  the pilot again and the pilot took its Ṽ_y+ score (copy_count), with effect 0 on the measurement's
+  context. On sst2, where none of the fixed designs moves the vote, the pilot found signal_text (003
+  Prompt 3 asked of private voting, Table 3's first pair), a one-count flip, and now takes the Ṽ_y+
+  score for it: white box 0.64× (0.43× with Ṽ_y+ − Ṽ_other), against the ceiling 0.66×.
 - **ESA with MiniLM** and 003 §3.4's constrained-output generation query: not run in this pass (see the
   issue); 003 reports generation audits below theory because ESA's sensitivity 2/T is rarely attained by
   real embeddings (tests/audit/mia/test_mia_real_models.py checks the same direction on samsum).

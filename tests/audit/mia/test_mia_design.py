@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from app.audit import design
-from app.audit.attacks import copy_canary, rare_token
+from app.audit.attacks import copy_canary, count_score, inquiry, rare_token
+from app.audit.attacks.registry import attack_module
 from app.audit.icl.contexts import build_contexts
 from app.audit.kinds import mia
 
@@ -97,7 +98,10 @@ def test_auto_measures_the_chosen_design_as_a_plain_audit_would(oracle_ctx) -> N
     chosen = r["design"]
     skipped = {c["attack"] for c in chosen["candidates"] if "skipped" in c}
     assert skipped == {"copy", "rare_token"}  # the simulated engine refuses their query
-    assert chosen["attack"] in ("inquiry", "signal_text") and chosen["partitions"] in (2, 4, 8)
+    assert chosen["attack"] in ("inquiry", "signal_text", "inquiry_count", "signal_text_count")
+    assert chosen["partitions"] in (2, 4, 8)
+    scored = {(c["attack"], c["partitions"]) for c in chosen["candidates"] if "pilot_mu" in c}
+    assert {("inquiry_count", 2), ("signal_text_count", 8)} <= scored  # both scores of every (design, T)
     fixed = request.model_copy(
         update={
             "attack": request.attack.model_copy(update={"name": chosen["attack"]}),
@@ -162,3 +166,128 @@ def test_the_soundness_section_is_the_design_null_scripts_output() -> None:
     rows = [r.split("|") for r in module.RAW.read_text().splitlines()[2:]]
     assert [float(r[1]) for r in rows] == list(module.EPSILONS)
     assert all(int(r[2]) == 200 and int(r[3]) <= 10 for r in rows)
+
+
+def _voting(epsilon: float = 4.0):
+    from app.audit.mechanisms.private_voting import PrivateVoting
+
+    spec = mia.MechanismSpec(name="private_voting", partitions=4, calibration="analytic")
+    return PrivateVoting.from_spec(spec, epsilon=epsilon, delta=1e-5)
+
+
+def test_count_score_is_the_noisy_count_of_the_canarys_answer(ag_news) -> None:
+    """`inquiry_count` is inquiry's query with other_weight 0: black box unchanged (released label = Yes),
+    white box Ṽ_Yes alone; inquiry keeps 003 §3.2's Ṽ_Yes − Ṽ_No."""
+    rng = np.random.default_rng(0)
+    canary = ag_news.train[0]
+    spec = mia.AttackSpec(name="inquiry_count")
+    base = inquiry.build_query(canary=canary, dataset=ag_news, spec=spec, rng=rng)
+    counted = attack_module("inquiry_count").build_query(canary=canary, dataset=ag_news, spec=spec, rng=rng)
+    assert counted.other_weight == 0.0 and base.other_weight == 1.0
+    assert counted.template == base.template and counted.answers == base.answers
+    assert attack_module("copy_count").plant is copy_canary.plant
+    mechanism = _voting()
+    clean = np.array([[3.0, 1.0], [0.0, 0.0]])
+    release = mechanism.release(clean, np.random.default_rng(1))
+    noisy = release.white_box
+    decision, score = mechanism.binary_view(release, mechanism.binary_target(counted, None))
+    assert np.array_equal(score, noisy[:, 0])
+    decision_m, margin = mechanism.binary_view(release, mechanism.binary_target(base, None))
+    assert np.array_equal(margin, noisy[:, 0] - noisy[:, 1]) and np.array_equal(decision, decision_m)
+
+
+@pytest.mark.parametrize("out_votes_other", [False, True])
+def test_exact_count_mu_is_the_gaussian_shift_and_matches_a_seeded_simulation(out_votes_other: bool) -> None:
+    """One count moves (the partition without the canary casts no vote): Ṽ_y+ reaches μ = 1/σ, Ṽ_y+ − Ṽ_other
+    only 1/(√2σ). The canary moves a vote from another label: Ṽ_y+ still 1/σ, the difference √2/σ (the
+    Neyman-Pearson score there). exact_count_mu agrees with 400,000 seeded draws of the noise."""
+    from scipy import stats
+
+    from app.audit.stats.exact import exact_vote_audit
+
+    sigma = _voting().std
+    p_in = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]])
+    p_out = p_in.copy()
+    p_out[0] = [0.0, 1.0] if out_votes_other else [0.0, 0.0]
+    mu = count_score.exact_count_mu(p_in, p_out, sigma=sigma, target=0)
+    assert mu == pytest.approx(1.0 / sigma, rel=1e-6)
+    margin = exact_vote_audit(p_in, p_out, sigma=sigma, target=0, other=1, delta=1e-5).mu_white_box
+    assert margin == pytest.approx((np.sqrt(2.0) if out_votes_other else 1 / np.sqrt(2.0)) / sigma, rel=1e-3)
+    rng = np.random.default_rng(19)
+    n, tau = 400_000, 1.5  # V_in,y+ = 2, V_out,y+ = 1: the midpoint
+    tpr = np.mean(2.0 + sigma * rng.standard_normal(n) > tau)
+    fpr = np.mean(1.0 + sigma * rng.standard_normal(n) > tau)
+    assert stats.norm.ppf(tpr) - stats.norm.ppf(fpr) == pytest.approx(mu, abs=0.01)
+
+
+def test_count_score_variants_refuse_the_exact_estimator() -> None:
+    body = {**_auto(0), "attack": {"name": "inquiry_count"}, "estimator": "exact"}
+    with pytest.raises(ValueError, match="exact estimator computes"):
+        mia.Request.model_validate(body)
+
+
+def test_count_score_null_small(oracle_ctx) -> None:
+    """A small `docs/results/design_null.py --count`: the Ṽ_y+ score exactly at its claim (σ for Δ₂ = 1, the
+    canary moves one count of y+), 20 seeded audits at ε = 4: no more violations than 5 % makes likely,
+    and the score has power (the mean ε_lower is a good share of the claim)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    spec = importlib.util.spec_from_file_location("design_null", root / "docs/results/design_null.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    runs = [
+        mia.run(mia.Request.model_validate(module.count_body(s, 4.0, trials=4000)), oracle_ctx)
+        for s in range(5000, 5020)
+    ]
+    assert sum(r["violation"] for r in runs) <= 2
+    assert np.mean([r["white_box"]["epsilon_lower"] or 0.0 for r in runs]) > 1.0
+
+
+@pytest.mark.parametrize("raw", ["design-null-count.md", "design-null-auto50.md"])
+def test_the_reruns_of_the_null_are_committed(raw: str) -> None:
+    """docs/results/design-null-count.md (`design_null.py --count`, the Ṽ_y+ score at its claim) and
+    design-null-auto50.md (`auto` with both white-box scores among its candidates, a reduced 50 audits per
+    ε): every ε, at least 50 audits each, violations within what a 5 % rate makes likely."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs/results" / raw).read_text()
+    rows = [r.split("|") for r in text.splitlines()[2:] if r.startswith("|")]
+    assert [float(r[1]) for r in rows] == [1.0, 2.0, 4.0, 8.0]
+    assert all(int(r[2]) >= 50 and int(r[3]) <= 0.1 * int(r[2]) for r in rows)
+
+
+def test_constrained_teachers_always_cast_a_valid_vote() -> None:
+    """`*_constrained`: each partition votes argmax_k log P(t_k | prompt) at τ = 0 (softmax over the labels at
+    τ > 0), so a partition whose free decoding leaves the label set still votes; the free teachers keep
+    decoding.py's rule (an invalid vote casts none)."""
+    from app.audit.attacks.base import AuditQuery
+    from app.audit.mechanisms.private_voting import PrivateVoting
+
+    class Source:
+        def label_logprobs(self, prompts, answers):
+            return np.array([[-5.0, -7.0], [-9.0, -6.0]])[: len(prompts)]
+
+        def vote_probs(self, prompts, answers, temperature):
+            return np.zeros((len(prompts), len(answers)))  # free decoding: no valid vote
+
+    query = attack_module("inquiry_constrained").build_query(
+        canary=mia_example(), dataset=None, spec=mia.AttackSpec(name="inquiry_constrained"), rng=None
+    )
+    assert query.constrained and query.other_weight == 1.0
+    spec = mia.MechanismSpec(name="private_voting", partitions=2, calibration="analytic", temperature=0.0)
+    mechanism = PrivateVoting.from_spec(spec, epsilon=4.0, delta=1e-5)
+    prompts = mechanism.audit_inputs(query, [(mia_example(),), (mia_example(),)])
+    assert np.array_equal(mechanism.label_probs(prompts, query.answers, Source()), [[1.0, 0.0], [0.0, 1.0]])
+    mechanism.temperature = 1.0
+    warm = mechanism.label_probs(prompts, query.answers, Source())
+    assert np.allclose(warm.sum(axis=1), 1.0) and warm[0, 0] == pytest.approx(1 / (1 + np.exp(-2.0)))
+    mechanism.audit_inputs(AuditQuery("{context}", ("Yes", "No")), [(mia_example(),)])
+    assert not mechanism.label_probs(prompts, query.answers, Source()).any()
+
+
+def mia_example():
+    from app.datasets.types import Example
+
+    return Example(text="The sun rises in the west.", label="World")
