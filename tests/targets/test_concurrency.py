@@ -24,7 +24,7 @@ from target_server import Target, serve
 
 from app.audit.kinds import mia
 from app.audit.local import local_context
-from app.audit.runtime import no_progress
+from app.audit.runtime import AuditError, no_progress
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -271,3 +271,30 @@ def test_a_call_that_raises_frees_its_slot() -> None:
         with pytest.raises(RuntimeError):
             endpoint._post(Broken(), {}, url=endpoint.url)
         assert endpoint.throttle.in_flight == 0
+
+
+def test_an_outage_under_concurrency_keeps_every_answer_and_the_resume_sends_only_the_rest(
+    sequential,
+) -> None:
+    """The target goes down (503) after 50 answers while 4 calls are in flight: the audit fails on the
+    earliest failed trial, every answer it got is stored (those after a gap too), and back up, the resume
+    replays them all and sends only the rest, to the sequential run's result."""
+    reference = sequential[0]
+    target, store = Busy(latency=0.02, down_after=50), Store()
+    with serve(target.app()) as url:
+        with pytest.raises(AuditError, match="HTTP 503"):
+            audit_no_retries(url, store)
+        assert target.answered == 50 and len(store.answers) == 50
+        target.down, target.down_after = False, None
+        resumed = audit_no_retries(url, store)
+    assert resumed["endpoint_replayed"] == 50 and resumed["endpoint_calls"] == 30
+    assert target.answered == 80 and set(target.seen.values()) == {1}
+    assert science(resumed) == science(reference)
+
+
+def audit_no_retries(url: str, store: Store) -> dict:
+    """40 trials a context at 4 in flight, a failed call not retried."""
+    request = body(url, 40, 4)
+    request["mechanism"]["endpoint"]["retries"] = 0
+    ctx = dataclasses.replace(local_context(progress=no_progress), responses=store)
+    return mia.run(mia.Request.model_validate(request), ctx)
