@@ -27,7 +27,9 @@ from app.audit.runtime import AuditError, RunContext
 
 
 class BudgetSpec(BaseModel):
-    """Caps on what one audit may spend; absent fields are not capped."""
+    """Caps on what one audit may spend; absent fields are not capped. Taken by the kinds that call a model
+    or an endpoint (mia, iclinf, synthetic_generation); a bound audit calls nothing, so a budget in its
+    request is a 422 at $.budget."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
