@@ -7,8 +7,9 @@
 
 Environment: STACK (embedded | postgres_celery; default embedded), MIAS (mia audits queued before the
 phase, default 2; with one inline worker they run one after another, so 8 keep one computing through a
-10 s phase), PYSPY=1 (py-spy record of the API process into bench-poll-probe.txt, `--gil`, raw format:
-the CPU by function, needs `pip install py-spy`). Prints one line: req/s, p50/p99, errors, statuses,
+10 s phase), TARGETS=running (poll only the mia audits; default: them and 20 finished ones), PYSPY=1
+(py-spy record of the API process into bench-poll-probe.txt, `--gil`, raw format: the CPU by function,
+needs `pip install py-spy`). Prints one line: req/s, p50/p99, errors, statuses,
 /healthz max, server CPU ms/req (the API process's /proc CPU time over the phase ÷ requests, the audit's
 included on the embedded stack), load average; then the final states of the mia audits.
 """
@@ -43,7 +44,8 @@ async def _probe(base: str, key: str, pid: int, mode: str, n: int, seconds: floa
             for _ in range(int(os.environ.get("MIAS", "2")))
         ]
         await asyncio.sleep(1.0)
-        urls = [f"{base}/v1/audits/{i}" for i in running + finished]
+        polled = running if os.environ.get("TARGETS") == "running" else running + finished
+        urls = [f"{base}/v1/audits/{i}" for i in polled]
         spy = None
         if os.environ.get("PYSPY") == "1":
             spy = subprocess.Popen(
