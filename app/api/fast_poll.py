@@ -15,8 +15,9 @@ A running audit's answer is kept too (`RunningBodies`), on the inline executor o
 depends on (app.jobs.writes, `InlineExecutor.write_stamp`): the writes of this process, those of the worker
 process running the audit (counted in shared memory before each write can be seen) and the hand-overs of
 audits to the processes. A write to one audit ends only its own answer (and this process's writes, which
-do not say which audit, end all); the next poll that finds it stale reads it again on the event loop's side
-of the stack, once for all the polls arriving meanwhile. An entry also ends after RUNNING_TTL_SECONDS (1 s,
+do not say which audit, end all). A poll that finds it stale is answered outermost by a read of the audit
+begun after the poll arrived (one read at a time per audit, shared by the polls that arrived before it
+began), so it holds every write committed before the poll. An entry also ends after RUNNING_TTL_SECONDS (1 s,
 the bound long-polls already have for writes from other processes, such as another API process's cancel).
 With one API process a running audit's poll is as fresh as a read of the database; with Celery every such
 poll reads it.

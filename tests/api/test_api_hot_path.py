@@ -18,6 +18,7 @@ from service.gate import Gate
 from sqlalchemy import event, select, update
 
 from app.api import fast_poll
+from app.db import audits as audit_rows
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import ApiKey, Audit, utcnow
@@ -291,6 +292,46 @@ def test_a_write_to_one_audit_keeps_the_others_answers(app_client, make_key, mon
         with _statements(engine) as seen:
             assert client.get(f"/v1/audits/{running}").json()["state"] == "RUNNING"
         assert any("FROM audits" in statement for statement in seen), seen  # re-read
+
+
+def test_polls_during_a_storm_of_writes_are_never_behind(app_client, make_key) -> None:
+    """Progress written every few milliseconds (as the runner writes it): each poll answers a read begun
+    after it arrived, so its fraction is never below the one committed before the poll was sent."""
+    with _held(app_client, make_key, **QUIET) as (client, _, audit_id):
+        sessions = client.app.state.session_factory
+        with sessions() as session:
+            attempt = session.execute(select(Audit.attempt).where(Audit.id == audit_id)).scalar_one()
+        committed = [0.0]
+        stop = threading.Event()
+
+        def write() -> None:
+            step = 0
+            while not stop.is_set():
+                step += 1
+                with sessions.begin() as session:
+                    audit_rows.record_progress(
+                        session,
+                        audit_id=audit_id,
+                        attempt=attempt,
+                        stage="trials",
+                        fraction=step / 1e6,
+                        eta_seconds=None,
+                        message="",
+                    )
+                committed[0] = step / 1e6
+                time.sleep(0.002)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        try:
+            for _ in range(200):
+                before = committed[0]
+                answer = client.get(f"/v1/audits/{audit_id}").json()
+                assert answer["progress"]["fraction"] >= before, (answer["progress"], before)
+        finally:
+            stop.set()
+            writer.join(timeout=30)
+        assert committed[0] > 0
 
 
 def test_a_stale_answer_is_read_again_once_for_concurrent_polls(app_client, make_key) -> None:
