@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from service.client import bound_request, long_mia_request, wait_for
+from service.client import bound_request, wait_for
+from service.gate import Gate
 from service.servers import fresh_database
 
 from app.config import Settings
@@ -97,13 +98,16 @@ def test_write_rate_limit_is_429(app_client, make_key) -> None:
 
 
 def test_active_audits_cap_is_429_and_stores_nothing(app_client, make_key) -> None:
-    with app_client(max_active_audits=1) as client:
+    """The active audit is held at a gate (tests/service/gate.py), not by its size: it cannot end before
+    the second submit on a fast machine."""
+    with Gate() as gate, app_client(max_active_audits=1, endpoint_allowlist=[gate.url]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
-        running = client.post("/v1/audits", json=long_mia_request()).json()
+        running = client.post("/v1/audits", json=gate.request()).json()
         _assert_429(client.post("/v1/audits", json=bound_request()), "ICLAUDIT_MAX_ACTIVE_AUDITS")
         assert [a["id"] for a in client.get("/v1/audits").json()["audits"]] == [running["id"]]
         client.post(f"/v1/audits/{running['id']}/cancel")
-        wait_for(client.get, running["id"])
+        gate.release()
+        assert wait_for(client.get, running["id"])["state"] == "CANCELLED"
         assert client.post("/v1/audits", json=bound_request()).status_code == 202
 
 
