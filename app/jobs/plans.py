@@ -327,23 +327,29 @@ class CeleryPlanner:
 
     def plan(self, tenant_id: str, body: dict, timeout: float | None = None) -> dict:
         import redis
+        from kombu.exceptions import OperationalError
 
         timeout = PLAN_WAIT_SECONDS if timeout is None else timeout
         plan_id = uuid.uuid4().hex
         request_id = observability.request_id.get()
-        self._celery.send_task(
-            PLAN_TASK,
-            args=[plan_id, tenant_id, body],
-            kwargs={"request_id": request_id} if request_id else {},
-            queue=PLAN_QUEUE,
-            expires=timeout,  # a plan nobody waits for any more is not computed
-        )
-        # the socket waits longer than the BLPOP, which answers None at its own timeout
-        client = redis.Redis.from_url(self._broker_url, socket_connect_timeout=5, socket_timeout=timeout + 10)
-        try:
-            got = client.blpop([PLAN_KEY + plan_id], timeout=max(1, round(timeout)))
-        finally:
-            client.close()
+        try:  # a broker down is a 503 like no worker answering, not a 500 (schemathesis, issue 20 L1)
+            self._celery.send_task(
+                PLAN_TASK,
+                args=[plan_id, tenant_id, body],
+                kwargs={"request_id": request_id} if request_id else {},
+                queue=PLAN_QUEUE,
+                expires=timeout,  # a plan nobody waits for any more is not computed
+            )
+            # the socket waits longer than the BLPOP, which answers None at its own timeout
+            client = redis.Redis.from_url(
+                self._broker_url, socket_connect_timeout=5, socket_timeout=timeout + 10
+            )
+            try:
+                got = client.blpop([PLAN_KEY + plan_id], timeout=max(1, round(timeout)))
+            finally:
+                client.close()
+        except (OperationalError, redis.exceptions.ConnectionError) as exc:
+            raise PlanUnavailable(f"the queue is unreachable ({type(exc).__name__})") from None
         if got is None:
             raise PlanUnavailable(f"no worker answered the plan within {timeout:.0f} s")
         return json.loads(got[1])

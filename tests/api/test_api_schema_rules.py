@@ -16,6 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from app.audit.icl.templates import custom_template
+from app.audit.kinds.iclinf import EXAMPLE_FORMAT_PATTERN, TEMPLATE_PATTERN
+from app.audit.kinds.iclinf import Request as IclinfRequest
 from app.config import Settings
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
@@ -49,6 +52,34 @@ def test_cron_pattern_no_looser_than_croniter(cron: str) -> None:
 def test_cron_outside_pattern_refused(cron: str) -> None:
     with pytest.raises(ValidationError, match="is not a cron expression"):
         ScheduleCreate.model_validate({"request": BOUND, "cron": cron})
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True)
+@given(st.from_regex(TEMPLATE_PATTERN, fullmatch=True), st.from_regex(EXAMPLE_FORMAT_PATTERN, fullmatch=True))
+def test_template_patterns_no_looser_than_custom_template(template: str, example_format: str) -> None:
+    """Every custom template and example_format the schema's patterns allow, custom_template builds and the
+    iclinf request takes."""
+    custom_template(template, example_format)
+    request = {"dataset": "d", "model": "m", "template": template, "example_format": example_format}
+    assert IclinfRequest.model_validate(request).template == template
+
+
+@pytest.mark.parametrize(
+    ("template", "example_format", "field"),
+    [
+        ("{examples} {query} {query!s}", None, "template"),  # custom_template took these: no longer
+        ("{examples} {query} {query:5}", None, "template"),
+        ("{examples} {query}", "{{text}} {label}", "example_format"),
+        ("{examples} {query}", "{text!r} {label} {text}", "example_format"),
+    ],
+)
+def test_templates_outside_the_patterns_refused(
+    template: str, example_format: str | None, field: str
+) -> None:
+    with pytest.raises(ValidationError, match=f"{field}: use "):
+        IclinfRequest.model_validate(
+            {"dataset": "d", "model": "m", "template": template, "example_format": example_format}
+        )
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ the inputs of the method 001 App. B cites, Zhao et al. 2021 §4).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -40,11 +41,27 @@ from app.audit.runtime import AuditError, RunContext
 from app.datasets.types import Dataset, Example
 from app.engines.protocol import LLMEngine
 
-# The schema states what _check_template can (issue 20 L1): content_free other than blank only with
-# calibration: true, and example_format only beside a custom template (a string that is no built-in name).
-# Whether a custom template holds its placeholders is checked by custom_template.
+_PLAIN = r"(?:[^{}]|\}\}|\{\{(?!examples\}|query\}))*"  # braces doubled, none spelling a placeholder
+_UNIT = r"(?:[^{}]|\}\}|\{\{(?!text\}|label\})|\{text\}|\{label\})"
+TEMPLATE_PATTERN = "^" + _PLAIN + r"\{examples\}" + _PLAIN + r"\{query\}" + _PLAIN + "$"
+"""A custom template: {examples} then {query}, each once, other braces doubled (and no doubled one spelling
+a placeholder, which str.count would find)."""
+EXAMPLE_FORMAT_PATTERN = (
+    "^" + _UNIT + r"*(?:\{text\}" + _UNIT + r"*\{label\}|\{label\}" + _UNIT + r"*\{text\})" + _UNIT + "*$"
+)
+"""An example_format: {text} and {label}, other braces doubled (no doubled one spelling either)."""
+
+# The schema states what _check_template checks (issue 20 L1): content_free other than blank only with
+# calibration: true; example_format only beside a custom template (a string that is no built-in name); a
+# custom template's and example_format's placeholders (the patterns, enforced in _check_template).
 TEMPLATE_SCHEMA: dict = {
     "allOf": [
+        {"properties": {
+            "template": {"anyOf": [{"type": "null"}, {"enum": sorted({*BUILTIN_TEMPLATES, "generic"})},
+                                   {"type": "string", "pattern": TEMPLATE_PATTERN}]},
+            "example_format": {"anyOf": [{"type": "null"},
+                                         {"type": "string", "pattern": EXAMPLE_FORMAT_PATTERN}]},
+        }},
         {"anyOf": [{"properties": {"content_free": {"const": "blank"}}},
                    {"required": ["calibration"], "properties": {"calibration": {"const": True}}}]},
         {"anyOf": [{"properties": {"example_format": {"type": "null"}}},
@@ -106,6 +123,16 @@ class Request(AuditRequestBase):
             raise ValueError("example_format applies only to a custom template (one with {examples}/{query})")
         if custom:
             custom_template(self.template or "", self.example_format or "Input: {text}\nOutput: {label}")
+            if not re.fullmatch(TEMPLATE_PATTERN, self.template or ""):
+                raise ValueError(
+                    "template: use {examples} and {query} only as they are (no !conversion or :format), and "
+                    "no doubled braces around a placeholder's name"
+                )
+        if self.example_format is not None and not re.fullmatch(EXAMPLE_FORMAT_PATTERN, self.example_format):
+            raise ValueError(
+                "example_format: use {text} and {label} only as they are (no !conversion or :format), and "
+                "no doubled braces around a placeholder's name"
+            )
         return self
 
 
