@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from service.client import bound_request, long_mia_request, wait_for
+from service.gate import Gate
 from sqlalchemy import update
 
 from app.audit.kinds.registry import kind_module
@@ -133,19 +134,26 @@ def test_sweep_reruns_an_audit_whose_process_died(db) -> None:
 
 
 def test_shutdown_returns_a_running_inline_audit_to_pending(db) -> None:
+    """Held RUNNING in its worker process at a gate (tests/service/gate.py), not by its size: the gate
+    opens only once the shutdown began, so the audit cannot end first on a fast machine."""
     sessions, settings, tenant_id = db
-    audit_id = _add(sessions, tenant_id, long_mia_request())
-    executor = InlineExecutor(session_factory=sessions, settings=settings)
-    executor.submit(audit_id)
-    deadline = time.monotonic() + 60
-    while True:
+    with Gate() as gate:
+        audit_id = _add(sessions, tenant_id, gate.request())
+        allowed = settings.model_copy(update={"endpoint_allowlist": [gate.url]})
+        executor = InlineExecutor(session_factory=sessions, settings=allowed)
+        executor.submit(audit_id)
+        gate.wait_entered()
         with sessions() as s:
-            audit = s.get(Audit, audit_id)
-            if audit.state == AuditState.RUNNING and audit.progress_fraction > 0:
-                break
-        assert time.monotonic() < deadline, "the audit never started"
-        time.sleep(0.05)
-    executor.close()
+            assert s.get(Audit, audit_id).state == AuditState.RUNNING
+        closing = threading.Thread(target=executor.close)
+        closing.start()
+        deadline = time.monotonic() + 30
+        while not executor._stopping.is_set():  # the shutdown began: the held call may return now
+            assert time.monotonic() < deadline, "close() did not begin"
+            time.sleep(0.01)
+        gate.release()
+        closing.join(timeout=120)
+        assert not closing.is_alive()
     with sessions() as s:
         audit = s.get(Audit, audit_id)
         assert (audit.state, audit.enqueued_at, audit.result) == (AuditState.PENDING, None, None)
