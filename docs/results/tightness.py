@@ -294,9 +294,8 @@ OUTRO = """
 
 - **The Ṽ_y+ score** (`inquiry_count`) lifts the white box on ag_news from 0.40–0.44× to 0.60–0.65×
   of ε_theory, against its ceiling ε(μ/√2) = 0.66–0.68× (in each cell): the query, not the score, is
-  what limits now. Without the canary the canary's partition casts no valid vote (its greedy answer on
-  the seed-0 context continues the context text, "The UN High Commissioner for Refugees, Ruud Lub…"),
-  so the canary moves one count of the vote vector instead of two (sensitivity 1 of the √2 the noise is
+  what limits now. Without the canary the canary's partition casts no valid vote (its greedy answer is
+  neither "Yes" nor "No": valid_without = 0 in the runs file), so the canary moves one count of the vote vector instead of two (sensitivity 1 of the √2 the noise is
   calibrated for). For a one-count move Ṽ_y+ is the Neyman-Pearson test, so no white-box score on this
   query reaches 0.8×, and no black-box one passes the same ε(μ/√2); the released argmax reaches
   0.42–0.44× (the black-box column is the same for `inquiry` and `inquiry_count`: only the white-box
@@ -333,13 +332,13 @@ OUTRO = """
   led the pilot again and the pilot took its Ṽ_y+ score (copy_count), with effect 0 on the measurement's
   context. On sst2, where none of the fixed designs moves the vote, the pilot found signal_text (003
   Prompt 3 asked of private voting, Table 3's first pair), a one-count flip, and now takes the Ṽ_y+
-  score for it: white box 0.64× (0.43× with Ṽ_y+ − Ṽ_other), against the ceiling 0.66×.
+  score for it: white box 0.64× against the ceiling 0.66× (the row's earlier run, with only
+  Ṽ_y+ − Ṽ_other among the candidates, reached 0.43×; its line stays in the runs file).
 - **ESA with MiniLM** (its table): below theory at every ε, in the direction 003 reports for generation.
   White box 0.09–0.14× of ε_theory: the canary changes its partition's greedy output, but the mean
   embedding moves by a fraction of the 2/T the noise is calibrated for (see the note under the table).
   Black box 0: the rows were sized for the CPU with one greedy zero-shot candidate, and ESA releases a
-  zero-shot candidate (Alg. 3 lines 10–12), so the released text is the same with and without the
-  canary (TPR = FPR = 0 in the runs file); 003 Prompt 3 asks the zero-shot model for a random choice so
+  zero-shot candidate (Alg. 3 lines 10–12), which is never y1 here (TPR = FPR = 0 in the runs file); 003 Prompt 3 asks the zero-shot model for a random choice so
   that sampled candidates contain both y1 and y0, which needs temperature > 0 and several candidates
   (more generations than this pass had CPU for).
 """
