@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
 import numpy as np
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from service.servers import serve_in_thread
 
 from app.audit.icl.prompts import CONTEXTLEAK_CANARY
 
@@ -77,21 +75,6 @@ class Target:
         return api
 
 
-@contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
+def serve(app: FastAPI) -> AbstractContextManager[str]:
     """Run `app` with uvicorn in a thread on a free 127.0.0.1 port; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the test target did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    return serve_in_thread(app, "the test target")

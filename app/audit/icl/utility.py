@@ -51,11 +51,11 @@ def _classification_utility(mechanism, dataset, partitions, source, queries, rng
     private = zero_shot = 0
     for example in queries:
         query = AuditQuery(MISLABEL, labels, fields={"labels": ", ".join(labels), "canary": example.text})
-        prompts = [mechanism.wrap(query.prompt(p)) for p in partitions]
+        prompts = mechanism.audit_inputs(query, partitions)
         clean = mechanism.collect(prompts, labels, source, 1, rng)
         released = int(mechanism.release(clean, rng).answer[0])
         private += released >= 0 and labels[released] == example.label
-        zero = source.label_logprobs([mechanism.wrap(query.prompt(()))], labels)[0]
+        zero = source.label_logprobs(mechanism.audit_inputs(query, [()]), labels)[0]
         zero_shot += labels[int(np.argmax(zero))] == example.label
     n = len(queries)
     return {"accuracy": {"private": private / n, "zero_shot": zero_shot / n}, "queries": n}
@@ -71,7 +71,7 @@ def _generation_utility(mechanism: ESA, partitions, source, queries, rng) -> dic
             raise AuditError("generation utility needs rows with a summary")
         query = AuditQuery(SUMMARIZE, (), fields={"canary": example.text})
         mechanism.prepare(query, source)
-        prompts = [mechanism.wrap(query.prompt(p)) for p in partitions]
+        prompts = mechanism.audit_inputs(query, partitions)
         clean = mechanism.collect(prompts, (), source, 1, rng)
         released = mechanism.candidate_texts[int(mechanism.release(clean, rng).answer[0])]
         for key, text in (("private", released), ("zero_shot", mechanism.candidate_texts[0])):

@@ -100,3 +100,40 @@ def test_utility_is_skipped_with_a_reason_when_the_engine_cannot_answer(ag_news)
     mechanism = PrivateVoting(partitions=1, theory=calibrate(1.0, 1e-5, np.sqrt(2), "classic"))
     result = utility(mechanism, ag_news, [()], CleanSource(OracleEngine()), 3, np.random.default_rng(0))
     assert "not a language model" in result["skipped"]
+
+
+class _Recording(CleanSource):
+    """A CleanSource that keeps every prompt the utility sends (label scores and votes)."""
+
+    def __init__(self, llm) -> None:
+        super().__init__(llm)
+        self.sent: list[Prompt] = []
+
+    def label_logprobs(self, prompts, answers):
+        self.sent += list(prompts)
+        return super().label_logprobs(prompts, answers)
+
+    def vote_probs(self, prompts, answers, temperature, chunk=16):
+        self.sent += list(prompts)
+        return super().vote_probs(prompts, answers, temperature, chunk)
+
+
+@pytest.mark.slow
+def test_utility_under_a_prompt_defense_places_it_as_the_audit_does(smollm2) -> None:
+    """The utility queries are sent as the audit's are (002 §3.2): the exemplars, then the defense, in the
+    system prompt; the user turn holds the query only."""
+    from app.audit.icl.prompts import DEFENSES
+    from app.audit.mechanisms.prompt_defense import PromptDefense
+
+    trec = read_dataset("trec")
+    mechanism = PromptDefense(level=2)
+    ctx = build_contexts(trec, 2, np.random.default_rng(0))
+    parts = mechanism.partition(ctx, np.random.default_rng(1))[1]
+    source = _Recording(smollm2)
+    result = utility(mechanism, trec, parts, source, 1, np.random.default_rng(2))
+    assert result["queries"] == 1 and source.sent
+    exemplars = [e.text for part in parts for e in part]
+    for prompt in source.sent:
+        assert prompt.system.endswith(DEFENSES[2]), prompt
+        assert not any(text in prompt.text for text in exemplars), prompt
+    assert any(all(text in p.system for text in exemplars) for p in source.sent)
