@@ -25,6 +25,11 @@ class AuditError(Exception):
     """An audit cannot run as requested (unknown model, too few exemplars, …); the message is shown to the user."""
 
 
+class NoSolution(ValueError):
+    """A request's arithmetic has no finite answer (a claim that no setting of the free knob reaches): the
+    request model turns it into a 422 with reason NO_SOLUTION; the message starts with the field."""
+
+
 class ProgressFn(Protocol):
     def __call__(self, stage: str, fraction: float, message: str = "") -> None:
         """Report `fraction` ∈ [0, 1] of the whole audit done, now in `stage`.

@@ -30,6 +30,20 @@ from app.schemas.schedules import CRON_PATTERN, ScheduleCreate
 
 BOUND = {"kind": "bound", "counts": {"tp": 3, "fn": 1, "fp": 1, "tn": 3}}
 ONE_SCORE = {"kind": "bound", "scores_in": [0.9], "scores_out": [0.1], "threshold_strategy": "in_sample"}
+MIA_SVT_OVER_CLAIM = {  # the SVT alone spends more than ε = 1: no temperature reaches the claim
+    "kind": "mia",
+    "dataset": "synthetic_records",
+    "model": "oracle",
+    "estimator": "direct",
+    "epsilon": 1,
+    "mechanism": {
+        "name": "synthetic_generation",
+        "partitions": 4,
+        "shots_per_partition": 1,
+        "svt": {"noise": 0.2},
+    },
+    "attack": {"name": "canary_prompt", "variant": "secret", "score": "exact", "threat_model": "black_box"},
+}
 SYNTHETIC = {
     "kind": "synthetic_generation",
     "model": "oracle",
@@ -124,6 +138,7 @@ def test_refusals_are_named_and_declared(client: TestClient) -> None:
         ("/v1/schedules", {"request": BOUND, "cron": "0 0 31 2 *"}, "CRON_NEVER_FIRES", "$.cron"),
         ("/v1/webhooks", {"url": "http://127.1/hook"}, "EGRESS_REFUSED", "$.url"),
         ("/v1/audits", {**SYNTHETIC, "target_epsilon": 1e-6}, "NO_SOLUTION", "$.target_epsilon"),
+        ("/v1/audits", MIA_SVT_OVER_CLAIM, "NO_SOLUTION", "$.epsilon"),
         (
             "/v1/sweeps",
             {"base": ONE_SCORE, "grid": {"threshold_strategy": ["split"]}},

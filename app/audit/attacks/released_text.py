@@ -57,7 +57,7 @@ from app.audit.mechanisms.ksa import KSA, keywords
 from app.audit.mechanisms.plain import PlainICL
 from app.audit.mechanisms.registry import build_mechanism
 from app.audit.mechanisms.synthetic_generation import SyntheticGeneration
-from app.audit.runtime import AuditError, RunContext
+from app.audit.runtime import AuditError, NoSolution, RunContext
 from app.audit.seeds import SeedTree
 from app.engines.protocol import Prompt
 
@@ -98,7 +98,7 @@ def check_generated(request: Any) -> None:
             knobs = "clip/batch/length" + (
                 "/svt.noise/svt.max_private_tokens" if request.mechanism.svt else ""
             )
-            raise ValueError(f"epsilon: no temperature reaches the claim with this {knobs} ({exc})") from None
+            raise NoSolution(f"epsilon: no temperature reaches the claim with this {knobs} ({exc})") from None
 
 
 class CountingSource(CleanSource):

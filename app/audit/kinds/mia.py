@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
@@ -47,9 +48,10 @@ from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
 from app.audit.mechanisms.http_endpoint import ChatTargetSpec, HeaderValue, StepSpec, TargetEngines
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
-from app.audit.runtime import AuditError, RunContext
+from app.audit.runtime import AuditError, NoSolution, RunContext
 from app.audit.seeds import SeedTree
 from app.audit.stats.auditor import THREAT_MODELS, Auditor
+from app.schemas.errors import NO_SOLUTION
 
 
 class EndpointSpec(BaseModel):
@@ -298,7 +300,10 @@ class Request(AuditRequestBase):
         mechanism = MECHANISMS[self.mechanism.name]
         module = attack_module(self.attack.name)
         if hasattr(module, "check_request"):  # an attack's own rules (e.g. likelihood)
-            module.check_request(self)
+            try:
+                module.check_request(self)
+            except NoSolution as exc:  # arithmetic no schema states (mia_schema.py): the 422 names it
+                raise PydanticCustomError(NO_SOLUTION, "{error}", {"error": str(exc)}) from None
         if self.mechanism.name not in module.MECHANISMS:
             raise ValueError(
                 f"attack.name: {self.attack.name} cannot audit mechanism {self.mechanism.name!r} "

@@ -4,7 +4,7 @@ one per attack that audits it (the attack's own `check_request`, and `check_gene
 audits). A rule is stated on the effective value: an absent field is its default.
 
 Not stated (arithmetic no schema holds): a synthetic_generation mechanism whose claim no temperature reaches
-(released_text.check_generated's build_mechanism); its 422 does not yet carry reason NO_SOLUTION."""
+(released_text.check_generated's build_mechanism): its 422 carries reason NO_SOLUTION."""
 
 from __future__ import annotations
 
