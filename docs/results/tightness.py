@@ -324,11 +324,11 @@ OUTRO = """
   votes y+ (effect 0). The rare-token row's ε_emp on ag_news comes from the canary partition's *other*
   votes changing (the white-box score subtracts the strongest other label), not from y+.
 - **Brainwash** (003's baseline): no effect on any dataset.
-- **auto** (see its pilot table; a row whose pilot lists no `_count` candidate ran before `auto` had the
-  Ṽ_y+ score, and is kept until its rerun): where no candidate shows any μ on the pilot's contexts the
+- **auto** (see its pilot table; every `auto` row was rerun with both white-box scores among the
+  candidates): where no candidate shows any μ on the pilot's contexts the
   rule has nothing to go on and takes the first candidate (copy); 2 pilot context pairs are too few to
   rank designs whose effect varies from one context to the next (a larger pilot costs forward passes;
-  the pilot already spends about as many as the measurement). On ag_news at ε = 4 and 8 the copy canary
+  the pilot already spends about as many as the measurement). On ag_news at every ε the copy canary
   led the pilot again and the pilot took its Ṽ_y+ score (copy_count), with effect 0 on the measurement's
   context. On sst2, where none of the fixed designs moves the vote, the pilot found signal_text (003
   Prompt 3 asked of private voting, Table 3's first pair), a one-count flip, and now takes the Ṽ_y+
