@@ -7,16 +7,44 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ui.served import CHROMIUM, CHROMIUM_ARGS, LIVE_TRIALS, Served, make_key, offline_context, serve, stop
+from ui.served import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    Served,
+    SteppedGate,
+    make_key,
+    offline_context,
+    serve,
+    stop,
+)
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[Served]:
+def module_gate() -> Iterator[SteppedGate]:
+    """The gated endpoint of the module's server (ui/served.py): it holds the audits a test needs RUNNING."""
+    with SteppedGate() as gate:
+        yield gate
+
+
+@pytest.fixture
+def gate(module_gate: SteppedGate, served: Served) -> Iterator[SteppedGate]:
+    """The module's gate, holding from the test's first call; opened at the end, so no audit stays held."""
+    module_gate.rearm()
+    try:
+        yield module_gate
+    finally:
+        module_gate.release()
+
+
+@pytest.fixture(scope="module")
+def served(
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path, module_gate: SteppedGate
+) -> Iterator[Served]:
     state = tmp_path_factory.mktemp("dashboard")
     proc, url, _ = serve(
         state,
         auth=True,
-        extra_env={"ICLAUDIT_DATA_DIR": str(data_dir), "ICLAUDIT_MAX_TRIALS": str(LIVE_TRIALS)},
+        extra_env={"ICLAUDIT_DATA_DIR": str(data_dir), **module_gate.allowlist_env()},
     )
     try:
         yield Served(url, make_key(state, "alice"), make_key(state, "bob"), state / "serve.log")

@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any
 
-from ui.served import LIVE_TRIALS, Served
+from ui.served import Served, SteppedGate
 
 from app.audit.kinds.registry import kind_module
 
@@ -35,26 +35,59 @@ def _drawn_pixels(page, selector: str) -> int:
     )
 
 
-def test_submit_from_the_page_watch_it_live_and_see_the_charts(page, served: Served) -> None:
+def _fraction(page) -> float | None:
+    bar = page.locator("#progress .progress")
+    return float(bar.get_attribute("data-fraction") or 0) if bar.count() else None
+
+
+def _watch(page, fractions: list[float], until, what: str, timeout: float = 120) -> None:
+    """Record the bar's fraction every 0.1 s until `until()` holds (else fail, naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if (fraction := _fraction(page)) is not None:
+            fractions.append(fraction)
+        if until():
+            return
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s; the bar showed {fractions}"
+        time.sleep(0.1)
+
+
+# The live audit: 300 calls per context to the gated endpoint, in 3 chunks of 100 calls per context (200 calls),
+# each followed by a progress report of its fraction (http_endpoint.call_batch, stats.trials.run_trials).
+LIVE_CHUNKS, CHUNK_CALLS = 3, 200
+
+
+def test_submit_from_the_page_watch_it_live_and_see_the_charts(
+    page, served: Served, gate: SteppedGate
+) -> None:
+    """The bar moves because the test moves the audit, one chunk of calls at a time through the gate (issue 23):
+    after each chunk the page must show the audit's new fraction before the next chunk is let through, so it
+    sees every step on any machine; then the audit runs out and the page shows SUCCEEDED without a reload."""
     _login(page, served, served.alice)
     page.get_by_role("link", name="Submit an audit").click()
-    page.locator("#request").fill(json.dumps(_mia(trials=LIVE_TRIALS)))
+    page.locator("#request").fill(json.dumps(gate.request(trials=LIVE_CHUNKS * CHUNK_CALLS // 2)))
     page.locator("#submit").click()
     page.wait_for_url("**/ui/audits/*")
     page.evaluate("window.__sameDocument = true")  # survives only if the page is never reloaded
 
     fractions: list[float] = []
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        bar = page.locator("#progress .progress")
-        if bar.count():
-            fractions.append(float(bar.get_attribute("data-fraction") or 0))
-        if page.locator("#summary [data-state=SUCCEEDED]").count():
-            break
-        time.sleep(0.1)
-    assert page.locator("#summary [data-state=SUCCEEDED]").count() == 1, page.locator("#summary").inner_text()
+    for chunk in range(LIVE_CHUNKS):
+        gate.wait_held(chunk * CHUNK_CALLS + 1)  # the audit is RUNNING, held before this chunk's first call
+        if chunk:  # the last chunk's fraction was written before this call: the page shows it
+            shown = max(fractions, default=0.0)
+            _watch(
+                page,
+                fractions,
+                lambda s=shown: (_fraction(page) or 0) > s,
+                f"the fraction after chunk {chunk}",
+            )
+        # progress is written at most every 0.25 s within a stage (jobs/progress.py): let the next chunk's
+        # report come later than that after this one, so none is skipped
+        time.sleep(0.5)
+        gate.allow(CHUNK_CALLS)
+    _watch(page, fractions, lambda: page.locator("#summary [data-state=SUCCEEDED]").count() > 0, "SUCCEEDED")
     assert page.evaluate("window.__sameDocument") is True
-    fractions.append(float(page.locator("#progress .progress").get_attribute("data-fraction") or 0))
+    fractions.append(_fraction(page) or 0)
     # Each stage runs its own 0 → 1, so the bar moves (values strictly between 0 and 1) and ends full.
     assert any(0 < f < 1 for f in fractions) and len(set(fractions)) >= 3, (
         f"the bar did not move: {fractions}"
@@ -137,10 +170,14 @@ def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
     page.locator("#summary [data-state]").wait_for()
 
 
-def test_filter_the_list_and_cancel_a_running_audit(page, served: Served) -> None:
+def test_filter_the_list_and_cancel_a_running_audit(page, served: Served, gate: SteppedGate) -> None:
+    """The audit cancelled is RUNNING by construction: its first call waits at the gate (issue 23) until the
+    cancel was accepted, and it stops at its next progress check once the gate opens."""
     with served.client(served.alice) as api:
         bound = api.post("/v1/audits", json=kind_module("bound").EXAMPLE).json()["id"]
-        running = api.post("/v1/audits", json=_mia(trials=LIVE_TRIALS, seed=3)).json()["id"]
+        running = api.post("/v1/audits", json=gate.request(seed=3)).json()["id"]
+        gate.wait_held()
+        assert api.get(f"/v1/audits/{running}").json()["state"] == "RUNNING"
     _login(page, served, served.alice)
     page.locator(f"tr[data-id='{bound}']").wait_for()
 
@@ -153,7 +190,11 @@ def test_filter_the_list_and_cancel_a_running_audit(page, served: Served) -> Non
     page.locator("#f-kind").select_option("")
 
     row = page.locator(f"tr[data-id='{running}']")
-    row.get_by_role("button", name=f"Cancel audit {running}").click()
+    row.locator("[data-state=RUNNING]").wait_for()
+    with page.expect_response(lambda r: r.url.endswith(f"/v1/audits/{running}/cancel")) as cancel:
+        row.get_by_role("button", name=f"Cancel audit {running}").click()
+    assert cancel.value.status == 200 and cancel.value.json()["cancel_requested"] is True
+    gate.release()  # the held call returns; the audit stops at its next progress check
     row.locator("[data-state=CANCELLED]").wait_for(timeout=60_000)  # live, without a reload
 
     page.locator("#f-state").select_option("CANCELLED")
