@@ -32,7 +32,7 @@ from pydantic_core import PydanticCustomError
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
-from app.audit.budget import BudgetSpec, Meter, MeteredEngine
+from app.audit.budget import BudgetSpec, Meter, MeteredEngine, with_budget
 from app.audit.icl.contexts import NeighbouringContexts, build_contexts
 from app.audit.kinds.base import (
     PUBLIC_TEMPERATURE,
@@ -592,13 +592,8 @@ def run(request: Request, ctx: RunContext) -> dict:
     if request.target is not None:  # a deployed chat app is the model (app/audit/mechanisms/http_endpoint.py)
         ctx = dataclasses.replace(ctx, engines=TargetEngines(ctx, request.target))
     if request.budget is not None:  # the spend is checked and shown at every progress report
-        meter, report = Meter(request.budget), ctx.progress
-
-        def progress(stage: str, fraction: float, message: str = "") -> None:
-            meter.check()
-            report(stage, fraction, f"{message} · {meter.summary()}" if message else meter.summary())
-
-        ctx = dataclasses.replace(ctx, progress=progress, extra={**ctx.extra, "meter": meter})
+        ctx, meter = with_budget(ctx, request.budget)
+        ctx = dataclasses.replace(ctx, extra={**ctx.extra, "meter": meter})
     if request.attack.name == "auto":
         return judged(request, _run_auto(request, ctx))
     module = attack_module(request.attack.name)
