@@ -360,6 +360,11 @@ TEXT_ATTACKS = frozenset(
         "recall",
         "zlib_ratio",
     }
+    | {  # their Ṽ_y+-score and label-constrained variants read what the design reads (count_score.py)
+        f"{base}{suffix}"
+        for base in ("inquiry", "signal_text")
+        for suffix in ("_count", "_constrained", "_constrained_count")
+    }
 )
 LABEL_MECHANISMS = frozenset({"synthetic_generation"})  # prompts carry each exemplar's own label
 

@@ -291,3 +291,23 @@ def mia_example():
     from app.datasets.types import Example
 
     return Example(text="The sun rises in the west.", label="World")
+
+
+def test_the_count_and_constrained_variants_read_what_their_design_reads() -> None:
+    """An unlabelled dataset serves inquiry's and signal_text's variants (they read text only); the copy
+    and rare-token designs write a label into their canary exemplar, so their variants are refused there."""
+    from app.audit.kinds.mia import Request, label_field
+
+    def body(attack: str) -> dict:
+        return {
+            "kind": "mia",
+            "dataset": "synthetic_records",
+            "mechanism": {"name": "private_voting"},
+            "attack": {"name": attack},
+            "estimator": "bootstrap",
+        }
+
+    for base in ("inquiry", "signal_text"):
+        for suffix in ("_count", "_constrained", "_constrained_count"):
+            assert label_field(Request.model_validate(body(base + suffix))) is None, base + suffix
+    assert label_field(Request.model_validate(body("copy_count"))) == "$.attack.name"
