@@ -158,12 +158,35 @@ and rare-token queries, which auto skips), request T = 8 with one exemplar per p
 With the pilot's choice spread over all six (design, T) candidates, no audit out of 800 flags the
 mechanism at its claim, while the mean ε_lower reaches 0.38–0.46 × the claim and the largest 0.90–0.98 ×:
 the selection costs the verdict no confidence. (The four ε ran as four processes,
-`--epsilon 1` … `--epsilon 8`, each printing its row.)"""
+`--epsilon 1` … `--epsilon 8`, each printing its row.)
+
+**The Ṽ_y+ white-box score** (attacks `*_count`, app/audit/attacks/count_score.py) is among auto's
+candidates: step 3 scores each (design, T) under both white-box scores, by each one's exact population μ
+on the pilot votes, so the choice of score is part of D and the argument above covers it. Its own null,
+`design_null.py --count` (committed as docs/results/design-null-count.md: `inquiry_count` fixed, σ for
+Δ₂ = 1 so that the canary's one-count move is exactly the claim, white box only):
+
+{count}
+
+And auto's null rerun with these candidates, at a reduced 50 audits per ε (docs/results/design-null-auto50.md):
+
+{auto50}
+
+The simulated engine's partitions always cast a vote, so there the pilot never preferred a `_count` score:
+no simulated audit above has auto choose it. That combination rests on the argument (D independent of the
+measurement) and on the score's own null."""
 
 
 def section() -> str:
     """The "Design selection" section of soundness.md, its table the committed raw output (design-null.md)."""
-    return f"{BEGIN}\n{SECTION.replace('{table}', RAW.read_text().strip())}\n{END}"
+
+    def table_of(path: Path) -> str:  # the committed raw output's table (its lines starting with "|")
+        return "\n".join(line for line in path.read_text().splitlines() if line.startswith("|"))
+
+    text = SECTION.replace("{table}", RAW.read_text().strip())
+    text = text.replace("{count}", table_of(RAW.with_name("design-null-count.md")))
+    text = text.replace("{auto50}", table_of(RAW.with_name("design-null-auto50.md")))
+    return f"{BEGIN}\n{text}\n{END}"
 
 
 def write_doc() -> None:
