@@ -14,14 +14,16 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import threading
+import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 from fastapi import FastAPI, Request  # module level: the route's annotations resolve here
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+from service.servers import serve_in_thread
 
 LATENCY = 0.05  # seconds each answer takes at the target
 TRIALS = 100  # trials a context: 200 calls a run
@@ -48,27 +50,6 @@ def _target(latency: float, epsilon: float = 1.0) -> FastAPI:
     return api
 
 
-@contextmanager
-def _serve(app) -> Iterator[str]:
-    import uvicorn
-
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the bench target did not start")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-
-
 def _audit(url: str, concurrency: int) -> tuple[float, dict]:
     from app.audit.kinds import mia
     from app.audit.local import local_context
@@ -88,7 +69,8 @@ def _audit(url: str, concurrency: int) -> tuple[float, dict]:
 
 
 def run() -> Iterator[dict]:
-    with _serve(_target(LATENCY)) as url:
+    with serve_in_thread(_target(LATENCY), "the bench target") as base:
+        url = f"{base}/"
         _audit(url, 1)  # warm-up: the dataset, the imports
         sequential, one = _audit(url, 1)
         concurrent, four = _audit(url, CONCURRENCY)
