@@ -10,6 +10,7 @@ import pytest
 from ui.served import (
     CHROMIUM,
     CHROMIUM_ARGS,
+    INLINE_WORKERS,
     Served,
     SteppedGate,
     make_key,
@@ -44,7 +45,11 @@ def served(
     proc, url, _ = serve(
         state,
         auth=True,
-        extra_env={"ICLAUDIT_DATA_DIR": str(data_dir), **module_gate.allowlist_env()},
+        extra_env={
+            "ICLAUDIT_DATA_DIR": str(data_dir),
+            "ICLAUDIT_INLINE_WORKERS": str(INLINE_WORKERS),
+            **module_gate.allowlist_env(),
+        },
     )
     try:
         yield Served(url, make_key(state, "alice"), make_key(state, "bob"), state / "serve.log")

@@ -32,12 +32,18 @@ CHROMIUM_ARGS = [
 ]
 
 
+# Worker processes of the browser tests' server (ICLAUDIT_INLINE_WORKERS): a test that must keep an audit PENDING
+# holds that many at the gate.
+INLINE_WORKERS = 2
+
+
 @dataclass
 class Served:
     url: str
     alice: str
     bob: str
     log: Path
+    workers: int = INLINE_WORKERS
 
     def client(self, key: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"}, timeout=30)

@@ -116,7 +116,9 @@ def test_submit_from_the_page_watch_it_live_and_see_the_charts(
     assert download.value.suggested_filename.endswith(".png")
 
 
-def test_a_422_is_shown_beside_the_field_it_names(page, served: Served) -> None:
+def test_a_422_is_shown_beside_the_field_it_names(page, served: Served, gate: SteppedGate) -> None:
+    """The audit submitted with the keyboard at the end stays PENDING, by construction: every worker is held
+    at the gate (issue 23), so it is cancelled before it runs (an iclinf audit, minutes of CPU)."""
     _login(page, served, served.alice, "/ui/submit")
     body = {**_mia(trials=1000), "epsilon": -1}
     page.locator("#request").fill(json.dumps(body, indent=2))
@@ -138,12 +140,25 @@ def test_a_422_is_shown_beside_the_field_it_names(page, served: Served) -> None:
     page.keyboard.press("ArrowDown")
     page.keyboard.press("Tab")
     page.keyboard.press("Tab")
-    page.keyboard.press("Enter")
-    page.wait_for_url("**/ui/audits/*")
-    # That was the iclinf example (SmolLM2 on the CPU, minutes): cancel it, so that it does not hold the single
-    # inline worker while the next test's sweep waits (the sweep took 240 s behind it).
     with served.client(served.alice) as api:
-        assert api.post(f"/v1/audits/{page.url.rsplit('/', 1)[1]}/cancel").status_code == 200
+        held = [api.post("/v1/audits", json=gate.request(seed=i)).json()["id"] for i in range(served.workers)]
+        gate.wait_held(served.workers)  # one call of each: every worker waits at the gate
+        page.keyboard.press("Enter")
+        page.wait_for_url("**/ui/audits/*")
+        # That was the iclinf example (SmolLM2 on the CPU, minutes): no worker was free to run it, so it is
+        # cancelled PENDING and never runs.
+        submitted = page.url.rsplit("/", 1)[1]
+        assert api.get(f"/v1/audits/{submitted}").json()["state"] == "PENDING"
+        cancelled = api.post(f"/v1/audits/{submitted}/cancel")
+        assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED", cancelled.text
+        for audit_id in held:  # free the workers: each held audit stops at its next progress check
+            assert api.post(f"/v1/audits/{audit_id}/cancel").status_code == 200
+        gate.release()
+        deadline = time.monotonic() + 120
+        while any(api.get(f"/v1/audits/{a}").json()["state"] == "RUNNING" for a in held):
+            assert time.monotonic() < deadline, "the held audits did not end"
+            time.sleep(0.2)
+        assert {api.get(f"/v1/audits/{a}").json()["state"] for a in held} == {"CANCELLED"}
 
 
 def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
