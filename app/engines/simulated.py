@@ -17,8 +17,13 @@ size share one random distribution per audit (partition sizes vary under disjoin
 and the randomness across audits comes from the seed and the canary. Votes are then T i.i.d. draws:
 exactly the stochastic clean statistic whose pool sampling error the soundness tests probe.
 
+`valid = v` ∈ (0, 1] (default 1) stands in for a small model that often answers outside the label set: a
+partition casts a valid vote with probability v (p ↦ v·p, the rest an invalid vote) before the shift, so
+with s = 1 the canary's partition votes "present" and, without the canary, mostly votes nothing — the case
+in which only one count moves and the Ṽ_y+ score is the better white-box test (attacks/count_score.py).
+
 Name the model `simulated` (null, α = 1, seed 0) or with parameters, `simulated:shift=0.2,alpha=0.5,
-seed=3`; a models-file entry `{name: x, engine: simulated, shift: 0.2}` works too.
+seed=3,valid=0.2`; a models-file entry `{name: x, engine: simulated, shift: 0.2}` works too.
 """
 
 from __future__ import annotations
@@ -39,17 +44,20 @@ PREFIX = "simulated"
 
 @dataclass(frozen=True)
 class SimulatedParams:
-    """shift s ∈ [0, 1] (0 = null), Dirichlet concentration α > 0, engine seed."""
+    """shift s ∈ [0, 1] (0 = null), Dirichlet concentration α > 0, engine seed, valid-vote mass v ∈ (0, 1]."""
 
     shift: float = 0.0
     alpha: float = 1.0
     seed: int = 0
+    valid: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.shift <= 1.0:
             raise ValueError(f"simulated engine: shift must be in [0, 1], got {self.shift}")
         if not self.alpha > 0:
             raise ValueError(f"simulated engine: alpha must be > 0, got {self.alpha}")
+        if not 0.0 < self.valid <= 1.0:
+            raise ValueError(f"simulated engine: valid must be in (0, 1], got {self.valid}")
 
 
 def is_simulated_name(name: str) -> bool:
@@ -68,21 +76,22 @@ def parse_simulated_name(name: str) -> SimulatedParams:
         try:
             if key == "seed":
                 values[key] = int(value)
-            elif key in ("shift", "alpha"):
+            elif key in ("shift", "alpha", "valid"):
                 values[key] = float(value)
             else:
-                raise ValueError(f"unknown parameter {key!r} (shift, alpha, seed)")
+                raise ValueError(f"unknown parameter {key!r} (shift, alpha, seed, valid)")
         except ValueError as exc:
             raise ValueError(f"simulated engine name {name!r}: {exc}") from exc
     return SimulatedParams(**values)
 
 
 def params_from_options(options: dict) -> SimulatedParams:
-    """A models-file entry's options (shift, alpha, seed) → parameters."""
+    """A models-file entry's options (shift, alpha, seed, valid) → parameters."""
     return SimulatedParams(
         shift=float(options.get("shift", 0.0)),
         alpha=float(options.get("alpha", 1.0)),
         seed=int(options.get("seed", 0)),
+        valid=float(options.get("valid", 1.0)),
     )
 
 
@@ -126,13 +135,13 @@ class SimulatedEngine:
         )
 
     def label_probs(self, prompt: PromptLike, labels: Sequence[str]) -> np.ndarray:
-        """P(label) for one prompt (K,): the seeded Dirichlet draw, shifted towards "present" if the
-        canary is in the context."""
+        """P(label) for one prompt (K,): the seeded Dirichlet draw times the valid-vote mass v (1 − Σ = an
+        invalid vote), shifted towards "present" if the canary is in the context."""
         kind, canary, present, yes, n_exemplars = self.parse(prompt)
         key = f"{kind}\x00{canary}\x00{n_exemplars}\x00{len(labels)}".encode()
         digest = int.from_bytes(hashlib.sha256(key).digest()[:8], "little")
         rng = np.random.default_rng([self.params.seed, digest])
-        probs = rng.dirichlet(np.full(len(labels), self.params.alpha))
+        probs = self.params.valid * rng.dirichlet(np.full(len(labels), self.params.alpha))
         normal_labels = [_normal(label) for label in labels]
         if present and self.params.shift > 0 and _normal(yes) in normal_labels:
             probs = (1.0 - self.params.shift) * probs

@@ -47,11 +47,11 @@ FIRST_SEED = 5000
 ENGINE = "simulated:shift=1,alpha=0.1"
 
 
-def body(seed: int, epsilon: float, trials: int = 10_000) -> dict:
+def body(seed: int, epsilon: float, trials: int = 10_000, engine: str = ENGINE) -> dict:
     return {
         "kind": "mia",
         "dataset": "ag_news",
-        "model": ENGINE,
+        "model": engine,
         "seed": seed,
         "epsilon": epsilon,
         "mechanism": {
@@ -66,9 +66,9 @@ def body(seed: int, epsilon: float, trials: int = 10_000) -> dict:
     }
 
 
-def count_body(seed: int, epsilon: float, trials: int = 10_000) -> dict:
+def count_body(seed: int, epsilon: float, trials: int = 10_000, engine: str = ENGINE) -> dict:
     """`--count`: the Ṽ_y+ score's null (module docstring): attack inquiry_count, σ calibrated for Δ₂ = 1."""
-    request = body(seed, epsilon, trials)
+    request = body(seed, epsilon, trials, engine)
     request["mechanism"] = {**request["mechanism"], "sensitivity": 1.0}
     request["attack"] = {"name": "inquiry_count", "threat_model": "white_box"}
     return request
@@ -86,7 +86,11 @@ HEADER = (
 
 
 def table(
-    audits: int, trials: int = 10_000, epsilons: tuple[float, ...] = EPSILONS, count: bool = False
+    audits: int,
+    trials: int = 10_000,
+    epsilons: tuple[float, ...] = EPSILONS,
+    count: bool = False,
+    engine: str = ENGINE,
 ) -> str:
     from app.audit.kinds import mia
     from app.audit.local import local_context
@@ -98,7 +102,7 @@ def table(
         flagged, lowers, chosen = 0, [], collections.Counter()
         for seed in range(FIRST_SEED, FIRST_SEED + audits):
             make = count_body if count else body
-            r = mia.run(mia.Request.model_validate(make(seed, eps, trials)), ctx)
+            r = mia.run(mia.Request.model_validate(make(seed, eps, trials, engine)), ctx)
             flagged += r["violation"]
             lowers.append(
                 max((r[tm]["epsilon_lower"] or 0.0) for tm in ("black_box", "white_box") if tm in r)
@@ -208,15 +212,16 @@ def main() -> int:
     )
     parser.add_argument("--epsilon", type=float, action="append", help="only these ε (rows only, no header)")
     parser.add_argument("--count", action="store_true", help="the Ṽ_y+ score's null (inquiry_count, Δ₂ = 1)")
+    parser.add_argument("--engine", default=ENGINE, help=f"the model standing in (default {ENGINE})")
     args = parser.parse_args()
     started = time.perf_counter()
     if args.doc:
         write_doc()
         return 0
     if args.epsilon:
-        print(table(args.audits, epsilons=tuple(args.epsilon), count=args.count))
+        print(table(args.audits, epsilons=tuple(args.epsilon), count=args.count, engine=args.engine))
     else:
-        print(HEADER + "\n" + table(args.audits, count=args.count))
+        print(HEADER + "\n" + table(args.audits, count=args.count, engine=args.engine))
     print(f"\n({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     return 0
 

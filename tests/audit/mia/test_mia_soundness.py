@@ -47,8 +47,12 @@ def test_simulated_engine_null_and_shift() -> None:
     assert np.allclose(s_out, p_out) and np.isclose(s_in[0], p_in[0] + 0.4 * (1 - p_in[0]))
     other_seed = SimulatedEngine(params=parse_simulated_name("simulated:seed=4"))
     assert not np.allclose(np.exp(other_seed.label_logprobs([absent], ["Yes", "No"]))[0], p_out)
-    assert get_model_info("simulated:shift=0.2,alpha=0.5").options == {"shift": 0.2, "alpha": 0.5, "seed": 0}
-    for bad in ("simulated:shift=2", "simulated:beta=1", "simulated:seed=x"):
+    abstaining = SimulatedEngine(params=parse_simulated_name("simulated:shift=1,seed=3,valid=0.25"))
+    a_in, a_out = np.exp(abstaining.label_logprobs([present, absent], ["Yes", "No"]))
+    assert np.allclose(a_out, 0.25 * p_out) and np.allclose(a_in, [1.0, 0.0])  # 3/4 of votes invalid
+    options = get_model_info("simulated:shift=0.2,alpha=0.5").options
+    assert options == {"shift": 0.2, "alpha": 0.5, "seed": 0, "valid": 1.0}
+    for bad in ("simulated:shift=2", "simulated:beta=1", "simulated:seed=x", "simulated:valid=0"):
         with pytest.raises(UnknownModel):
             get_model_info(bad)
 
