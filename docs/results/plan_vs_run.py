@@ -2,18 +2,22 @@
 
     HF_HUB_OFFLINE=1 ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/plan_vs_run.py
 
-Five requests — two oracle, two SmolLM2-135M (transformers on the CPU), one endpoint (the randomized
-response target of tests/targets/target_server.py, served by uvicorn on 127.0.0.1) — each planned with
-`app.audit.plan.plan_mia`, then run in this process with `app.audit.local` (the library road: no queue),
-measuring the run's wall time, its `distinct_prompts` or `endpoint_calls`, the calls the target counted
-and the engine's prompt-token counter. Seconds per call come, as in the service (`measured_rates`), from
-the median of (wall time / calls) over three earlier calibration runs of the same model or endpoint (other
-seeds, fewer trials; the first SmolLM2 run includes loading the model). `--quick` prints without writing.
+Six requests — two oracle, two SmolLM2-135M (transformers on the CPU), one endpoint (the randomized
+response target of tests/targets/target_server.py, served by uvicorn on 127.0.0.1), one SmolLM2 `iclinf` —
+each planned with `app.audit.plan.plan_request`, then run in this process with `app.audit.local` (the
+library road: no queue), measuring the run's wall time, its `distinct_prompts` or `endpoint_calls` (iclinf:
+the prompts the engine was sent, counted at the engine), the calls the target counted and the engine's
+prompt-token counter. Seconds per call come, as in the service (app/jobs/plans.py `measured_rates`), from
+the median of (wall time / calls) over three earlier calibration runs of the same kind and model or
+endpoint (other seeds, fewer trials or queries; the first SmolLM2 run includes loading the model).
+`--quick` prints without writing; `--only KIND` (oracle, smollm2-135m-instruct, endpoint, iclinf) calibrates
+and runs only those requests and replaces their rows in the table, keeping the others' from their run.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import re
 import statistics
@@ -22,11 +26,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "targets")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "targets")]
 
-from app.audit.kinds import mia  # noqa: E402
+from app.audit.kinds.registry import kind_module  # noqa: E402
 from app.audit.local import local_context  # noqa: E402
-from app.audit.plan import Rates, model_tokens, plan_mia  # noqa: E402
+from app.audit.plan import Rates, model_tokens, plan_request  # noqa: E402
 from app.audit.runtime import no_progress  # noqa: E402
 from app.engines.registry import load_llm  # noqa: E402
 
@@ -45,15 +49,41 @@ def endpoint_request(url: str, trials: int, seed: int) -> dict:
     return body
 
 
+class Counting:
+    """An engine provider whose engines count the prompts each call sends (whatever the batching)."""
+
+    def __init__(self, engines) -> None:
+        self.engines, self.prompts = engines, 0
+
+    def llm(self, name: str):
+        provider, engine = self, self.engines.llm(name)
+
+        class Counted:
+            def __getattr__(self, attr: str):
+                return getattr(engine, attr)
+
+            def label_logprobs(self, prompts, labels):
+                provider.prompts += len(prompts)
+                return engine.label_logprobs(prompts, labels)
+
+            def next_token_logprobs(self, prompts, top_k="all"):
+                provider.prompts += len(prompts)
+                return engine.next_token_logprobs(prompts, top_k)
+
+        return Counted()
+
+
 def timed(ctx, body: dict) -> tuple[dict, float]:
+    module = kind_module(body["kind"])
     start = time.perf_counter()
-    result = mia.run(mia.Request.model_validate(body), ctx)
+    result = module.run(module.Request.model_validate(body), ctx)
     return result, time.perf_counter() - start
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="print only, do not write the doc")
+    parser.add_argument("--only", choices=["oracle", SMOLLM2, "endpoint", "iclinf"], help="these rows only")
     args = parser.parse_args()
     from target_server import Target, serve
 
@@ -62,18 +92,27 @@ def main() -> int:
     rows = []
     with serve(target.app()) as base:
         url = base + "/"
-        calibration: dict[str, list[float]] = {SMOLLM2: [], "endpoint": []}
+        calibration: dict[str, list[float]] = {SMOLLM2: [], "endpoint": [], "iclinf": []}
+        counting = Counting(ctx.engines)
+        counted = dataclasses.replace(ctx, engines=counting)
+        wanted = lambda which: args.only in (None, which)  # noqa: E731
         for seed in (100, 101, 102):
-            result, seconds = timed(ctx, example("mia-smollm2-eps8.json", seed=seed, trials=2000))
-            calibration[SMOLLM2].append(seconds / result["distinct_prompts"])
-            result, seconds = timed(ctx, endpoint_request(url, 100, seed))
-            calibration["endpoint"].append(seconds / result["endpoint_calls"])
+            if wanted("iclinf"):
+                before = counting.prompts
+                result, seconds = timed(counted, example("iclinf-dbpedia-k4.json", seed=seed, queries=8))
+                calibration["iclinf"].append(seconds / (counting.prompts - before))
+            if wanted(SMOLLM2):
+                result, seconds = timed(ctx, example("mia-smollm2-eps8.json", seed=seed, trials=2000))
+                calibration[SMOLLM2].append(seconds / result["distinct_prompts"])
+            if wanted("endpoint"):
+                result, seconds = timed(ctx, endpoint_request(url, 100, seed))
+                calibration["endpoint"].append(seconds / result["endpoint_calls"])
+        median = {k: statistics.median(v) if v else None for k, v in calibration.items()}
         rates = {
-            SMOLLM2: Rates(model_seconds_per_call=statistics.median(calibration[SMOLLM2]), basis="3 runs"),
-            "endpoint": Rates(
-                endpoint_seconds_per_call=statistics.median(calibration["endpoint"]), basis="3 runs"
-            ),
+            SMOLLM2: Rates(model_seconds_per_call=median[SMOLLM2], basis="3 runs"),
+            "endpoint": Rates(endpoint_seconds_per_call=median["endpoint"], basis="3 runs"),
             "oracle": Rates(),
+            "iclinf": Rates(model_seconds_per_call=median["iclinf"], basis="3 runs"),
         }
         requests = [
             ("oracle, private voting ε = 1, 400,000 trials", "oracle", example("mia-oracle-eps1.json")),
@@ -97,17 +136,29 @@ def main() -> int:
                 "endpoint",
                 endpoint_request(url, 1500, 9),
             ),
+            (
+                "SmolLM2, iclinf dbpedia14, k = 4, 40 queries",
+                "iclinf",
+                example("iclinf-dbpedia-k4.json", queries=40),
+            ),
         ]
         engine = load_llm(SMOLLM2)
-        for label, which, body in requests:
-            request = mia.Request.model_validate(body)
-            tokens = model_tokens(request.model) if which == SMOLLM2 else None
+        for label, which, body in [r for r in requests if wanted(r[1])]:
+            request = kind_module(body["kind"]).Request.model_validate(body)
+            model = which in (SMOLLM2, "iclinf")
+            tokens = model_tokens(request.model) if model else None
             start = time.perf_counter()
-            plan = plan_mia(request, datasets=ctx.datasets, rates=rates[which], tokens=tokens)
+            plan = plan_request(request, datasets=ctx.datasets, rates=rates[which], tokens=tokens)
             plan_seconds = time.perf_counter() - start
             tokens_before, answered_before = engine.counters.prompt_tokens, target.answered
-            result, seconds = timed(ctx, body)
-            measured_calls = result["endpoint_calls"] if which == "endpoint" else result["distinct_prompts"]
+            prompts_before = counting.prompts
+            result, seconds = timed(counted, body)
+            if which == "endpoint":
+                measured_calls = result["endpoint_calls"]
+            elif which == "iclinf":
+                measured_calls = counting.prompts - prompts_before
+            else:
+                measured_calls = result["distinct_prompts"]
             rows.append(
                 {
                     "request": label,
@@ -115,21 +166,28 @@ def main() -> int:
                     "measured_calls": measured_calls,
                     "target_counted": target.answered - answered_before if which == "endpoint" else None,
                     "predicted_tokens": plan["tokens"]["prompt"],
-                    "measured_tokens": engine.counters.prompt_tokens - tokens_before
-                    if which == SMOLLM2
-                    else None,
+                    "measured_tokens": engine.counters.prompt_tokens - tokens_before if model else None,
                     "predicted_seconds": plan["time"]["expected_seconds"],
                     "measured_seconds": seconds,
                     "plan_seconds": plan_seconds,
                     "epsilon_detectable": plan["power"]["epsilon_detectable"],
                     "trials_needed": plan["power"]["trials_needed"],
-                    "verdict": result["verdict"],
+                    "verdict": result.get("verdict"),
                     "run_epsilon_detectable": result.get("epsilon_detectable"),
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
     table = render(rows)
     print(table)
+    if args.only:  # the other rows as the doc has them, these replaced (or added at the end)
+        kept = re.search(r"<!-- begin plan_vs_run -->\n(.*?)<!-- end plan_vs_run -->", DOC.read_text(), re.S)
+        old = kept.group(1).splitlines()[2:] if kept else []
+        new = table.splitlines()[2:]
+        labels = {line.split(" | ")[0] for line in new}
+        table = (
+            "\n".join(table.splitlines()[:2] + [r for r in old if r.split(" | ")[0] not in labels] + new)
+            + "\n"
+        )
     if not args.quick:
         text = DOC.read_text()
         text = re.sub(
@@ -169,7 +227,7 @@ def render(rows: list[dict]) -> str:
             f"{fmt(r['predicted_tokens'])} / {fmt(r['measured_tokens'])} | "
             f"{fmt(r['predicted_seconds'])} / {fmt(r['measured_seconds'])}{ratio} | {fmt(r['plan_seconds'], 2)} s | "
             f"{fmt(r['epsilon_detectable'])} / {fmt(r['run_epsilon_detectable'])} | {fmt(r['trials_needed'])} | "
-            f"{r['verdict']} |"
+            f"{fmt(r['verdict'])} |"
         )
     return head + "\n".join(lines) + "\n"
 
