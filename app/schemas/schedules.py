@@ -20,17 +20,31 @@ def _field(value: str) -> str:
     return rf"{item}(,{item})*"
 
 
+def _names(*names: str) -> str:
+    """The names in either case, letter by letter (a JSON Schema pattern has no case-insensitive flag)."""
+    return "|".join("".join(f"[{c.upper()}{c}]" for c in name) for name in names)
+
+
 _MINUTE = r"[0-5]?[0-9]"
-# Five fields (minute, hour, day of month, month, day of week: 0-7, 0 and 7 Sunday), or six with seconds
-# last; numbers only, one space apart. Every string it matches croniter parses (tests/api/
-# test_api_schema_rules.py); croniter's names, aliases (@daily) and L/W/# are not taken (issue 20 L1).
+_MONTHS = _names("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = _names("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_ALIASES = "@(yearly|annually|monthly|weekly|daily|midnight|hourly)"
+# Five fields (minute, hour, day of month, month: 1-12 or jan-dec, day of week: 0-7 or sun-sat, 0 and 7
+# Sunday), or six with seconds last, one space apart; or an alias (@daily, …). Every string it matches
+# croniter parses (tests/api/test_api_schema_rules.py); croniter's L, W and # are not taken (issue 20 L1).
 CRON_PATTERN = (
-    "^"
+    f"^({_ALIASES}|"
     + " ".join(
         _field(v)
-        for v in (_MINUTE, r"[01]?[0-9]|2[0-3]", r"0?[1-9]|[12][0-9]|3[01]", r"0?[1-9]|1[0-2]", "[0-7]")
+        for v in (
+            _MINUTE,
+            r"[01]?[0-9]|2[0-3]",
+            r"0?[1-9]|[12][0-9]|3[01]",
+            rf"0?[1-9]|1[0-2]|{_MONTHS}",
+            f"[0-7]|{_DAYS}",
+        )
     )
-    + f"( {_field(_MINUTE)})?$"
+    + f"( {_field(_MINUTE)})?)$"
 )
 _CRON = re.compile(CRON_PATTERN)
 

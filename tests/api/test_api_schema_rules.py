@@ -62,7 +62,16 @@ def test_cron_pattern_no_looser_than_croniter(cron: str) -> None:
     assert ScheduleCreate.model_validate({"request": BOUND, "cron": cron}).cron == cron
 
 
-@pytest.mark.parametrize("cron", ["", "every night", "0 3 * * *\n", "*/0 * * * *", "0 24 * * *", "@daily"])
+@pytest.mark.parametrize("cron", ["@daily", "@hourly", "0 9 * * mon-fri", "30 6 1 JAN,Jul *", "0 0 * * 0-7"])
+def test_cron_aliases_and_names_are_taken(cron: str) -> None:
+    """What people write in crontabs: @daily-style aliases and month and day names, in either case."""
+    assert ScheduleCreate.model_validate({"request": BOUND, "cron": cron}).cron == cron
+
+
+@pytest.mark.parametrize(
+    "cron",
+    ["", "every night", "0 3 * * *\n", "*/0 * * * *", "0 24 * * *", "@reboot", "0 0 L * *", "0 0 * * mo"],
+)
 def test_cron_outside_pattern_refused(cron: str) -> None:
     with pytest.raises(ValidationError, match="is not a cron expression"):
         ScheduleCreate.model_validate({"request": BOUND, "cron": cron})
