@@ -357,8 +357,10 @@ def plan_mia(
         per = rates.model_seconds_per_call
         seconds = None if per is None else sim + rates.model_fixed_seconds + per * model_calls
     if endpoint_calls:
-        per = rates.endpoint_seconds_per_call
-        seconds = None if per is None else rates.endpoint_fixed_seconds + per * endpoint_calls
+        per = rates.endpoint_seconds_per_call  # one call's seconds, one in flight (measured_rates)
+        seconds = (
+            None if per is None else endpoint_seconds(spec, endpoint_calls, per, rates.endpoint_fixed_seconds)
+        )
     if seconds is None:
         notes.append("no finished audit on this deployment to measure its throughput from")
     power = _power(request, setup.mechanism.gaussian, claimed, max_trials)
@@ -475,13 +477,24 @@ def synthetic_prompts_per_step(batch_size: int, variant: str) -> int:
     return batch_size + (1 if variant == "svt" else 0)
 
 
+def endpoint_seconds(spec: Any, calls: int, per_call: float, fixed: float) -> float:
+    """Expected wall time of `calls` endpoint calls: fixed + calls · per_call / max_concurrency (the calls
+    overlap), and no less than fixed + calls / rate when the request caps the rate."""
+    seconds = fixed + calls * per_call / spec.max_concurrency
+    return max(seconds, fixed + calls / spec.rate) if spec.rate else seconds
+
+
 def run_calls(kind: str, request: dict, result: dict) -> tuple[str, int] | None:
     """("model" or "endpoint", calls) of a finished audit, counted as its plan counts them (the history
-    a plan's seconds per call are measured from); None when it made none."""
+    a plan's seconds per call are measured from), an endpoint's in call-slots (its calls over the
+    max_concurrency they were made at, so the rate is one call's seconds); None when it made none."""
     if kind == "mia":
-        endpoint = ((request.get("mechanism") or {}).get("endpoint") or {}).get("url")
-        if endpoint and result.get("endpoint_calls"):
-            return "endpoint", int(result["endpoint_calls"])
+        endpoint = (request.get("mechanism") or {}).get("endpoint") or {}
+        if endpoint.get("url") and result.get("endpoint_calls"):
+            # in call-slots: calls made c at a time take the time of calls / c made one at a time
+            return "endpoint", max(
+                1, round(int(result["endpoint_calls"]) / int(endpoint.get("max_concurrency") or 1))
+            )
         return ("model", int(result["distinct_prompts"])) if result.get("distinct_prompts") else None
     if kind == "iclinf":
         return "model", iclinf_prompts(

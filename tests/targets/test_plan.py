@@ -183,3 +183,21 @@ def test_a_plan_over_its_budget_says_where_the_audit_would_stop(data_dir) -> Non
     assert [n for n in plan["notes"] if n.startswith("budget.max_calls = 2 is below the planned")]
     free = plan_request(mia.Request.model_validate(body), datasets=LocalDatasets(data_dir))
     assert free["calls"] == plan["calls"] and not [n for n in free["notes"] if n.startswith("budget")]
+
+
+def test_endpoint_time_counts_the_calls_in_flight_and_the_rate_cap() -> None:
+    """A run at max_concurrency c is history in call-slots (calls / c), so the rate stays one call's
+    seconds; a plan divides by its own c, and a `rate` cap is a floor on the time."""
+    from types import SimpleNamespace
+
+    from app.audit.plan import endpoint_seconds, run_calls
+
+    body = {"kind": "mia", "mechanism": {"name": "http_endpoint", "endpoint": {"url": "http://t/"}}}
+    result = {"endpoint_calls": 400}
+    assert run_calls("mia", body, result) == ("endpoint", 400)
+    body["mechanism"]["endpoint"]["max_concurrency"] = 4
+    assert run_calls("mia", body, result) == ("endpoint", 100)
+    one, four = SimpleNamespace(max_concurrency=1, rate=None), SimpleNamespace(max_concurrency=4, rate=None)
+    assert endpoint_seconds(one, 400, 0.05, 1.0) == 1.0 + 20.0
+    assert endpoint_seconds(four, 400, 0.05, 1.0) == 1.0 + 5.0
+    assert endpoint_seconds(SimpleNamespace(max_concurrency=4, rate=10.0), 400, 0.05, 1.0) == 1.0 + 40.0
