@@ -13,6 +13,11 @@ label's tokens (not renormalized over the label set). `next_token_logprobs` retu
 log-softmax over the vocabulary (float64, length `vocab_size`) or its top k (`floor` = k-th value).
 
 Speed, all automatic (no special call needed):
+- on a CPU, the intra-op thread count is chosen per call (`cpu_threads`): every core this process may
+  use, or 1 when the machine already has more runnable work than cores (1-minute load average above
+  cores + 1). torch's operators are OpenMP regions that end at a barrier, so on an oversubscribed CPU
+  each waits for the slowest of its threads to be scheduled; one thread measured 2–10× faster there
+  (docs/results/engines.md), with the same outputs. Registry option `threads` fixes the count;
 - batches of `batch_size` sequences, left padding with explicit position ids (so a batched row
   equals the same prompt alone to ~1e-6), `logits_to_keep` = the positions needed only (1 for
   next-token questions), so the vocabulary projection runs on one position, not the whole prompt;
@@ -46,6 +51,7 @@ of sequence token stops a row and is not included in its text or token ids.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,6 +110,15 @@ def _batches(rows: Sequence[Row], batch_size: int, slack: tuple[int, float]) -> 
     return batches
 
 
+def cpu_threads(fixed: int | None = None) -> int:
+    """Intra-op threads for a CPU forward pass: `fixed` if given, else every core this process may use,
+    or 1 when the 1-minute load average exceeds cores + 1 (see the module docstring)."""
+    if fixed:
+        return int(fixed)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return 1 if os.getloadavg()[0] > cores + 1 else cores
+
+
 def _ids_seed(seed: int, sample: int, ids: Ids) -> int:
     digest = hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=8).digest()
     words = np.frombuffer(digest, dtype=np.uint32).tolist()
@@ -160,6 +175,7 @@ class TransformersEngine:
         self.cache = ResultCache(result_cache_bytes)
         self._lock = threading.RLock()
         self.kv_store = KVStore(kv_cache_bytes)
+        self.threads: int | None = info.options.get("threads")
 
         if info.source is None:
             raise ValueError(f"model {info.name!r} has no source (hub id, local path or GGUF file)")
@@ -206,6 +222,15 @@ class TransformersEngine:
     def decode(self, token_ids: Sequence[int]) -> str:
         """Token ids → text, special tokens skipped."""
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+    def _pick_threads(self) -> None:
+        """Set torch's intra-op threads for the coming call (CPU only; see `cpu_threads`)."""
+        if self.device.type == "cpu":
+            import torch
+
+            n = cpu_threads(self.threads)
+            if torch.get_num_threads() != n:
+                torch.set_num_threads(n)
 
     def _check_length(self, ids: Ids, extra: int = 0) -> None:
         if self.context_length is not None and len(ids) + extra > self.context_length:
@@ -355,6 +380,7 @@ class TransformersEngine:
             if not lid:
                 raise ValueError(f"label {label!r} tokenizes to no tokens")
         with self._lock:
+            self._pick_threads()
             prompt_ids = [self.format_ids(p) for p in prompts]
             scores = np.empty((len(prompt_ids), len(label_ids)), dtype=np.float64)
             single = [j for j, lid in enumerate(label_ids) if len(lid) == 1]
@@ -393,6 +419,7 @@ class TransformersEngine:
     ) -> list[TokenDistribution]:
         """The next-token log-distribution after each prompt: full vocabulary or its top k."""
         with self._lock:
+            self._pick_threads()
             all_ids = [self.format_ids(p) for p in prompts]
             next_dist, _ = self._next_and_run(all_ids, {})
             dists = [next_dist[ids] for ids in all_ids]
@@ -420,6 +447,7 @@ class TransformersEngine:
             raise ValueError("temperature must be ≥ 0 and top_p in (0, 1]")
         params = (max_new_tokens, float(temperature), float(top_p), int(seed), int(n))
         with self._lock:
+            self._pick_threads()
             prompt_ids = [self.format_ids(p) for p in prompts]
             result: list[list[Generation] | None] = [None] * len(prompt_ids)
             todo: dict[Ids, list[int]] = {}

@@ -244,3 +244,26 @@ def test_cached_safetensors_give_identical_logits(engine: TransformersEngine) ->
     a = engine.next_token_logprobs([PROMPTS[3]])[0].logprobs
     b = second.next_token_logprobs([PROMPTS[3]])[0].logprobs
     np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_thread_count_changes_no_answer(engine: TransformersEngine, monkeypatch) -> None:
+    """One thread (an oversubscribed CPU) and every core give the same scores; `threads` fixes the count."""
+    import os
+
+    import torch
+
+    from app.engines import transformers_engine as te
+
+    assert te.cpu_threads(3) == 3
+    cores = len(os.sched_getaffinity(0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (cores + 5.0, 0.0, 0.0))
+    assert te.cpu_threads() == 1
+    one = engine.label_logprobs(PROMPTS, LABELS)
+    assert torch.get_num_threads() == 1
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert te.cpu_threads() == cores
+    engine.cache.clear()
+    engine.kv_store.clear()
+    every = engine.label_logprobs(PROMPTS, LABELS)
+    assert torch.get_num_threads() == cores
+    np.testing.assert_allclose(one, every, atol=1e-5, rtol=0)
