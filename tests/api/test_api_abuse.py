@@ -1061,14 +1061,19 @@ def test_half_open_connections_are_closed_after_the_header_deadline(uploads: Liv
 
 
 def test_a_large_upload_is_parsed_off_the_event_loop(uploads: Live) -> None:
-    """A ~40 MB JSONL upload (a 47 MB one stalled /healthz for 6.2 s): /healthz stays under 250 ms while it
-    is sent, parsed, checked and stored."""
+    """A ~40 MB JSONL upload (a 47 MB one stalled /healthz for 6.2 s): /healthz keeps answering while it is
+    sent, parsed, checked and stored: every probe within 250 ms, or on a machine so busy that the probes
+    before the upload already took long, within 3× the slowest of those (and never a second and a half,
+    a fraction of the stall a parse on the event loop makes)."""
     rows = "".join(
         json.dumps({"text": f"row {i} " + "lorem ipsum dolor sit amet " * 6, "label": "ab"[i % 2]}) + "\n"
         for i in range(200_000)
     ).encode()
     with uploads.client("m6") as api:
         assert api.get("/v1/datasets").status_code == 200  # the key is verified
+        idle = threading.Event()
+        threading.Timer(1.0, idle.set).start()
+        before = _probe_healthz(uploads.url, idle)
         done = threading.Event()
         probe: list[list[float]] = []
         prober = threading.Thread(target=lambda: probe.append(_probe_healthz(uploads.url, done)))
@@ -1089,7 +1094,7 @@ def test_a_large_upload_is_parsed_off_the_event_loop(uploads: Live) -> None:
     )
     assert response.status_code == 201, response.text[:300]
     assert response.json()["n_train"] + response.json()["n_test"] == 200_000
-    assert max(latencies) < 0.25
+    assert max(latencies) < max(0.25, min(1.5, 3 * max(before))), (max(latencies), max(before))
 
 
 # --- M3: the inline executor takes audits round robin over tenants -----------------------------------------
