@@ -24,6 +24,9 @@ released argmax see up to √2/σ and rightly flag that mechanism, whose true Δ
 both threat models did: 16/50 and 9/50 at ε = 1 and 2, all from the black box). Same trials, seeds and T;
 the attack is fixed, so this is the score's own null, apart from `auto`'s.
 
+`--engine simulated:shift=1,alpha=0.1,valid=0.1 --audits 100` → docs/results/design-null-abstain.md: auto's
+null where partitions without the canary mostly cast no valid vote, so that its pilot prefers the Ṽ_y+ score.
+
 docs/results/design-null-auto50.md: the `auto` null above rerun (`--audits 50`, all four ε) after `auto`
 gained the Ṽ_y+ score among its candidates; a reduced count, as the full 200 per ε did not fit the shared
 CPU in that session.
@@ -176,9 +179,15 @@ And auto's null rerun with these candidates, at a reduced 50 audits per ε (docs
 
 {auto50}
 
-The simulated engine's partitions always cast a vote, so there the pilot never preferred a `_count` score:
-no simulated audit above has auto choose it. That combination rests on the argument (D independent of the
-measurement) and on the score's own null."""
+That engine's partitions always cast a vote, so there the pilot never preferred a `_count` score. With
+`valid = 0.1` (a partition without the canary casts a valid vote one time in ten, as SmolLM2 mostly answers
+outside the labels; docs/results/design-null-abstain.md, 100 audits per ε) it does: at ε = 1 and 2 in
+every audit, at ε = 4 and 8 in some:
+
+{abstain}
+
+No violation in 400 audits with the Ṽ_y+ score among the candidates and chosen: the selection of the
+score costs the verdict no confidence either."""
 
 
 def section() -> str:
@@ -190,6 +199,7 @@ def section() -> str:
     text = SECTION.replace("{table}", RAW.read_text().strip())
     text = text.replace("{count}", table_of(RAW.with_name("design-null-count.md")))
     text = text.replace("{auto50}", table_of(RAW.with_name("design-null-auto50.md")))
+    text = text.replace("{abstain}", table_of(RAW.with_name("design-null-abstain.md")))
     return f"{BEGIN}\n{text}\n{END}"
 
 
