@@ -188,8 +188,8 @@ LIKELIHOOD_RECORDS, LIKELIHOOD_CONTEXTS = 4, 2
 """Workload 2: a likelihood audit's scoring (synthetic_records, plain ICL, 1 exemplar, the record's
 continuation as the answer): records × context pairs × 2 sides, one engine call per record."""
 PEERS = ("transformers", "vllm", "llama_cpp")
-PEER_THREADS = 2
-"""vLLM (OMP_NUM_THREADS in tests/engines/extras_support.py) and llama.cpp (--n_threads) run on 2 threads;
+PEER_THREADS = int(os.environ.get("ICLAUDIT_BENCH_PEER_THREADS", "2"))
+"""vLLM (OMP_NUM_THREADS) and llama.cpp (--n_threads) threads, 2 unless ICLAUDIT_BENCH_PEER_THREADS says;
 the transformers engine picks its own per call (`cpu_threads`: 1 on an oversubscribed CPU)."""
 
 
@@ -375,7 +375,7 @@ def peers() -> Iterator[dict]:
         input=json.dumps(spec),
         capture_output=True,
         text=True,
-        env=extras_env(),
+        env=extras_env() | {"OMP_NUM_THREADS": str(PEER_THREADS)},
         timeout=3600,
     )
     if run.returncode != 0:
