@@ -140,32 +140,11 @@ def _plan_child(
 ) -> None:
     """The plan process: `(plan_id, request_id, tenant_id, body)` in, `("planned", (plan_id, answer))` out
     (`("log", record)` for its log lines, as the audit processes send theirs); None stops it."""
-    import signal
+    from app.jobs.pool import child_setup
 
-    from app.jobs.pool import AUDIT_NICE, _die_with_api, _PipeLog
-
-    os.environ.clear()
-    os.environ.update(environ)
-    from app.config import get_settings
+    send = child_setup(conn, lifeline, level, environ)
     from app.db.engine import make_engine, make_session_factory
 
-    get_settings.cache_clear()
-    lock = threading.Lock()
-
-    def send(message: tuple[str, Any]) -> None:
-        with lock:
-            conn.send(message)
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_api(lifeline)
-    with contextlib.suppress(AttributeError, OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + AUDIT_NICE)
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    root.addHandler(_PipeLog(send))
-    root.setLevel(level)
     engine = make_engine(
         settings.sqlalchemy_url, pool_size=1, max_overflow=2, connect_retry_seconds=5, name="iclaudit-plans"
     )

@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event as ProcessEvent
 from typing import Any
@@ -103,6 +104,38 @@ def _die_with_api(lifeline: Connection) -> None:
     threading.Thread(target=watch, name="lifeline", daemon=True).start()
 
 
+def child_setup(
+    conn: Connection, lifeline: Connection, log_level: int, environ: dict[str, str]
+) -> Callable[[tuple[str, Any]], None]:
+    """What every child process of the API (audit workers, the plan process) does first: take the parent's
+    environment (the forkserver's is older: engines and secrets read it), ignore SIGINT/SIGTERM (Ctrl-C
+    reaches the whole process group, and the API stops its children itself, a running audit back to
+    PENDING), die with the API (`lifeline`), run below the API's priority (later threads inherit it), and
+    log through `conn` as ("log", record). Returns the locked `send` over `conn`."""
+    os.environ.clear()
+    os.environ.update(environ)
+    from app.config import get_settings
+
+    get_settings.cache_clear()
+    lock = threading.Lock()
+
+    def send(message: tuple[str, Any]) -> None:
+        with lock:
+            conn.send(message)
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_api(lifeline)
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + AUDIT_NICE)
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    root.addHandler(_PipeLog(send))
+    root.setLevel(log_level)
+    return send
+
+
 def child_main(
     conn: Connection,
     lifeline: Connection,
@@ -117,33 +150,10 @@ def child_main(
     at shutdown) makes a running audit go back to PENDING at its next progress call. `environ` is the
     parent's environment when it started the process (the forkserver's is older): engines and secrets
     read it."""
-    os.environ.clear()
-    os.environ.update(environ)
-    from app.config import get_settings
-
-    get_settings.cache_clear()
+    send = child_setup(conn, lifeline, log_level, environ)
     from app.db.engine import make_engine, make_session_factory
     from app.jobs.providers import preload_in_background
     from app.jobs.runner import run_audit
-
-    lock = threading.Lock()
-
-    def send(message: tuple[str, Any]) -> None:
-        with lock:
-            conn.send(message)
-
-    # Ctrl-C reaches the whole process group, and SIGTERM may: the API process stops this one through
-    # `stopping` (the running audit back to PENDING), so neither may kill it mid-audit
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    _die_with_api(lifeline)
-    with contextlib.suppress(AttributeError, OSError):  # below the API's priority; later threads inherit it
-        os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + AUDIT_NICE)
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    root.addHandler(_PipeLog(send))
-    root.setLevel(log_level)
 
     def wrote(_session: Session) -> None:
         with contextlib.suppress(OSError):
