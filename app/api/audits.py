@@ -29,7 +29,7 @@ from app.api.deps import (
     tenant_id_of,
 )
 from app.api.errors import ApiError
-from app.api.fast_poll import RunningBodies, running_of
+from app.api.fast_poll import RunningBodies, render, running_of
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.strict_json import StrictJSONRoute
 from app.api.watch import (
@@ -232,7 +232,6 @@ def _read_audit(
     """(ETag, state, answer): a finished audit rendered before from `bodies` (no query); no answer while
     `If-None-Match` holds (the narrow mark read only); else the whole audit (its ETag taken from the same
     read as its body), kept in `bodies` when finished, in `running` (app.api.fast_poll) otherwise."""
-    stamp = running.stamp() if running is not None else 0
     final = _finished_answer(bodies, tenant_id, audit_id, if_none_match)
     if final is not None:
         return final
@@ -243,16 +242,11 @@ def _read_audit(
         etag = etag_of(mark)
         if matches(if_none_match, etag):
             return etag, mark.state, None
-    audit = audit_rows.get_audit(session, tenant_id=tenant_id, audit_id=audit_id)
-    if audit is None:
+    rendered = render(session, tenant_id, audit_id, bodies, running)
+    if rendered is None:
         raise _not_found(audit_id)
-    etag = etag_of(audit)
-    body = AuditResource.of(audit).model_dump_json().encode()
-    if audit.state in TERMINAL_STATES:
-        bodies.put(tenant_id, audit_id, etag, audit.state, body)
-    elif running is not None:
-        running.put(tenant_id, audit_id, etag, audit.state, body, stamp)
-    return etag, audit.state, _json_bytes(body, etag)
+    etag, state, body = rendered
+    return etag, state, _json_bytes(body, etag)
 
 
 def _finished_answer(

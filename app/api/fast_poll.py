@@ -78,11 +78,9 @@ class RunningBodies:
         # (tenant id, audit id) → (when the read began, its answer): the read in flight, if any
         self._flights: dict[tuple[str, str], tuple[float, asyncio.Future[tuple[str, str, bytes] | None]]] = {}
 
-    def stamp(self, audit_id: str | None = None) -> tuple[Any, ...] | None:
-        """Read before the database read whose answer `put` keeps (None: a write is in flight; not kept):
-        the audit's, or without one every audit's (`put` takes the audit's from it)."""
-        if audit_id is None:
-            return ("all", *self._executor.writes_stamp())
+    def stamp(self, audit_id: str) -> tuple[Any, ...] | None:
+        """The audit's write stamp, read before the database read whose answer `put` keeps (None: a write
+        is in flight; not kept)."""
         return self._executor.write_stamp(audit_id)
 
     def get(self, tenant_id: str, audit_id: str) -> tuple[str, str, bytes] | None:
@@ -105,8 +103,6 @@ class RunningBodies:
     def put(
         self, tenant_id: str, audit_id: str, etag: str, state: str, body: bytes, stamp: tuple[Any, ...] | None
     ) -> None:
-        if stamp is not None and stamp[0] == "all":
-            stamp = self._executor.write_stamp_of(audit_id, stamp[1:])
         with self._lock:  # stamp None (a write was in flight): known to be the tenant's, never served
             self._cache[(tenant_id, audit_id)] = (etag, state, body, stamp, time.monotonic())
 

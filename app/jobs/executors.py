@@ -160,24 +160,6 @@ class InlineExecutor:
             return None
         return handovers, index, here, there
 
-    def writes_stamp(self) -> tuple[int | None, ...]:
-        """`write_stamp` of every audit at once: the hand-overs and every slot's count (None for a slot
-        with a write in flight); `write_stamp_of` turns it into one audit's."""
-        handovers = self._handovers
-        return (handovers, *(self.writes.stamp(slot) for slot in range(1 + len(self._processes))))
-
-    def write_stamp_of(
-        self, audit_id: str, stamp: tuple[int | None, ...]
-    ) -> tuple[int, int, int, int] | None:
-        """The audit's `write_stamp` as it was when `writes_stamp` gave `stamp` (None if an audit was
-        handed over since: which process ran it then is not known)."""
-        handovers, here, *slots = stamp
-        index = self._running.get(audit_id, -1)
-        there = slots[index] if index >= 0 else 0
-        if self._handovers != handovers or here is None or there is None:
-            return None
-        return handovers, index, here, there  # type: ignore[return-value]
-
     def _handover(self, audit_id: str, index: int | None) -> None:
         with self._handover_lock:
             self._handovers += 1
