@@ -263,6 +263,8 @@ class ScheduleRun(Base):
     audit_id: Mapped[str | None] = mapped_column(ForeignKey("audits.id", ondelete="SET NULL"), default=None)
     sweep_id: Mapped[str | None] = mapped_column(ForeignKey("sweeps.id", ondelete="SET NULL"), default=None)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # When its audit.violation / audit.leak were decided: in fire order, against the previous run's verdict.
+    alarms_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
 
 
 class AuditResume(Base):

@@ -7,11 +7,19 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
-from app.db.models import TERMINAL_STATES, Audit, NotifySecret, WebhookDelivery, WebhookEndpoint, utcnow
+from app.db.models import (
+    TERMINAL_STATES,
+    Audit,
+    NotifySecret,
+    ScheduleRun,
+    WebhookDelivery,
+    WebhookEndpoint,
+    utcnow,
+)
 from app.db.scoping import Page, keyset_page, owned
 
 PENDING, SUCCEEDED, FAILED = "PENDING", "SUCCEEDED", "FAILED"
@@ -229,6 +237,44 @@ def mark_events_written(session: Session, *, audit_id: str) -> bool:
         update(Audit)
         .where(Audit.id == audit_id, Audit.events_at.is_(None))
         .values(events_at=utcnow())
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1  # type: ignore[attr-defined]
+
+
+# --- scheduled runs whose alarms are not decided yet --------------------------------------------------
+
+
+def runs_awaiting_alarms(session: Session, *, limit: int = 100) -> list[tuple[str, datetime]]:
+    """(schedule_id, fire_time) of the scheduled runs whose audit's events are written and whose alarms
+    are not, every earlier run of the schedule decided (or without an audit), in fire order."""
+    earlier = aliased(ScheduleRun)
+    undecided_before = exists().where(
+        earlier.schedule_id == ScheduleRun.schedule_id,
+        earlier.fire_time < ScheduleRun.fire_time,
+        earlier.alarms_at.is_(None),
+        earlier.audit_id.is_not(None),
+    )
+    rows = session.execute(
+        select(ScheduleRun.schedule_id, ScheduleRun.fire_time)
+        .join(Audit, Audit.id == ScheduleRun.audit_id)
+        .where(ScheduleRun.alarms_at.is_(None), Audit.events_at.is_not(None), ~undecided_before)
+        .order_by(ScheduleRun.fire_time)
+        .limit(limit)
+    )
+    return [(schedule_id, fire_time) for schedule_id, fire_time in rows]
+
+
+def mark_alarms_decided(session: Session, *, schedule_id: str, fire_time: datetime) -> bool:
+    """Conditional: True for the one caller that set alarms_at (it writes the alarms, same transaction)."""
+    result = session.execute(
+        update(ScheduleRun)
+        .where(
+            ScheduleRun.schedule_id == schedule_id,
+            ScheduleRun.fire_time == fire_time,
+            ScheduleRun.alarms_at.is_(None),
+        )
+        .values(alarms_at=utcnow())
         .execution_options(synchronize_session=False)
     )
     return result.rowcount == 1  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.config import Settings
 from app.db import idempotency as idempotency_rows
 from app.db import webhooks as webhook_rows
-from app.db.models import Audit, Schedule, Sweep, WebhookDelivery, utcnow
+from app.db.models import Audit, Schedule, ScheduleRun, Sweep, WebhookDelivery, utcnow
 from app.integrations import webhooks
 from app.jobs.executors import Executor
 
@@ -102,10 +102,13 @@ def make_sender(*, sessions: sessionmaker[Session], settings: Settings) -> Sende
 
 
 def _idle(sessions: sessionmaker[Session]) -> bool:
-    """Nothing to do: one SELECT of four indexed EXISTS (the usual tick costs one query)."""
+    """Nothing to do: one SELECT of five EXISTS (the usual tick costs one query)."""
     now = utcnow()
     work = or_(
         exists().where(Audit.events_at.is_(None), Audit.finished_at.is_not(None)),
+        exists().where(
+            ScheduleRun.alarms_at.is_(None), ScheduleRun.audit_id == Audit.id, Audit.events_at.is_not(None)
+        ),
         exists().where(Sweep.completed_at.is_(None)),
         exists().where(Schedule.next_fire_at <= now),
         exists().where(WebhookDelivery.state == "PENDING", WebhookDelivery.next_attempt_at <= now),

@@ -18,7 +18,8 @@ ICLAUDIT_WEBHOOK_MAX_ATTEMPTS; a refused target fails at once.
 `audit.violation` fires for a SUCCEEDED audit whose verdict is a violation (a claimed ε refuted), and
 `audit.leak` for one whose verdict is a leak (nothing claimed, and leakage above `max_epsilon` shown); for a
 scheduled run each fires instead when its condition differs from the schedule's previous run's (either way;
-`previous_violation` and `previous_outcome` say what that run found).
+`previous_violation` and `previous_outcome` say what that run found), decided in fire order once every
+earlier run has ended (`schedule_runs.alarms_at`), so runs that end out of order send each change once.
 """
 
 from __future__ import annotations
@@ -133,11 +134,8 @@ def alarms(v: Verdict) -> dict[str, bool | None]:
     }
 
 
-def _previous_verdict(session: Session, audit_id: str) -> tuple[str, Verdict | None] | None:
-    """(schedule id, the verdict of its previous succeeded run) for a scheduled run; None otherwise."""
-    run = session.scalar(select(ScheduleRun).where(ScheduleRun.audit_id == audit_id))
-    if run is None:
-        return None
+def _previous_verdict(session: Session, run: ScheduleRun) -> Verdict | None:
+    """The verdict of the schedule's latest succeeded run fired before `run`; None if there is none."""
     previous = session.execute(
         select(Audit.kind, Audit.result)
         .join(ScheduleRun, ScheduleRun.audit_id == Audit.id)
@@ -149,46 +147,67 @@ def _previous_verdict(session: Session, audit_id: str) -> tuple[str, Verdict | N
         .order_by(ScheduleRun.fire_time.desc())
         .limit(1)
     ).first()
-    return run.schedule_id, verdict_of(*previous) if previous is not None else None
+    return verdict_of(*previous) if previous is not None else None
+
+
+def _enqueue_alarms(session: Session, audit: Audit, raised: dict[str, bool], data: dict[str, Any]) -> int:
+    notify = (audit.request or {}).get("notify")
+    return sum(
+        enqueue_event(session, tenant_id=audit.tenant_id, event_type=event_type, data=data, notify=notify)
+        for event_type, up in raised.items()
+        if up
+    )
+
+
+def _raised(audit: Audit, verdict: Verdict) -> dict[str, bool]:
+    """The alarms this verdict can speak to (a SUCCEEDED audit's only)."""
+    if audit.state != AuditState.SUCCEEDED:
+        return {}
+    return {event: up for event, up in alarms(verdict).items() if up is not None}
 
 
 def write_audit_events(session: Session, audit: Audit) -> int:
     """The events of one audit that reached a terminal state (the caller holds its events_at mark): its
-    state's event, then audit.violation / audit.leak when its verdict raises them (a scheduled run: when
-    that changed since the schedule's previous run)."""
+    state's event, then audit.violation / audit.leak when its verdict raises them. A scheduled run's
+    alarms wait for write_run_alarms, which decides them in fire order."""
     verdict = _verdict(audit)
     data = audit_data(audit, verdict)
-    notify = (audit.request or {}).get("notify")
     n = enqueue_event(
         session,
         tenant_id=audit.tenant_id,
         event_type=AUDIT_EVENTS[AuditState(audit.state)],
         data=data,
-        notify=notify,
+        notify=(audit.request or {}).get("notify"),
     )
-    raised = {event: up for event, up in alarms(verdict).items() if up is not None}
-    if audit.state != AuditState.SUCCEEDED or not raised:
+    if session.scalar(select(ScheduleRun.fire_time).where(ScheduleRun.audit_id == audit.id)) is not None:
         return n
-    scheduled = _previous_verdict(session, audit.id)
-    if scheduled is not None:
-        schedule_id, previous = scheduled
-        data = {
-            **data,
-            "schedule_id": schedule_id,
-            "previous_violation": previous.violation if previous is not None else None,
-            "previous_outcome": previous.outcome if previous is not None else None,
-        }
-    for event_type, up in raised.items():
-        if scheduled is None or scheduled[1] is None:
-            fire = up
-        else:
-            before = alarms(scheduled[1])[event_type]
-            fire = up if before is None else before != up
-        if fire:
-            n += enqueue_event(
-                session, tenant_id=audit.tenant_id, event_type=event_type, data=data, notify=notify
-            )
-    return n
+    return n + _enqueue_alarms(session, audit, _raised(audit, verdict), data)
+
+
+def write_run_alarms(session: Session, run: ScheduleRun) -> int:
+    """A scheduled run's audit.violation / audit.leak (the caller holds its alarms_at mark, and every
+    earlier run of the schedule has ended): each fires when its condition differs from the previous
+    succeeded run's, either way (`previous_violation`, `previous_outcome` say what that run found), or,
+    for the first, when it is raised. Deciding in fire order, not in the order runs end, sends each
+    change once however the runs' ends interleave."""
+    audit = session.get(Audit, run.audit_id) if run.audit_id is not None else None
+    if audit is None:
+        return 0
+    verdict = _verdict(audit)
+    raised = _raised(audit, verdict)
+    if not raised:
+        return 0
+    previous = _previous_verdict(session, run)
+    data = {
+        **audit_data(audit, verdict),
+        "schedule_id": run.schedule_id,
+        "previous_violation": previous.violation if previous is not None else None,
+        "previous_outcome": previous.outcome if previous is not None else None,
+    }
+    if previous is not None:
+        before = alarms(previous)
+        raised = {event: up if before[event] is None else before[event] != up for event, up in raised.items()}
+    return _enqueue_alarms(session, audit, raised, data)
 
 
 def sweep_data(session: Session, sweep: Sweep) -> dict[str, Any]:
@@ -219,6 +238,18 @@ def write_due_events(sessions: sessionmaker[Session], *, limit: int = 100) -> in
                 audit = session.get(Audit, audit_id)
                 assert audit is not None
                 written += write_audit_events(session, audit)
+    decided = True
+    while decided:  # a run decided here can free the next run of its schedule
+        decided = False
+        with sessions() as session:
+            runs = store.runs_awaiting_alarms(session, limit=limit)
+        for schedule_id, fire_time in runs:
+            with sessions.begin() as session:
+                if store.mark_alarms_decided(session, schedule_id=schedule_id, fire_time=fire_time):
+                    decided = True
+                    run = session.get(ScheduleRun, (schedule_id, fire_time))
+                    assert run is not None
+                    written += write_run_alarms(session, run)
     with sessions() as session:
         sweep_ids = sweep_rows.finished_sweeps(session, limit=limit)
     for sweep_id in sweep_ids:

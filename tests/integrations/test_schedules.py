@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,8 @@ from standardwebhooks import Webhook
 from app.audit.icl.prompts import CONTEXTLEAK_CANARY
 from app.config import Settings
 from app.db.engine import make_engine, make_session_factory
-from app.db.models import Audit, ScheduleRun
+from app.db.models import Audit, ScheduleRun, utcnow
+from app.integrations.verdict import verdict_of
 
 # The two-process test is about concurrent firings, so it runs on both databases; the rest on SQLite.
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -100,7 +101,7 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
             "ICLAUDIT_STATE_DIR": str(tmp_path),
             "ICLAUDIT_DATA_DIR": str(settings.data_dir),
             "ICLAUDIT_PRELOAD_MODELS": "false",
-            "ICLAUDIT_INLINE_WORKERS": "1",  # one run at a time per process: a verdict switch shows once or twice
+            "ICLAUDIT_INLINE_WORKERS": "1",  # one run at a time per process
             "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
             "ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS": "1",  # the cron below fires every 2 s
             "ICLAUDIT_ENDPOINT_ALLOWLIST": f'["{endpoint}/"]',
@@ -176,17 +177,30 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
     assert sorted(r.audit_id for r in runs_stored) == sorted(a.id for a in audits)  # one audit per run
     assert {x["fire_time"] for x in final} <= {t.isoformat().replace("+00:00", "Z") for t in times}
 
+    # Each change of verdict, in fire order over the runs whose alarms were decided, is sent once, whatever
+    # order the two processes' runs ended in: (audit, previous run's violation, this run's).
+    by_id = {a.id: a for a in audits}
+    changes, before = [], None
+    for run in (r for r in runs_stored if r.alarms_at is not None):
+        audit = by_id[run.audit_id]
+        if audit.state == "SUCCEEDED":
+            now = verdict_of(audit.kind, audit.result).violation
+            if now != bool(before):
+                changes.append((audit.id, before, now))
+            before = now
     violations = [Webhook(hook["secret"]).verify(m.body, m.headers) for m in receiver.got]
-    assert (
-        got and len(violations) <= 2
-    )  # the verdict changed once (a run in flight at the switch may see both)
+    sent = [
+        (e["data"]["id"], e["data"]["previous_violation"], e["data"]["verdict"]["violation"])
+        for e in violations
+    ]
+    assert got and len(sent) == len(set(sent)) and set(sent) <= set(changes), (sent, changes)
+    assert any(previous is False and now is True for _, previous, now in sent)
     for event in violations:
         data = event["data"]
-        assert data["schedule_id"] == schedule["id"] and data["previous_violation"] is False
-        assert data["previous_outcome"] == "inconclusive" and data["verdict"]["outcome"] == "violation"
-        assert data["verdict"]["violation"] is True and data["labels"] == {"pipeline": "nightly"}
+        assert data["schedule_id"] == schedule["id"] and data["labels"] == {"pipeline": "nightly"}
+        if data["verdict"]["violation"]:
+            assert data["previous_outcome"] == "inconclusive" and data["verdict"]["outcome"] == "violation"
     assert any(x["outcome"] == "violation" and x["headline"].endswith(": violation") for x in final)
-    assert sum(r.audit_id in {e["data"]["id"] for e in violations} for r in runs_stored) == len(violations)
 
 
 @SQLITE_ONLY
@@ -252,3 +266,63 @@ def test_a_leaking_schedule_shows_its_outcome_and_fires_audit_leak_once(client, 
     data = alarms[0]["data"]
     assert data["schedule_id"] == schedule["id"] and data["previous_outcome"] is None
     assert data["verdict"]["outcome"] == "leak" and data["verdict"]["headline"].startswith("The system leaks")
+
+
+def test_scheduled_runs_that_end_out_of_order_send_each_verdict_change_once(tmp_path: Path) -> None:
+    """Alarms are decided in fire order: a run that ends before an earlier one waits for it, so runs of
+    verdicts [inconclusive, violation, violation] ending in the order 3, 2, 1 send one audit.violation
+    (for run 2, against run 1), not one per run judged against whatever had ended."""
+    from service.client import verdict_request
+
+    from app.audit.local import run_request
+    from app.db import migrate
+    from app.db.models import Schedule, Tenant, WebhookDelivery, WebhookEndpoint
+    from app.integrations.webhooks import write_due_events
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    migrate.upgrade(url)
+    engine = make_engine(url)
+    sessions = make_session_factory(engine)
+    results = {o: run_request(verdict_request(o)) for o in ("violation", "inconclusive")}
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    verdicts = ["inconclusive", "violation", "violation"]
+    with sessions.begin() as session:
+        session.add(Tenant(id="t", name="t"))
+        session.flush()
+        session.add(
+            Schedule(id="s", tenant_id="t", target="audit", body={}, interval_seconds=1, next_fire_at=start)
+        )
+        session.add(
+            WebhookEndpoint(id="w", tenant_id="t", url="http://receiver.test/", secret="whsec_x", events=[])
+        )
+        for i in range(3):
+            session.add(Audit(id=f"a{i}", tenant_id="t", kind="bound", state="RUNNING", request={}))
+            session.add(
+                ScheduleRun(schedule_id="s", fire_time=start + timedelta(seconds=i), audit_id=f"a{i}")
+            )
+
+    def end(i: int) -> list[tuple[str, str | None]]:
+        with sessions.begin() as session:
+            audit = session.get(Audit, f"a{i}")
+            assert audit is not None
+            audit.state, audit.result, audit.finished_at = "SUCCEEDED", results[verdicts[i]], utcnow()
+        write_due_events(sessions)
+        with sessions() as session:
+            rows = session.scalars(select(WebhookDelivery).order_by(WebhookDelivery.created_at)).all()
+            return [
+                (r.event_type, r.payload["data"]["id"]) for r in rows if r.event_type == "audit.violation"
+            ]
+
+    assert end(2) == []  # runs 1 and 2 have not ended: nothing to judge run 3 against yet
+    assert end(1) == []  # run 1 still running
+    alarms = end(0)
+    assert alarms == [("audit.violation", "a1")]
+    with sessions() as session:
+        data = next(
+            r.payload["data"]
+            for r in session.scalars(select(WebhookDelivery))
+            if r.event_type == "audit.violation"
+        )
+        assert data["previous_violation"] is False and data["previous_outcome"] == "inconclusive"
+        assert all(r.alarms_at is not None for r in session.scalars(select(ScheduleRun)))
+    engine.dispose()
