@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, exists, select
 from sqlalchemy.orm import Session
 
 from app.db.models import IdempotencyKey
@@ -32,5 +32,10 @@ def get_key(session: Session, *, tenant_id: str, key: str) -> IdempotencyKey | N
 
 
 def purge_expired_keys(session: Session, *, now: datetime) -> int:
-    result = session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at <= now))
+    """Delete the expired keys; a DELETE only when there are some (a write ends this process's kept poll
+    answers, app.jobs.writes): with none expired it only reads."""
+    expired = IdempotencyKey.expires_at <= now
+    if not session.scalar(select(exists().where(expired))):
+        return 0
+    result = session.execute(delete(IdempotencyKey).where(expired))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
