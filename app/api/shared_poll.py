@@ -7,14 +7,15 @@ passed here, so the failed-authentication throttles check nothing):
 
 - a finished audit's kept answer (app.api.watch.FinishedBodies) is served as is: a terminal state is final,
   whichever process wrote it;
-- a running audit's answer kept here (`CheckedRunning`, taken from this process's own 200 answers) is
-  served only after its current version (the mark that makes its ETag, and the heartbeat behind its
-  `updated_at`) is read from PostgreSQL (app.db.mark_check: one indexed SELECT per batch of polls, on the
-  event loop, after the poll arrived) and equals the version the answer was rendered at. A write by any
-  process (a Celery worker's progress or heartbeat, another API process's cancel) committed before the
-  poll began changes the version; one poll then reads the audit the long way, and the polls that found
-  the same new version take its answer (kept only when the version read before and after that read is
-  the same): never a stale state.
+- a running audit's answer kept here (`CheckedRunning`) is served only after its current version (the
+  mark that makes its ETag, and the heartbeat behind its `updated_at`) is read from PostgreSQL
+  (app.db.mark_check: one indexed SELECT per batch of polls, on the event loop, after the poll arrived)
+  and equals the version the answer was rendered at. A write by any process (a Celery worker's progress
+  or heartbeat, another API process's cancel) committed before the poll began changes the version; one
+  poll then reads the whole row on the event loop (`MarkCheck.audit`), renders it as the route does
+  (`AuditResource.of`) and keeps it at the version of what it read, and the polls that found that same
+  version take its answer: never a stale state. A finished audit, or one not the tenant's, goes the long
+  way (whose route keeps a finished answer).
 
 The tenant's limit is counted in Redis on the event loop (app.api.limits.Guard.request_async: the same
 window every process and the long way count in); 429 in the error shape. The answer carries what the
@@ -26,12 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from typing import Any
 
 from cachetools import LRUCache
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.api.deps import _renew_soon
 from app.api.errors import error_response
@@ -40,7 +42,11 @@ from app.api.headers import csp_for
 from app.api.limits import TooManyRequests
 from app.api.watch import CACHE_CONTROL, bodies_of, etag_of, matches
 from app.db import keys, mark_check
+from app.db.models import TERMINAL_STATES
 from app.observability import request_id, request_id_for
+from app.schemas.audits import AuditResource
+
+log = logging.getLogger(__name__)
 
 CHECKED_ENTRIES = 4096
 CHECKED_MAX_BODY = 256 * 1024
@@ -68,7 +74,7 @@ class CheckedRunning:
             self._cache[(tenant_id, audit_id)] = kept
 
     def refresh(self, tenant_id: str, audit_id: str) -> asyncio.Future[Kept | None] | None:
-        """The refresh in flight for this answer (a poll reading it the long way), or None after starting
+        """The refresh in flight for this answer (a poll reading it again), or None after starting
         one: the caller then reads it and calls `settle`."""
         future = self._refreshing.get((tenant_id, audit_id))
         if future is None:
@@ -95,17 +101,7 @@ class SharedPoll(FastPoll):
             state = scope["app"].state
             if audit_id and "/" not in audit_id and not state.guard.local:
                 tenant_id = self._remembered(state, scope)
-                if tenant_id is not None:
-                    answered, version = await self._answer_shared(scope, audit_id, tenant_id, send)
-                    if answered:
-                        return
-                    if version is None:
-                        await self.app(scope, receive, send)
-                        return
-                    try:
-                        await self._refresh(scope, receive, send, audit_id, tenant_id, version)
-                    finally:
-                        self._running.settle(tenant_id, audit_id)
+                if tenant_id is not None and await self._answer_shared(scope, audit_id, tenant_id, send):
                     return
         await self.app(scope, receive, send)
 
@@ -133,11 +129,8 @@ class SharedPoll(FastPoll):
             state.mark_check = self._checks  # closed at shutdown (close_shared_poll)
         return self._checks  # type: ignore[return-value]
 
-    async def _answer_shared(
-        self, scope: Scope, audit_id: str, tenant_id: str, send: Send
-    ) -> tuple[bool, str | None]:
-        """(answered, the version this poll read when it is to read the answer the long way for the
-        others: `_refresh`, then `settle`)."""
+    async def _answer_shared(self, scope: Scope, audit_id: str, tenant_id: str, send: Send) -> bool:
+        """Whether this poll was answered here (else it goes the long way)."""
         started = time.perf_counter()
         state = scope["app"].state
         held = bodies_of(scope["app"]).get(tenant_id, audit_id)
@@ -146,20 +139,26 @@ class SharedPoll(FastPoll):
         else:
             checks = self._mark_check(state)
             if checks is None:
-                return False, False
+                return False
             current = await checks.version(audit_id)  # read after this poll arrived
             if current is None:  # not found, or the database is away: the long way says which
-                return False, None
+                return False
             kept = self._running.get(tenant_id, audit_id)
             if kept is None or kept[0] != current:
-                # written since: one poll reads it the long way, the others wait for that and take it
-                # when its version is the one their own check read
+                # written since: one poll reads it again, the others wait for that and take it when its
+                # version is the one their own check read
                 waiting = self._running.refresh(tenant_id, audit_id)
                 if waiting is None:
-                    return False, current
-                kept = await asyncio.shield(waiting)
-                if kept is None or kept[0] != current:
-                    return False, None
+                    try:
+                        kept = await self._reread(checks, tenant_id, audit_id)
+                    finally:
+                        self._running.settle(tenant_id, audit_id)
+                else:
+                    kept = await asyncio.shield(waiting)
+                    if kept is not None and kept[0] != current:
+                        kept = None
+                if kept is None:
+                    return False
             _, etag, body = kept
         rid = request_id_for(_header(scope, b"x-request-id"))
         request_id.set(rid)
@@ -171,12 +170,12 @@ class SharedPoll(FastPoll):
             refused = error_response(429, exc.message, **{"Retry-After": str(exc.retry_after)})
             await self._send(send, 429, [*refused.raw_headers, *common], refused.body)
             self._record(scope, 429, refused.raw_headers, started)
-            return True, None
+            return True
         headers = [(b"etag", etag.encode()), (b"cache-control", CACHE_CONTROL.encode()), *common]
         if matches(_header(scope, b"if-none-match"), etag):
             await self._send(send, 304, headers, b"")
             self._record(scope, 304, headers, started)
-            return True, None
+            return True
         headers = [
             (b"content-length", str(len(body)).encode()),
             (b"content-type", b"application/json"),
@@ -184,34 +183,24 @@ class SharedPoll(FastPoll):
         ]
         await self._send(send, 200, headers, body)
         self._record(scope, 200, headers, started)
-        return True, None
+        return True
 
-    async def _refresh(
-        self, scope: Scope, receive: Receive, send: Send, audit_id: str, tenant_id: str, before: str
-    ) -> None:
-        """The long way, its 200 answer of a running audit kept at version `before` when the audit is at
-        that version after it too (so the read between gave that version's answer); a finished audit's
-        answer the route keeps itself (FinishedBodies)."""
-        status, etag, parts = 0, "", []
-
-        async def keeping(message: Message) -> None:
-            nonlocal status, etag
-            if message["type"] == "http.response.start":
-                status = message["status"]
-                etag = next((v.decode() for k, v in message.get("headers", []) if k == b"etag"), "")
-            elif message["type"] == "http.response.body" and status == 200:
-                parts.append(message.get("body", b""))
-            await send(message)
-
-        await self.app(scope, receive, keeping)
-        body = b"".join(parts)
-        if status != 200 or not etag or len(body) > CHECKED_MAX_BODY or not before.startswith(etag + "|"):
-            return
-        if bodies_of(scope["app"]).get(tenant_id, audit_id) is not None:
-            return
-        checks = self._mark_check(scope["app"].state)
-        if checks is not None and await checks.version(audit_id) == before:
-            self._running.put(tenant_id, audit_id, (before, etag, body))
+    async def _reread(self, checks: mark_check.MarkCheck, tenant_id: str, audit_id: str) -> Kept | None:
+        """The tenant's running audit read now and rendered as the route renders it, kept at the version of
+        what was read; None (the long way) when it is finished, not theirs, or unreadable here."""
+        row = await checks.audit(tenant_id, audit_id)
+        if row is None or row.state in TERMINAL_STATES:
+            return None
+        try:
+            body = AuditResource.of(row).model_dump_json().encode()
+        except Exception:  # a row the route would refuse to render says so itself
+            log.exception("could not render audit %s here; the long way answers", audit_id)
+            return None
+        if len(body) > CHECKED_MAX_BODY:
+            return None
+        kept = (checks.version_of(row), etag_of(row), body)
+        self._running.put(tenant_id, audit_id, kept)
+        return kept
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -14,6 +14,10 @@ The mark is app.db.polling.MARK_FIELDS (state, progress, attempt, cancel flag, s
 read on a raw psycopg connection as a prepared statement (the same read through SQLAlchemy's async layer
 cost about nine times the CPU), its times converted to UTC as app.db.models.UTCDateTime converts them, so
 `app.api.watch.etag_of` gives the same ETag as from the API's own reads.
+
+When the version has moved, `MarkCheck.audit(tenant_id, audit_id)` reads the whole row the same way (one
+prepared `SELECT` of every column), so a running audit's new answer is rendered on the event loop from
+what the API's own read would give, without a thread hop or a session.
 """
 
 from __future__ import annotations
@@ -38,16 +42,20 @@ _COLUMNS = ("id", "heartbeat_at", *MARK_FIELDS)
 # One statement, prepared on each connection: the id, the heartbeat and the mark of each audit asked for.
 _MARKS = f"SELECT {', '.join(_COLUMNS)} FROM {Audit.__tablename__} WHERE id = ANY(%s)"
 _Row = namedtuple("_Row", _COLUMNS)  # type: ignore[misc]
-_TIMES = frozenset(name for name in _COLUMNS if name.endswith("_at"))
+# And the whole row of one audit of one tenant (`MarkCheck.audit`), every column the model maps.
+_ALL = tuple(column.key for column in Audit.__table__.columns)
+_AUDIT = f"SELECT {', '.join(_ALL)} FROM {Audit.__tablename__} WHERE id = %s AND tenant_id = %s"
+_AuditRow = namedtuple("_AuditRow", _ALL)  # type: ignore[misc]
 BATCH_MAX = 500
 
 
-def _row(values: tuple[Any, ...]) -> Any:
-    """A row as app.api.watch.etag_of reads it, its times in UTC as app.db.models.UTCDateTime gives them."""
-    return _Row(
+def _row(values: tuple[Any, ...], columns: tuple[str, ...] = _COLUMNS, make: Any = _Row) -> Any:
+    """A row as app.api.watch.etag_of reads it, its times in UTC as app.db.models.UTCDateTime gives them
+    (psycopg gives JSON columns as Python values, as SQLAlchemy's JSON type does)."""
+    return make(
         *(
-            v.astimezone(UTC) if name in _TIMES and v is not None else v
-            for name, v in zip(_COLUMNS, values, strict=True)
+            v.astimezone(UTC) if name.endswith("_at") and v is not None else v
+            for name, v in zip(columns, values, strict=True)
         )
     )
 
@@ -76,6 +84,32 @@ class MarkCheck:
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send())
         return await future
+
+    def version_of(self, row: Any) -> str:
+        """`<ETag>|<heartbeat>` of a row read here."""
+        beat = row.heartbeat_at.isoformat() if row.heartbeat_at else ""
+        return f"{self._etag_of(row)}|{beat}"
+
+    async def audit(self, tenant_id: str, audit_id: str) -> Any | None:
+        """The tenant's audit, every column, read now (on a connection of the pool, a prepared statement),
+        with the attributes of an `Audit`; None when it is not theirs, or when the read failed."""
+        await self._slots.acquire()
+        connection = None
+        try:
+            connection = await self._connection()
+            cursor = await connection.execute(_AUDIT, (audit_id, tenant_id), prepare=True)
+            values = await cursor.fetchone()
+            self._idle.append(connection)
+            connection = None
+            return _row(values, _ALL, _AuditRow) if values is not None else None
+        except Exception as exc:
+            log.warning("audit read failed (%s); reading the long way", short_reason(exc))
+            return None
+        finally:
+            if connection is not None:
+                with contextlib.suppress(Exception):
+                    await connection.close()
+            self._slots.release()
 
     async def _send(self) -> None:
         """Start a batch whenever a connection is free and requests wait; each batch holds the requests
@@ -110,8 +144,7 @@ class MarkCheck:
             cursor = await connection.execute(_MARKS, (list(batch),), prepare=True)
             for values in await cursor.fetchall():
                 row = _row(values)
-                beat = row.heartbeat_at.isoformat() if row.heartbeat_at else ""
-                found[row.id] = f"{self._etag_of(row)}|{beat}"
+                found[row.id] = self.version_of(row)
             self._idle.append(connection)
             connection = None
             self.batches += 1

@@ -30,7 +30,8 @@ from ui.served import ICLAUDIT, stop
 from app.db import audits, keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import upgrade
-from app.db.models import AuditState, utcnow
+from app.db.models import Audit, AuditState, utcnow
+from app.schemas.audits import AuditResource
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +144,14 @@ def test_a_poll_through_one_process_sees_what_the_other_or_the_worker_wrote(serv
                     eta_seconds=None,
                     message="",
                 )
+            with sessions() as session:  # the answer as the route renders it from its own read
+                row = session.get(Audit, audit_id)
+                expected = AuditResource.of(row).model_dump_json().encode()
             for client, process in ((a, pa), (b, pb)):
-                polled = _poll(client, path, process)
+                response = client.get(path)  # a moved version: re-read and rendered before the stack
+                assert response.status_code == 200 and _process(response) == process
+                assert response.content == expected
+                polled = response.json()
                 seen.append((process, polled["progress"]["fraction"], fraction))
                 assert polled["state"] == "RUNNING"
                 assert (polled["progress"]["stage"], polled["progress"]["fraction"]) == (
