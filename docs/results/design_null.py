@@ -7,9 +7,11 @@ voting exactly at its claim (analytic σ), 200 seeded audits per ε (seeds 5000 
 The engine is `simulated:shift=1,alpha=0.1` (app/engines/simulated.py), standing in for the model: per
 audit random label distributions near 0 or 1, and the canary moves its partition's vote to "present"
 (nearly 003 Lemma 3.1's worst case, so ε_emp comes close to the claim). It answers the inquiry and
-signal-text queries and refuses the copy and rare-token ones, which `auto` then skips; the pilot chooses
-among inquiry and signal_text at T ∈ {2, 4, 8}. 10,000 bootstrap trials per context, llm_calls 20.
-Prints the table soundness.md shows.
+signal-text queries and refuses the copy and rare-token ones, which `auto` then skips; the pilot scores
+inquiry, inquiry_count, signal_text and signal_text_count at T ∈ {2, 4, 8} (12 candidates). 10,000 bootstrap
+trials per context, llm_calls 20. Prints the table soundness.md shows. design-null.md is the run at d357771,
+with the Ṽ_y+ (`*_count`) scores among the candidates, as two processes (`--epsilon 1 --epsilon 2` and
+`--epsilon 4 --epsilon 8`).
 
     ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/design_null.py --count \
         > docs/results/design-null-count.md
@@ -24,12 +26,11 @@ released argmax see up to √2/σ and rightly flag that mechanism, whose true Δ
 both threat models did: 16/50 and 9/50 at ε = 1 and 2, all from the black box). Same trials, seeds and T;
 the attack is fixed, so this is the score's own null, apart from `auto`'s.
 
-`--engine simulated:shift=1,alpha=0.1,valid=0.1 --audits 100` → docs/results/design-null-abstain.md: auto's
-null where partitions without the canary mostly cast no valid vote, so that its pilot prefers the Ṽ_y+ score.
+`--engine simulated:shift=1,alpha=0.1,valid=0.1` → docs/results/design-null-abstain.md: auto's null where
+partitions without the canary mostly cast no valid vote, so that its pilot prefers the Ṽ_y+ score.
 
-docs/results/design-null-auto50.md: the `auto` null above rerun (`--audits 50`, all four ε) after `auto`
-gained the Ṽ_y+ score among its candidates; a reduced count, as the full 200 per ε did not fit the shared
-CPU in that session.
+docs/results/design-null-auto50.md: an earlier `--audits 50` rerun (seeds 5000 … 5049) with the current
+candidates, superseded by design-null.md's 200 per ε and no longer in soundness.md.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ SECTION = """## Design selection (`attack: auto`, issue 19)
    to app/audit/seeds.py (no existing stream moves); the measurement reads `contexts`, `partitions`,
    `attack`, `pool`, `noise_in`, `noise_out` and `threshold` as every audit does, never `pilot`.
 3. **Rule.** Each candidate (design ∈ copy, rare_token, inquiry, signal_text; T ∈ {2, 4, 8} up to the
-   request's T) is scored on 2 pilot context pairs by private voting's exact population μ
+   request's T; white-box score Ṽ_y+ − Ṽ_other or Ṽ_y+, the latter the `*_count` attacks) is scored on
+   2 pilot context pairs by private voting's exact population μ
    (app/audit/stats/exact.py, the request's σ), summed over the requested threat models; the largest
    mean wins. A design the engine refuses is skipped (recorded in `design.candidates`).
 4. **Measurement.** The chosen design's ordinary audit on the even rows, its threshold chosen on the
@@ -158,14 +160,19 @@ The null, `docs/results/design_null.py` (its output, committed as docs/results/d
 voting exactly at its claim (analytic σ), `simulated:shift=1,alpha=0.1` standing in for the model (the
 canary moves its partition's vote to "present"; it answers inquiry and signal_text and refuses the copy
 and rare-token queries, which auto skips), request T = 8 with one exemplar per partition, llm_calls 20,
-10,000 trials per context, both threat models, 200 audits per ε, seeds 5000 … 5199.
+10,000 trials per context, both threat models, 200 audits per ε, seeds 5000 … 5199. The candidates are
+the current ones, the Ṽ_y+ score's included (below): 12 scored per audit (inquiry, inquiry_count,
+signal_text, signal_text_count at T = 2, 4, 8), copy and rare_token skipped. Run at d357771 as two
+processes, `--epsilon 1 --epsilon 2` and `--epsilon 4 --epsilon 8`, each printing its rows.
 
 {table}
 
-With the pilot's choice spread over all six (design, T) candidates, no audit out of 800 flags the
-mechanism at its claim, while the mean ε_lower reaches 0.38–0.46 × the claim and the largest 0.90–0.98 ×:
-the selection costs the verdict no confidence. (The four ε ran as four processes,
-`--epsilon 1` … `--epsilon 8`, each printing its row.)
+With the pilot's choice spread over all six (design, T) pairs, no audit out of 800 flags the mechanism
+at its claim, while the mean ε_lower reaches 0.38–0.46 × the claim and the largest 0.90–0.98 ×: the
+selection costs the verdict no confidence. No audit chose a `*_count` attack: this engine's partitions
+always cast a vote, so the canary moves a vote from "absent" to "present" (Ṽ_y+ − Ṽ_other sees √2/σ per
+moved vote, Ṽ_y+ 1/σ) and the best pilot candidate used Ṽ_y+ − Ṽ_other in all 800 audits. The choice,
+and so every row, is the same as in the run made before the `*_count` scores joined the candidates.
 
 **The Ṽ_y+ white-box score** (attacks `*_count`, app/audit/attacks/count_score.py) is among auto's
 candidates: step 3 scores each (design, T) under both white-box scores, by each one's exact population μ
@@ -175,19 +182,16 @@ on the pilot votes, so the choice of score is part of D and the argument above c
 
 {count}
 
-And auto's null rerun with these candidates, at a reduced 50 audits per ε (docs/results/design-null-auto50.md):
-
-{auto50}
-
-That engine's partitions always cast a vote, so there the pilot never preferred a `_count` score. With
-`valid = 0.1` (a partition without the canary casts a valid vote one time in ten, as SmolLM2 mostly answers
-outside the labels; docs/results/design-null-abstain.md, 100 audits per ε) it does: at ε = 1 and 2 in
-every audit, at ε = 4 and 8 in some:
+Auto's null above, with the default engine, never chose a `_count` score. With `valid = 0.1` (a
+partition without the canary casts a valid vote one time in ten, as SmolLM2 mostly answers outside the
+labels; `--engine simulated:shift=1,alpha=0.1,valid=0.1`, otherwise the same null: 200 audits
+per ε, seeds 5000 … 5199, run at d357771 as the same two processes; docs/results/design-null-abstain.md) it
+does: at ε = 1 and 2 in every audit, at ε = 4 and 8 in 61 and 17 of the 200:
 
 {abstain}
 
-No violation in 400 audits with the Ṽ_y+ score among the candidates and chosen: the selection of the
-score costs the verdict no confidence either."""
+No violation in these 800 audits, 478 of which measured with a `*_count` attack: the selection of the score
+costs the verdict no confidence either."""
 
 
 def section() -> str:
@@ -198,7 +202,6 @@ def section() -> str:
 
     text = SECTION.replace("{table}", RAW.read_text().strip())
     text = text.replace("{count}", table_of(RAW.with_name("design-null-count.md")))
-    text = text.replace("{auto50}", table_of(RAW.with_name("design-null-auto50.md")))
     text = text.replace("{abstain}", table_of(RAW.with_name("design-null-abstain.md")))
     return f"{BEGIN}\n{text}\n{END}"
 
