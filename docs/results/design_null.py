@@ -28,9 +28,6 @@ the attack is fixed, so this is the score's own null, apart from `auto`'s.
 
 `--engine simulated:shift=1,alpha=0.1,valid=0.1` → docs/results/design-null-abstain.md: auto's null where
 partitions without the canary mostly cast no valid vote, so that its pilot prefers the Ṽ_y+ score.
-
-docs/results/design-null-auto50.md: an earlier `--audits 50` rerun (seeds 5000 … 5049) with the current
-candidates, superseded by design-null.md's 200 per ε and no longer in soundness.md.
 """
 
 from __future__ import annotations
