@@ -33,7 +33,7 @@ def session_target(epsilon: float = 1.0) -> tuple[FastAPI, dict]:
     """Sessions with a cookie; messages answered by randomized response; every session must be closed."""
     keep = float(np.exp(epsilon) / (1 + np.exp(epsilon)))
     rng, lock = np.random.default_rng(0), threading.Lock()
-    state: dict = {"open": {}, "created": 0, "closed": 0, "messages": 0, "bad_cookie": 0}
+    state: dict = {"open": {}, "created": 0, "closed": 0, "messages": 0, "bad_cookie": 0, "most_open": 0}
     app = FastAPI()
 
     @app.post("/sessions")
@@ -42,6 +42,7 @@ def session_target(epsilon: float = 1.0) -> tuple[FastAPI, dict]:
         with lock:
             state["open"][sid] = secret
             state["created"] += 1
+            state["most_open"] = max(state["most_open"], len(state["open"]))
         response.set_cookie("sid", secret)
         return {"session": {"id": sid}}
 
@@ -91,6 +92,21 @@ def test_sessions_are_created_used_with_their_cookie_and_closed() -> None:
     assert result["endpoint_calls"] == planned == 3 * 2 * TRIALS  # three requests per trial, as planned
     assert result["black_box"]["counts"]["tp"] + result["black_box"]["counts"]["fn"] == TRIALS
     assert result["black_box"]["tpr"] > result["black_box"]["fpr"]  # the answers were read and scored
+
+
+def test_concurrent_trials_keep_their_own_sessions_and_cookies() -> None:
+    """max_concurrency 4: trials run at once on clients of their own, so sessions overlap, yet each
+    message carries its own session's cookie and every session is closed."""
+    app, state = session_target()
+    with serve(app) as base:
+        body = multistep_body(base)
+        body["mechanism"]["endpoint"]["max_concurrency"] = 4
+        request, ctx = mia.Request.model_validate(body), local_context(progress=no_progress)
+        result = mia.run(request, ctx)
+    assert state["most_open"] > 1  # the trials did overlap
+    assert state["created"] == state["messages"] == state["closed"] == 2 * TRIALS
+    assert state["open"] == {} and state["bad_cookie"] == 0
+    assert result["endpoint_calls"] == 3 * 2 * TRIALS
 
 
 def test_a_step_url_outside_the_allow_list_is_422(app_client, make_key) -> None:
