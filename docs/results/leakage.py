@@ -13,6 +13,8 @@ the ContextLeak secret query scored by exact match), appends one JSON line per a
 docs/results/leakage-runs.jsonl (result + ROC curves), then draws docs/img/leakage-roc.png (likelihood,
 white box) and docs/img/leakage-generated-roc.png (generated text, black box; log-log, FPR = 1e-3 and
 1e-2 marked) from that file. `--small` runs 2 records × 1 context each (a smoke test; nothing written).
+The RAISED rows (`none-fpr1e-3`, `blind-none-fpr1e-3`) run a base row's request file with only
+`attack.contexts` raised, to 1,000 trials per side: TPR at FPR 1e-3 on a real-model row.
 """
 
 from __future__ import annotations
@@ -40,12 +42,17 @@ from app.audit.seeds import SeedTree  # noqa: E402
 FAMILY = ("min_k", "min_k_pp", "zlib_ratio", "lira_offline", "recall")
 """The likelihood family (app/audit/attacks/token_likelihood.py): one collection per secret scores them all."""
 FAMILY_NAMES = tuple(f"{score}-{secret}none" for secret in ("", "code-") for score in FAMILY)
-BLIND_NAMES = ("blind-none", "blind-code-none")
+RAISED = {"none-fpr1e-3": ("none", 40), "blind-none-fpr1e-3": ("blind-none", 40)}
+"""Rows that re-run a base row's request file with only `attack.contexts` raised (name → (base, contexts)):
+25 records × 40 pairs = 1,000 trials per side, the fewest at which TPR at FPR 1e-3 is resolved
+(several_canaries.tpr_at needs ≥ 1/FPR C0 trials, all of them: no held-out split)."""
+BLIND_NAMES = ("blind-none", "blind-code-none", "blind-none-fpr1e-3")
 """The blind baseline (the record's text alone) beside the plain-ICL rows of each secret."""
 NAMES = (
     "none",
     *FAMILY_NAMES[: len(FAMILY)],
     "blind-none",
+    *RAISED,
     "none-label",
     "voting-eps1",
     "voting-eps8",
@@ -86,7 +93,8 @@ PLOT_GENERATED = ROOT / "docs" / "img" / "leakage-generated-roc.png"
 
 def request_file(name: str) -> Path:
     prefix = "leakage-" if name in GENERATED else "leakage-likelihood-"
-    return ROOT / "examples" / f"{prefix}{name}.json"
+    base = RAISED[name][0] if name in RAISED else name
+    return ROOT / "examples" / f"{prefix}{base}.json"
 
 
 def roc(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[list[float], list[float]]:
@@ -99,6 +107,8 @@ def roc(scores_in: np.ndarray, scores_out: np.ndarray) -> tuple[list[float], lis
 
 def body_of(name: str, small: bool) -> dict:
     body = json.loads(request_file(name).read_text())
+    if name in RAISED:
+        body["attack"]["contexts"] = RAISED[name][1]
     if small:
         body["attack"].update(canaries=2, contexts=2)
         body["llm_calls"] = 20
@@ -199,10 +209,11 @@ FAMILY_COLOURS = {  # one colour per mechanism family, so ε = 1 / ε = 8 pairs 
 
 
 def _style(name: str) -> dict:
-    """Colour by mechanism family, dashes for ε = 8 (and defense levels 2, 3 dotted / dash-dotted)."""
+    """Colour by mechanism family, dashes for ε = 8 and the RAISED rows (defense levels 2, 3 dotted /
+    dash-dotted)."""
     mech = name.split("-", 1)[1] if name.startswith(("repeat-", "secret-", "code-")) else name
     colour = next((c for family, c in FAMILY_COLOURS.items() if mech.startswith(family)), "tab:olive")
-    dashes = {"eps8": "--", "defense2": ":", "defense3": "-."}
+    dashes = {"eps8": "--", "defense2": ":", "defense3": "-.", "fpr1e-3": "--"}
     return {"color": colour, "ls": next((d for k, d in dashes.items() if mech.endswith(k)), "-")}
 
 
@@ -289,7 +300,7 @@ def report() -> str:
                 f"| {verdict} | {cost['forward_passes']} ({cost['from_scratch_forward_passes'] or '–'}) "
                 f"| {cost['prompt_tokens']} ({cost['from_scratch_tokens'] or '–'}) |"
             )
-    for name in ("none", "secret-none", "repeat-none"):
+    for name in ("none", "none-fpr1e-3", "secret-none", "repeat-none"):
         if name not in rows:
             continue
         recs = rows[name]["result"]["records"]
