@@ -13,7 +13,7 @@ the ContextLeak secret query scored by exact match), appends one JSON line per a
 docs/results/leakage-runs.jsonl (result + ROC curves), then draws docs/img/leakage-roc.png (likelihood,
 white box) and docs/img/leakage-generated-roc.png (generated text, black box; log-log, FPR = 1e-3 and
 1e-2 marked) from that file. `--small` runs 2 records × 1 context each (a smoke test; nothing written).
-The RAISED rows (`none-fpr1e-3`, `blind-none-fpr1e-3`) run a base row's request file with only
+The RAISED rows (`none-fpr1e-3`, `code-none-fpr1e-3` and their `blind-` baselines) run a base row's request file with only
 `attack.contexts` raised, to 1,000 trials per side: TPR at FPR 1e-3 on a real-model row.
 """
 
@@ -42,17 +42,24 @@ from app.audit.seeds import SeedTree  # noqa: E402
 FAMILY = ("min_k", "min_k_pp", "zlib_ratio", "lira_offline", "recall")
 """The likelihood family (app/audit/attacks/token_likelihood.py): one collection per secret scores them all."""
 FAMILY_NAMES = tuple(f"{score}-{secret}none" for secret in ("", "code-") for score in FAMILY)
-RAISED = {"none-fpr1e-3": ("none", 40), "blind-none-fpr1e-3": ("blind-none", 40)}
+RAISED = {
+    "none-fpr1e-3": ("none", 40),
+    "blind-none-fpr1e-3": ("blind-none", 40),
+    "code-none-fpr1e-3": ("code-none", 40),
+    "blind-code-none-fpr1e-3": ("blind-code-none", 40),
+}
 """Rows that re-run a base row's request file with only `attack.contexts` raised (name → (base, contexts)):
 25 records × 40 pairs = 1,000 trials per side, the fewest at which TPR at FPR 1e-3 is resolved
-(several_canaries.tpr_at needs ≥ 1/FPR C0 trials, all of them: no held-out split)."""
-BLIND_NAMES = ("blind-none", "blind-code-none", "blind-none-fpr1e-3")
+(several_canaries.tpr_at needs ≥ 1/FPR C0 trials, all of them: no held-out split). `none` has 1 exemplar,
+so its member context is the record alone (40 repeats of one score per record); `code-none` has 2, so
+member contexts vary from pair to pair."""
+BLIND_NAMES = ("blind-none", "blind-code-none", "blind-none-fpr1e-3", "blind-code-none-fpr1e-3")
 """The blind baseline (the record's text alone) beside the plain-ICL rows of each secret."""
 NAMES = (
     "none",
     *FAMILY_NAMES[: len(FAMILY)],
     "blind-none",
-    *RAISED,
+    *(n for n in RAISED if "code-" not in n),
     "none-label",
     "voting-eps1",
     "voting-eps8",
@@ -62,6 +69,7 @@ NAMES = (
     "code-none",
     *FAMILY_NAMES[len(FAMILY) :],
     "blind-code-none",
+    *(n for n in RAISED if "code-" in n),
     "code-defense1",
     "code-defense2",
     "code-defense3",
@@ -300,7 +308,7 @@ def report() -> str:
                 f"| {verdict} | {cost['forward_passes']} ({cost['from_scratch_forward_passes'] or '–'}) "
                 f"| {cost['prompt_tokens']} ({cost['from_scratch_tokens'] or '–'}) |"
             )
-    for name in ("none", "none-fpr1e-3", "secret-none", "repeat-none"):
+    for name in ("none", "none-fpr1e-3", "code-none-fpr1e-3", "secret-none", "repeat-none"):
         if name not in rows:
             continue
         recs = rows[name]["result"]["records"]
