@@ -8,8 +8,11 @@ each planned with `app.audit.plan.plan_request`, then run in this process with `
 library road: no queue), measuring the run's wall time, its `distinct_prompts` or `endpoint_calls` (iclinf:
 the prompts the engine was sent, counted at the engine), the calls the target counted and the engine's
 prompt-token counter. Seconds per call come, as in the service (app/jobs/plans.py `measured_rates`), from
-the median of (wall time / calls) over three earlier calibration runs of the same kind and model or
-endpoint (other seeds, fewer trials or queries; the first SmolLM2 run includes loading the model).
+three earlier calibration runs of the same kind and model or endpoint (other seeds, fewer trials or
+queries; the first SmolLM2 run includes loading the model): the median of (wall time / calls) where the
+runs are of one size, and for iclinf, whose runs are of 16, 4 and 8 queries (its prompts share their
+contexts' cached prefixes, so a run's time is not proportional to its calls), the service's fit of a
+fixed part and seconds per call (app.audit.plan.fit_rate).
 `--quick` prints without writing; `--only KIND` (oracle, smollm2-135m-instruct, endpoint, iclinf) calibrates
 and runs only those requests and replaces their rows in the table, keeping the others' from their run.
 """
@@ -30,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "targets")]
 
 from app.audit.kinds.registry import kind_module  # noqa: E402
 from app.audit.local import local_context  # noqa: E402
-from app.audit.plan import Rates, model_tokens, plan_request  # noqa: E402
+from app.audit.plan import Rates, fit_rate, model_tokens, plan_request  # noqa: E402
 from app.audit.runtime import no_progress  # noqa: E402
 from app.engines.registry import load_llm  # noqa: E402
 
@@ -73,6 +76,16 @@ class Counting:
         return Counted()
 
 
+def iclinf_rates(points: list[tuple[int, float]]) -> Rates:
+    """As the service fits them (app.jobs.plans.measured_rates → app.audit.plan.fit_rate): a fixed part and
+    seconds per call from the calibration runs' (calls, seconds), which differ in size."""
+    fitted = fit_rate(points)
+    if fitted is None:
+        return Rates()
+    fixed, per_call = fitted
+    return Rates(model_seconds_per_call=per_call, model_fixed_seconds=fixed, basis=f"{len(points)} runs")
+
+
 def timed(ctx, body: dict) -> tuple[dict, float]:
     module = kind_module(body["kind"])
     start = time.perf_counter()
@@ -92,15 +105,18 @@ def main() -> int:
     rows = []
     with serve(target.app()) as base:
         url = base + "/"
-        calibration: dict[str, list[float]] = {SMOLLM2: [], "endpoint": [], "iclinf": []}
+        calibration: dict[str, list[float]] = {SMOLLM2: [], "endpoint": []}
         counting = Counting(ctx.engines)
         counted = dataclasses.replace(ctx, engines=counting)
         wanted = lambda which: args.only in (None, which)  # noqa: E731
-        for seed in (100, 101, 102):
-            if wanted("iclinf"):
+        iclinf_points: list[tuple[int, float]] = []
+        for seed, queries in ((100, 16), (101, 4), (102, 8)):
+            if wanted("iclinf"):  # of three sizes: its prompts share their contexts' cached prefixes
                 before = counting.prompts
-                result, seconds = timed(counted, example("iclinf-dbpedia-k4.json", seed=seed, queries=8))
-                calibration["iclinf"].append(seconds / (counting.prompts - before))
+                result, seconds = timed(
+                    counted, example("iclinf-dbpedia-k4.json", seed=seed, queries=queries)
+                )
+                iclinf_points.append((counting.prompts - before, seconds))
             if wanted(SMOLLM2):
                 result, seconds = timed(ctx, example("mia-smollm2-eps8.json", seed=seed, trials=2000))
                 calibration[SMOLLM2].append(seconds / result["distinct_prompts"])
@@ -112,7 +128,7 @@ def main() -> int:
             SMOLLM2: Rates(model_seconds_per_call=median[SMOLLM2], basis="3 runs"),
             "endpoint": Rates(endpoint_seconds_per_call=median["endpoint"], basis="3 runs"),
             "oracle": Rates(),
-            "iclinf": Rates(model_seconds_per_call=median["iclinf"], basis="3 runs"),
+            "iclinf": iclinf_rates(iclinf_points),
         }
         requests = [
             ("oracle, private voting ε = 1, 400,000 trials", "oracle", example("mia-oracle-eps1.json")),
