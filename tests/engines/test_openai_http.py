@@ -33,17 +33,17 @@ class _Flaky(BaseHTTPRequestHandler):
         try:
             body = json.loads(self.rfile.read(int(self.headers["content-length"])))
             time.sleep(cls.delay_s)
-            payload = json.dumps({"echo": body} if status == 200 else {"error": "busy"}).encode()
-            self.send_response(status)
-            if status == 429:
-                self.send_header("retry-after", "0")
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            self.wfile.write(payload)
-        finally:
+        finally:  # no longer in flight before the answer goes out: the client's next request may follow it
             with cls.lock:
                 cls.in_flight -= 1
+        payload = json.dumps({"echo": body} if status == 200 else {"error": "busy"}).encode()
+        self.send_response(status)
+        if status == 429:
+            self.send_header("retry-after", "0")
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -59,6 +59,9 @@ def server() -> Iterator[str]:
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     httpd.shutdown()
     httpd.server_close()
+    deadline = time.monotonic() + 10  # a timed-out request's handler still sleeps: let it end here
+    while _Flaky.in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def test_retries_429_and_5xx_with_exponential_backoff(server: str) -> None:
