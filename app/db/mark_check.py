@@ -94,22 +94,12 @@ class MarkCheck:
         """The tenant's audit, every column, read now (on a connection of the pool, a prepared statement),
         with the attributes of an `Audit`; None when it is not theirs, or when the read failed."""
         await self._slots.acquire()
-        connection = None
         try:
-            connection = await self._connection()
-            cursor = await connection.execute(_AUDIT, (audit_id, tenant_id), prepare=True)
-            values = await cursor.fetchone()
-            self._idle.append(connection)
-            connection = None
-            return _row(values, _ALL, _AuditRow) if values is not None else None
+            rows = await self._fetch(_AUDIT, (audit_id, tenant_id))
         except Exception as exc:
             log.warning("audit read failed (%s); reading the long way", short_reason(exc))
             return None
-        finally:
-            if connection is not None:
-                with contextlib.suppress(Exception):
-                    await connection.close()
-            self._slots.release()
+        return _row(rows[0], _ALL, _AuditRow) if rows else None
 
     async def _send(self) -> None:
         """Start a batch whenever a connection is free and requests wait; each batch holds the requests
@@ -136,25 +126,33 @@ class MarkCheck:
             self._conninfo, autocommit=True, connect_timeout=5, application_name="iclaudit-api-marks"
         )
 
-    async def _read(self, batch: dict[str, list[asyncio.Future[str | None]]]) -> None:
-        found: dict[str, str] = {}
+    async def _fetch(self, statement: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """The rows of one prepared statement on a pooled connection; the caller holds a slot, released
+        here. A connection that failed is dropped (the next read opens another) and the error raised."""
         connection = None
         try:
             connection = await self._connection()
-            cursor = await connection.execute(_MARKS, (list(batch),), prepare=True)
-            for values in await cursor.fetchall():
-                row = _row(values)
-                found[row.id] = self.version_of(row)
+            cursor = await connection.execute(statement, params, prepare=True)
+            rows = await cursor.fetchall()
             self._idle.append(connection)
             connection = None
+            return rows
+        finally:
+            if connection is not None:
+                with contextlib.suppress(Exception):
+                    await connection.close()
+            self._slots.release()
+
+    async def _read(self, batch: dict[str, list[asyncio.Future[str | None]]]) -> None:
+        found: dict[str, str] = {}
+        try:
+            for values in await self._fetch(_MARKS, (list(batch),)):
+                row = _row(values)
+                found[row.id] = self.version_of(row)
             self.batches += 1
         except Exception as exc:  # the database is away: these polls read the long way (with its retries)
             log.warning("mark check failed (%s); reading the long way", short_reason(exc))
         finally:
-            if connection is not None:  # broken: dropped, the next batch opens another
-                with contextlib.suppress(Exception):
-                    await connection.close()
-            self._slots.release()
             for audit_id, futures in batch.items():
                 for future in futures:
                     if not future.done():
