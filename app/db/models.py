@@ -257,6 +257,7 @@ class ScheduleRun(Base):
     """One firing: the unique (schedule_id, fire_time) that lets only one API process fire it."""
 
     __tablename__ = "schedule_runs"
+    __table_args__ = (Index("ix_schedule_runs_alarms", "alarms_at"),)  # the dispatcher's idle check
 
     schedule_id: Mapped[str] = mapped_column(ForeignKey("schedules.id", ondelete="CASCADE"), primary_key=True)
     fire_time: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)

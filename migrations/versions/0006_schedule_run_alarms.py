@@ -20,6 +20,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("schedule_runs") as batch:
         batch.add_column(sa.Column("alarms_at", sa.DateTime(timezone=True), nullable=True))
+    op.create_index("ix_schedule_runs_alarms", "schedule_runs", ["alarms_at"])
     op.execute(
         "UPDATE schedule_runs SET alarms_at = created_at WHERE audit_id IS NULL"
         " OR audit_id IN (SELECT id FROM audits WHERE events_at IS NOT NULL)"
@@ -27,5 +28,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("ix_schedule_runs_alarms", table_name="schedule_runs")
     with op.batch_alter_table("schedule_runs") as batch:
         batch.drop_column("alarms_at")
