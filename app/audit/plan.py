@@ -136,6 +136,20 @@ class Rates:
     endpoint_fixed_seconds: float = 0.0
     """Seconds an audit spends whatever its calls (setup, bounds, verdict), when the history could tell."""
 
+    @classmethod
+    def fitted(
+        cls, model: Sequence[tuple[int, float]], endpoint: Sequence[tuple[int, float]], basis: str
+    ) -> Rates:
+        """From finished audits' (calls, seconds), model's and endpoint's apart (`fit_rate` each)."""
+        model_fit, endpoint_fit = fit_rate(model), fit_rate(endpoint)
+        return cls(
+            model_seconds_per_call=model_fit[1] if model_fit else None,
+            endpoint_seconds_per_call=endpoint_fit[1] if endpoint_fit else None,
+            basis=basis,
+            model_fixed_seconds=model_fit[0] if model_fit else 0.0,
+            endpoint_fixed_seconds=endpoint_fit[0] if endpoint_fit else 0.0,
+        )
+
 
 def fit_rate(points: Sequence[tuple[int, float]]) -> tuple[float, float] | None:
     """(fixed seconds, seconds per call) from finished audits' (calls, seconds): least squares when their

@@ -63,7 +63,7 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
     endpoint call of those to this endpoint's origin, from (calls, finished − started) of up to
     PLAN_HISTORY of each (calls as the plan counts them: app.audit.plan.run_calls): a fixed part and a
     per-call part when their calls differ (app.audit.plan.fit_rate), else the median seconds per call."""
-    from app.audit.plan import Rates, fit_rate, run_calls
+    from app.audit.plan import Rates, run_calls
     from app.db.scoping import owned
 
     endpoint = getattr(getattr(request, "mechanism", None), "endpoint", None)
@@ -95,14 +95,7 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
         for v, what in ((model, f"of {request.model}"), (url, "of this endpoint"))
         if v
     )
-    model_fit, url_fit = fit_rate(model), fit_rate(url)
-    return Rates(
-        model_seconds_per_call=model_fit[1] if model_fit else None,
-        endpoint_seconds_per_call=url_fit[1] if url_fit else None,
-        basis=basis or "no finished audit to measure from",
-        model_fixed_seconds=model_fit[0] if model_fit else 0.0,
-        endpoint_fixed_seconds=url_fit[0] if url_fit else 0.0,
-    )
+    return Rates.fitted(model, url, basis=basis or "no finished audit to measure from")
 
 
 def compute_plan(

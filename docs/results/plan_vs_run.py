@@ -12,7 +12,7 @@ three earlier calibration runs of the same kind and model or endpoint (other see
 queries; the first SmolLM2 run includes loading the model): the median of (wall time / calls) where the
 runs are of one size, and for iclinf, whose runs are of 16, 4 and 8 queries (its prompts share their
 contexts' cached prefixes, so a run's time is not proportional to its calls), the service's fit of a
-fixed part and seconds per call (app.audit.plan.fit_rate).
+fixed part and seconds per call (app.audit.plan.Rates.fitted).
 `--quick` prints without writing; `--only KIND` (oracle, smollm2-135m-instruct, endpoint, iclinf) calibrates
 and runs only those requests and replaces their rows in the table, keeping the others' from their run.
 """
@@ -33,7 +33,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "targets")]
 
 from app.audit.kinds.registry import kind_module  # noqa: E402
 from app.audit.local import local_context  # noqa: E402
-from app.audit.plan import Rates, fit_rate, model_tokens, plan_request  # noqa: E402
+from app.audit.plan import Rates, model_tokens, plan_request  # noqa: E402
 from app.audit.runtime import no_progress  # noqa: E402
 from app.engines.registry import load_llm  # noqa: E402
 
@@ -74,16 +74,6 @@ class Counting:
                 return engine.next_token_logprobs(prompts, top_k)
 
         return Counted()
-
-
-def iclinf_rates(points: list[tuple[int, float]]) -> Rates:
-    """As the service fits them (app.jobs.plans.measured_rates → app.audit.plan.fit_rate): a fixed part and
-    seconds per call from the calibration runs' (calls, seconds), which differ in size."""
-    fitted = fit_rate(points)
-    if fitted is None:
-        return Rates()
-    fixed, per_call = fitted
-    return Rates(model_seconds_per_call=per_call, model_fixed_seconds=fixed, basis=f"{len(points)} runs")
 
 
 def timed(ctx, body: dict) -> tuple[dict, float]:
@@ -128,7 +118,7 @@ def main() -> int:
             SMOLLM2: Rates(model_seconds_per_call=median[SMOLLM2], basis="3 runs"),
             "endpoint": Rates(endpoint_seconds_per_call=median["endpoint"], basis="3 runs"),
             "oracle": Rates(),
-            "iclinf": iclinf_rates(iclinf_points),
+            "iclinf": Rates.fitted(iclinf_points, [], basis=f"{len(iclinf_points)} runs"),
         }
         requests = [
             ("oracle, private voting ε = 1, 400,000 trials", "oracle", example("mia-oracle-eps1.json")),
