@@ -36,6 +36,7 @@ SERIAL_TESTS := $(wildcard tests/jobs/test_pool.py tests/service/test_loadgen.py
 
 test: venv
 	bash scripts/setup-extras.sh
+	bash scripts/setup-mlflow.sh
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SERIAL_TESTS)); \
 	parallel=$$?; serial=0; \

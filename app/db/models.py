@@ -99,6 +99,8 @@ class Audit(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     # when its terminal-state webhook events were written (app/integrations/events.py); NULL = not yet
     events_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
+    # seconds it waited for a model to load in its worker (NULL: none loaded for it); plans count it apart
+    model_load_seconds: Mapped[float | None] = mapped_column(default=None)
 
 
 class UploadedDataset(Base):
@@ -182,6 +184,34 @@ class WebhookDelivery(Base):
     the attempt in flight."""
 
     __tablename__ = "webhook_deliveries"
+class MlflowSink(Base):
+    """A tenant's MLflow tracking server: every finished audit becomes a run in `experiment`; `token`
+    (optional, never shown back) is sent as `Authorization: Bearer`."""
+
+    __tablename__ = "mlflow_sinks"
+    __table_args__ = (Index("ix_mlflow_sinks_tenant_created", "tenant_id", "created_at", "id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
+    tracking_uri: Mapped[str] = mapped_column(String(2000))
+    experiment: Mapped[str] = mapped_column(String(500))
+    token: Mapped[str | None] = mapped_column(String(2000), default=None)
+    description: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class MlflowSweepRun(Base):
+    """The parent run of a sweep in a sink: claimed by inserting this row before the run is created, so
+    concurrent deliveries of its children create one parent (`run_id` is NULL while it is made)."""
+
+    __tablename__ = "mlflow_sweep_runs"
+
+    sink_id: Mapped[str] = mapped_column(ForeignKey("mlflow_sinks.id", ondelete="CASCADE"), primary_key=True)
+    sweep_id: Mapped[str] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True)
+    run_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
     __table_args__ = (
         Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
         Index("ix_webhook_deliveries_endpoint_created", "endpoint_id", "created_at", "id"),
@@ -198,6 +228,10 @@ class WebhookDelivery(Base):
     state: Mapped[str] = mapped_column(String(16), default="PENDING")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # set for a delivery to an MLflow sink (app/integrations/mlflow.py) instead of a webhook
+    sink_id: Mapped[str | None] = mapped_column(
+        ForeignKey("mlflow_sinks.id", ondelete="CASCADE"), default=None, index=True
+    )
     last_status: Mapped[int | None] = mapped_column(Integer, default=None)
     last_error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

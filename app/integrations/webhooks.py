@@ -172,7 +172,12 @@ def write_audit_events(session: Session, audit: Audit) -> int:
     alarms wait for write_run_alarms, which decides them in fire order."""
     verdict = _verdict(audit)
     data = audit_data(audit, verdict)
-    n = enqueue_event(
+    from app.integrations import mlflow
+
+    n = mlflow.enqueue(
+        session, tenant_id=audit.tenant_id, event_type=mlflow.RUN_EVENT, subject={"audit_id": audit.id}
+    )
+    n += enqueue_event(
         session,
         tenant_id=audit.tenant_id,
         event_type=AUDIT_EVENTS[AuditState(audit.state)],
@@ -231,6 +236,8 @@ def write_due_events(sessions: sessionmaker[Session], *, limit: int = 100) -> in
     """Events for every audit and sweep that finished since the last call; each written exactly once."""
     written = 0
     with sessions() as session:
+    from app.integrations import mlflow
+
         audit_ids = store.audits_without_events(session, limit=limit)
     for audit_id in audit_ids:
         with sessions.begin() as session:
@@ -259,6 +266,12 @@ def write_due_events(sessions: sessionmaker[Session], *, limit: int = 100) -> in
                 assert sweep is not None
                 written += enqueue_event(
                     session,
+                written += mlflow.enqueue(
+                    session,
+                    tenant_id=sweep.tenant_id,
+                    event_type=mlflow.SWEEP_EVENT,
+                    subject={"sweep_id": sweep.id},
+                )
                     tenant_id=sweep.tenant_id,
                     event_type="sweep.completed",
                     data=sweep_data(session, sweep),
@@ -296,14 +309,37 @@ def _secret_of(sessions: sessionmaker[Session], delivery: WebhookDelivery) -> st
 
 def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], settings: Settings) -> str:
     """POST attempt `attempt` of one delivery and record the outcome; returns the delivery's new state."""
+def _deliver_mlflow(
+    delivery: WebhookDelivery, *, sessions: sessionmaker[Session], settings: Settings
+) -> tuple[str, str, int | None]:
+    """(state, error, status) of one attempt to write a run to an MLflow sink (app/integrations/mlflow.py),
+    its failures mapped as a webhook POST's are."""
+    from app.integrations import mlflow
+
+    try:
+        mlflow.deliver(delivery, sessions=sessions, settings=settings)
+        return store.SUCCEEDED, "", None
+    except mlflow.MlflowError as exc:
+        return (store.FAILED if exc.permanent else store.PENDING), exc.message, exc.status
+    except EgressRefused as exc:
+        return store.FAILED, f"refused: {exc.reason}", None
+    except httpx.HTTPError as exc:
+        log.info("mlflow %s: %s", delivery.id, f"{type(exc).__name__}: {exc}"[:500])
+        return store.PENDING, f"{type(exc).__name__} (the tracking server could not be reached)", None
+    except Exception as exc:  # anything else still counts as an attempt, so the limit ends it
+        log.warning("mlflow %s failed: %s", delivery.id, type(exc).__name__, exc_info=True)
+        return store.PENDING, f"the delivery failed ({type(exc).__name__})", None
+
+
     with sessions() as session:
         delivery = session.get(WebhookDelivery, delivery_id)
         if delivery is None or delivery.state != store.PENDING or delivery.attempts != attempt:
             return "skipped"  # deleted, done, or claimed again since this attempt was sent
         session.expunge(delivery)
-    secret = _secret_of(sessions, delivery)
     status: int | None = None
-    if secret is None:
+    if delivery.sink_id is not None:
+        state, error, status = _deliver_mlflow(delivery, sessions=sessions, settings=settings)
+    elif (secret := _secret_of(sessions, delivery)) is None:
         state, error = store.FAILED, "the webhook endpoint was deleted"
     else:
         body = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False)
