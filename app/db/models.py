@@ -178,12 +178,6 @@ class NotifySecret(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
-class WebhookDelivery(Base):
-    """The outbox and the delivery log: one event for one target. `id` is the `webhook-id` (the same on
-    every attempt, so a receiver can drop a repeat); `next_attempt_at` is both the backoff and the lease of
-    the attempt in flight."""
-
-    __tablename__ = "webhook_deliveries"
 class MlflowSink(Base):
     """A tenant's MLflow tracking server: every finished audit becomes a run in `experiment`; `token`
     (optional, never shown back) is sent as `Authorization: Bearer`."""
@@ -212,6 +206,12 @@ class MlflowSweepRun(Base):
     claimed_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
+class WebhookDelivery(Base):
+    """The outbox and the delivery log: one event for one target. `id` is the `webhook-id` (the same on
+    every attempt, so a receiver can drop a repeat); `next_attempt_at` is both the backoff and the lease of
+    the attempt in flight."""
+
+    __tablename__ = "webhook_deliveries"
     __table_args__ = (
         Index("ix_webhook_deliveries_due", "state", "next_attempt_at"),
         Index("ix_webhook_deliveries_endpoint_created", "endpoint_id", "created_at", "id"),
@@ -222,16 +222,16 @@ class MlflowSweepRun(Base):
     endpoint_id: Mapped[str | None] = mapped_column(
         ForeignKey("webhook_endpoints.id", ondelete="CASCADE"), default=None
     )
+    # set for a delivery to an MLflow sink (app/integrations/mlflow.py) instead of a webhook
+    sink_id: Mapped[str | None] = mapped_column(
+        ForeignKey("mlflow_sinks.id", ondelete="CASCADE"), default=None, index=True
+    )
     url: Mapped[str] = mapped_column(String(2000))
     event_type: Mapped[str] = mapped_column(String(64))
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     state: Mapped[str] = mapped_column(String(16), default="PENDING")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
-    # set for a delivery to an MLflow sink (app/integrations/mlflow.py) instead of a webhook
-    sink_id: Mapped[str | None] = mapped_column(
-        ForeignKey("mlflow_sinks.id", ondelete="CASCADE"), default=None, index=True
-    )
     last_status: Mapped[int | None] = mapped_column(Integer, default=None)
     last_error: Mapped[str] = mapped_column(Text, default="")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

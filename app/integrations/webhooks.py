@@ -170,10 +170,10 @@ def write_audit_events(session: Session, audit: Audit) -> int:
     """The events of one audit that reached a terminal state (the caller holds its events_at mark): its
     state's event, then audit.violation / audit.leak when its verdict raises them. A scheduled run's
     alarms wait for write_run_alarms, which decides them in fire order."""
-    verdict = _verdict(audit)
-    data = audit_data(audit, verdict)
     from app.integrations import mlflow
 
+    verdict = _verdict(audit)
+    data = audit_data(audit, verdict)
     n = mlflow.enqueue(
         session, tenant_id=audit.tenant_id, event_type=mlflow.RUN_EVENT, subject={"audit_id": audit.id}
     )
@@ -234,10 +234,10 @@ def sweep_data(session: Session, sweep: Sweep) -> dict[str, Any]:
 
 def write_due_events(sessions: sessionmaker[Session], *, limit: int = 100) -> int:
     """Events for every audit and sweep that finished since the last call; each written exactly once."""
-    written = 0
-    with sessions() as session:
     from app.integrations import mlflow
 
+    written = 0
+    with sessions() as session:
         audit_ids = store.audits_without_events(session, limit=limit)
     for audit_id in audit_ids:
         with sessions.begin() as session:
@@ -264,14 +264,14 @@ def write_due_events(sessions: sessionmaker[Session], *, limit: int = 100) -> in
             if sweep_rows.mark_completed(session, sweep_id=sweep_id):
                 sweep = session.get(Sweep, sweep_id)
                 assert sweep is not None
-                written += enqueue_event(
-                    session,
                 written += mlflow.enqueue(
                     session,
                     tenant_id=sweep.tenant_id,
                     event_type=mlflow.SWEEP_EVENT,
                     subject={"sweep_id": sweep.id},
                 )
+                written += enqueue_event(
+                    session,
                     tenant_id=sweep.tenant_id,
                     event_type="sweep.completed",
                     data=sweep_data(session, sweep),
@@ -307,8 +307,6 @@ def _secret_of(sessions: sessionmaker[Session], delivery: WebhookDelivery) -> st
         return endpoint.secret if endpoint is not None else None
 
 
-def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], settings: Settings) -> str:
-    """POST attempt `attempt` of one delivery and record the outcome; returns the delivery's new state."""
 def _deliver_mlflow(
     delivery: WebhookDelivery, *, sessions: sessionmaker[Session], settings: Settings
 ) -> tuple[str, str, int | None]:
@@ -331,6 +329,8 @@ def _deliver_mlflow(
         return store.PENDING, f"the delivery failed ({type(exc).__name__})", None
 
 
+def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], settings: Settings) -> str:
+    """POST attempt `attempt` of one delivery and record the outcome; returns the delivery's new state."""
     with sessions() as session:
         delivery = session.get(WebhookDelivery, delivery_id)
         if delivery is None or delivery.state != store.PENDING or delivery.attempts != attempt:
