@@ -13,7 +13,8 @@ moved the audit to its terminal state (runner, cancel, the stale sweep). Deliver
 row is claimed (attempts + 1, `next_attempt_at` = lease), POSTed through app.egress (internal addresses
 refused unless ICLAUDIT_WEBHOOK_ALLOWLIST names them), and on a non-2xx answer or an error retried after
 backoff = ICLAUDIT_WEBHOOK_BACKOFF_SECONDS · 2^(attempt − 1) (at most 1 h), up to
-ICLAUDIT_WEBHOOK_MAX_ATTEMPTS; a refused target fails at once.
+ICLAUDIT_WEBHOOK_MAX_ATTEMPTS; a refused target fails at once. Only the reply's status is read: its body
+never is (the connection is dropped), so a receiver that streams gigabytes back costs nothing.
 
 `audit.violation` fires for a SUCCEEDED audit whose verdict is a violation (a claimed ε refuted), and
 `audit.leak` for one whose verdict is a leak (nothing claimed, and leakage above `max_epsilon` shown); for a
@@ -43,6 +44,7 @@ from app.db import webhooks as store
 from app.db.models import Audit, AuditState, ScheduleRun, Sweep, WebhookDelivery, WebhookEndpoint, utcnow
 from app.egress import EgressRefused, check_url, egress_client
 from app.integrations.verdict import Verdict, verdict_of
+from app.secrets import scrub_value
 
 log = logging.getLogger(__name__)
 
@@ -342,7 +344,8 @@ def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], 
     elif (secret := _secret_of(sessions, delivery)) is None:
         state, error = store.FAILED, "the webhook endpoint was deleted"
     else:
-        body = json.dumps(delivery.payload, separators=(",", ":"), ensure_ascii=False)
+        # no target secret known to this process goes out, whatever the stored payload holds
+        body = json.dumps(scrub_value(delivery.payload), separators=(",", ":"), ensure_ascii=False)
         headers = {
             **sign(secret, delivery.id, body),
             "content-type": "application/json",
@@ -354,9 +357,11 @@ def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], 
         try:
             allow = settings.webhook_egress
             check_url(delivery.url, allow)
-            with egress_client(allow, timeout=settings.webhook_timeout_seconds) as client:
-                reply = client.post(delivery.url, content=body.encode(), headers=headers)
-            status = reply.status_code
+            with (
+                egress_client(allow, timeout=settings.webhook_timeout_seconds) as client,
+                client.stream("POST", delivery.url, content=body.encode(), headers=headers) as reply,
+            ):
+                status = reply.status_code  # the reply's body is never read: closing drops the connection
             ok = 200 <= status < 300
             state, error = (store.SUCCEEDED, "") if ok else (store.PENDING, f"the receiver answered {status}")
         except EgressRefused as exc:  # permanent (a URL or address this service will not call): no retry

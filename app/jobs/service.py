@@ -16,7 +16,7 @@ from app.audit.kinds.base import AuditRequestBase
 from app.config import Settings
 from app.db import audits, datasets, labels
 from app.db.models import Audit, AuditState, Tenant
-from app.egress import EgressRefused, check_url
+from app.egress import EgressRefused, check_url, header_refused
 from app.jobs.executors import Executor, enqueue
 
 log = logging.getLogger(__name__)
@@ -77,12 +77,17 @@ def reserve_active(
     check_active_quota(session, tenant_id=tenant_id, settings=settings, adding=adding, what=what)
 
 
-def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
+def resolve_dataset(session: Session, *, tenant_id: str, name: str) -> str | None:
+    """What a request's `dataset` means: the id of the caller's upload with that id, a built-in name, or the
+    id of the newest version of the caller's upload with that name (None: none of these)."""
     if datasets.get_dataset(session, tenant_id=tenant_id, dataset_id=name) is not None:
-        return True
+        return name
     from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME
 
-    return name in BUILTIN_NAMES or name == SYNTHETIC_NAME
+    if name in BUILTIN_NAMES or name == SYNTHETIC_NAME:
+        return name
+    newest = datasets.newest_named(session, tenant_id=tenant_id, name=name)
+    return newest.id if newest is not None else None
 
 
 def check_labels(session: Session, *, tenant_id: str, request: AuditRequestBase) -> None:
@@ -131,15 +136,16 @@ def tenant_name(session: Session, tenant_id: str) -> str | None:
 def tenant_secrets(
     session_factory: sessionmaker[Session], tenant_id: str, settings: Settings
 ) -> Callable[[str], str]:
-    """The running audit's secret resolver (RunContext.secrets); its tenant's name is read once, when a
-    secrets file is first consulted."""
+    """The running audit's secret resolver (RunContext.secrets): the tenant's file, then the operator's
+    environment secrets granted to it (ICLAUDIT_SECRETS_GRANTS); its tenant's name is read once, when
+    first needed."""
 
     @functools.cache
     def name() -> str | None:
         with session_factory() as session:
             return tenant_name(session, tenant_id)
 
-    return secrets.resolver(tenant=name, secrets_dir=settings.secrets_dir)
+    return secrets.resolver(tenant=name, secrets_dir=settings.secrets_dir, grants=settings.secrets_grants)
 
 
 def check_headers(
@@ -150,35 +156,64 @@ def check_headers(
     settings: Settings,
     where: str = "mechanism.endpoint.headers",
 ) -> None:
-    """An endpoint's headers: no Host; a credential only by reference (`{"secret": NAME}`, never a literal
-    that would be stored and returned with the request), and a referenced secret set for this tenant. The
-    422 names the header and the secret, never a value."""
+    """An endpoint's headers: a valid name that the HTTP client does not own (no Host, no hop-by-hop or
+    framing header); a literal value that can be sent as written; a credential only by reference
+    (`{"secret": NAME}`, never a literal that would be stored and returned with the request), and a
+    referenced secret set for (or granted to) this tenant with a valid value. The 422 names the header and
+    the secret, never a value."""
     resolve = secrets.resolver(
-        tenant=lambda: tenant_name(session, tenant_id), secrets_dir=settings.secrets_dir
+        tenant=lambda: tenant_name(session, tenant_id),
+        secrets_dir=settings.secrets_dir,
+        grants=settings.secrets_grants,
     )
     for name, value in headers.items():
         path = f"$.{where}.{name}"
-        if name.strip().lower() == "host":  # the egress client refuses it too (app/egress.py)
-            raise Rejected(path, f"{where}: Host may not be set; it is always the URL's host.")
+        if (refused := header_refused(name)) is not None:  # the egress client refuses it too
+            raise Rejected(path, f"{where}: {refused}")
         if isinstance(value, str):
             if secrets.credential_header(name):
                 raise Rejected(
                     path,
                     f"{where}.{name} looks like a credential: give it by reference, "
-                    f'{{"secret": "NAME"}}, and set ICLAUDIT_SECRET_NAME (or NAME in your secrets file) on the '
-                    "server; a literal value would be stored with the audit and returned by GET /v1/audits/{id}.",
+                    f'{{"secret": "NAME"}}, and set NAME in your secrets file (or have the operator grant you '
+                    "ICLAUDIT_SECRET_NAME) on the server; a literal value would be stored with the audit and "
+                    "returned by GET /v1/audits/{id}.",
                 )
+            if (why := secrets.problem(value)) is not None:
+                raise Rejected(path, f"{where}.{name}: not a valid header value ({why}).")
             continue
         try:
             resolve(value.secret)
+        except secrets.InvalidSecret as exc:
+            raise Rejected(f"{path}.secret", f"{where}.{name}: {exc}.", "SECRET_INVALID") from None
         except secrets.MissingSecret as exc:
             raise Rejected(f"{path}.secret", f"{where}.{name}: {exc}.", "SECRET_NOT_SET") from None
+
+
+def check_body_size(request: Any, settings: Settings) -> None:
+    """A templated endpoint request that must pass ICLAUDIT_TARGET_MAX_BODY_BYTES is refused at submit (422
+    with the numbers): each template filled with the request's exemplars at their shortest."""
+    from app.audit.mechanisms.http_endpoint import body_floors
+    from app.audit.mechanisms.registry import MECHANISMS
+
+    spec = request.mechanism
+    exemplars = MECHANISMS[spec.name].context_size(spec)
+    limit = settings.target_max_body_bytes
+    for where, floor, copies in body_floors(spec.endpoint, exemplars):
+        if floor > limit:
+            raise Rejected(
+                f"$.{where}",
+                f"{where}: filled, this template is at least {floor:,} bytes ({copies} × {{context}}, each "
+                f"{exemplars} exemplars), above this service's {limit:,} (ICLAUDIT_TARGET_MAX_BODY_BYTES).",
+                "SERVER_LIMIT",
+            )
 
 
 def check_request(
     session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings, quota: bool = True
 ) -> None:
-    """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist,
+    """The checks every kind shares beyond its own pydantic model: size limits, dataset (a name is replaced by
+    its newest version's id, in `request`) and model exist,
     a `notify` URL this service may call, and (`quota`) room under ICLAUDIT_MAX_ACTIVE_AUDITS for one more
     (a quick check; `reserve_active` is the one that holds)."""
     if request.notify is not None:
@@ -202,14 +237,16 @@ def check_request(
             f"llm_calls is {llm_calls}, above this service's maximum of {settings.max_llm_calls} (ICLAUDIT_MAX_LLM_CALLS).",
             "SERVER_LIMIT",
         )
-    if request.dataset is not None and not known_dataset(session, tenant_id=tenant_id, name=request.dataset):
-        raise Rejected(
-            "$.dataset",
-            f"Unknown dataset {request.dataset!r}: give a built-in name or the id of a dataset you uploaded "
-            "(GET /v1/datasets).",
-            "UNKNOWN_DATASET",
-        )
     if request.dataset is not None:
+        resolved = resolve_dataset(session, tenant_id=tenant_id, name=request.dataset)
+        if resolved is None:
+            raise Rejected(
+                "$.dataset",
+                f"Unknown dataset {request.dataset!r}: give a built-in name, or the name or id of a dataset you "
+                "uploaded (GET /v1/datasets).",
+                "UNKNOWN_DATASET",
+            )
+        request.dataset = resolved  # a name is stored as its newest version's id: the audit reproduces
         check_builtin_available(request.dataset, settings)
         check_labels(session, tenant_id=tenant_id, request=request)
     endpoint = getattr(getattr(request, "mechanism", None), "endpoint", None)
@@ -234,6 +271,7 @@ def check_request(
                 raise Rejected(where, f"{where[2:]}: {exc.reason}.", "EGRESS_REFUSED") from exc
         headers = getattr(endpoint, "headers", None) or {}
         check_headers(headers, session=session, tenant_id=tenant_id, settings=settings)
+        check_body_size(request, settings)
     target = getattr(request, "target", None)
     if target is not None:
         try:
@@ -257,13 +295,21 @@ def check_request(
 
 
 def with_default_budget(request: AuditRequestBase, settings: Settings) -> AuditRequestBase:
-    """A mia request without a budget gets ICLAUDIT_DEFAULT_BUDGET (stored with it, so a resume or a re-run
-    keeps the caps it was submitted under)."""
-    if settings.default_budget is None or "budget" not in type(request).model_fields or request.budget:
+    """The request under ICLAUDIT_DEFAULT_BUDGET: each of the operator's caps is kept unless the request
+    sets a lower one (a tenant may only lower it: `"budget": {}`, a null cap or a larger one keeps the
+    default's); caps the default leaves open are the request's. Stored with the audit, so a resume or a
+    re-run keeps the caps it was submitted under (and a resume's new budget goes through here again)."""
+    if settings.default_budget is None or "budget" not in type(request).model_fields:
         return request
     from app.audit.budget import BudgetSpec
 
-    return request.model_copy(update={"budget": BudgetSpec.model_validate(settings.default_budget)})
+    default = BudgetSpec.model_validate(settings.default_budget).model_dump()
+    given = request.budget.model_dump() if request.budget is not None else {}
+    caps = {
+        cap: min((v for v in (default.get(cap), given.get(cap)) if v is not None), default=None)
+        for cap in BudgetSpec.model_fields
+    }
+    return request.model_copy(update={"budget": BudgetSpec.model_validate(caps)})
 
 
 def submit_audit(
@@ -328,6 +374,7 @@ def resume_audit(
     except ValueError as exc:
         raise Rejected("$.budget", f"budget: {exc}") from None
     check_request(session, tenant_id=tenant_id, request=request, settings=settings)
+    request = with_default_budget(request, settings)
     reserve_active(session, tenant_id=tenant_id, settings=settings)
     audit = audits.add_audit(
         session,
