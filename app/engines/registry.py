@@ -236,12 +236,19 @@ def _build_llm(info: ModelInfo) -> LLMEngine:
     if info.engine == "transformers":
         import torch
 
-        from app.engines.transformers_engine import TransformersEngine
+        from app.engines.transformers_engine import TransformersEngine, default_threads
 
+        settings = get_settings()
         device = str(opts.get("device") or ("cuda" if torch.cuda.is_available() else "cpu"))
         dtype = getattr(torch, str(opts.get("dtype", "float32")))
+        threads = settings.engine_threads or default_threads(settings.inline_workers)
         return TransformersEngine(
-            info, cache_dir=cache_dir, device=device, dtype=dtype, batch_size=int(opts.get("batch_size", 16))
+            info,
+            cache_dir=cache_dir,
+            device=device,
+            dtype=dtype,
+            batch_size=int(opts.get("batch_size", 16)),
+            threads=threads,
         )
     if info.engine == "vllm":
         from app.engines.vllm_engine import VLLMEngine

@@ -13,11 +13,16 @@ label's tokens (not renormalized over the label set). `next_token_logprobs` retu
 log-softmax over the vocabulary (float64, length `vocab_size`) or its top k (`floor` = k-th value).
 
 Speed, all automatic (no special call needed):
-- on a CPU, the intra-op thread count is chosen per call (`cpu_threads`): every core this process may
-  use, or 1 when the machine already has more runnable work than cores (1-minute load average above
-  cores + 1). torch's operators are OpenMP regions that end at a barrier, so on an oversubscribed CPU
-  each waits for the slowest of its threads to be scheduled; one thread measured 2–10× faster there
-  (docs/results/engines.md), with the same outputs. Registry option `threads` fixes the count;
+- on a CPU, a fixed intra-op thread count (`threads`, set before every call since torch's is
+  process-wide): registry option `threads`, else ICLAUDIT_ENGINE_THREADS, else the cores this process may
+  use divided by the audits that run at once (`default_threads`). Fixed, not chosen by the machine's
+  load: a different thread count sums some scores in another order (~1e-5 apart), and the same request
+  and seed must give the same result on a busy and an idle machine. Dividing the cores also keeps the
+  CPU from being oversubscribed: torch's operators are OpenMP regions that end at a barrier, so there
+  each waits for the slowest of its threads to be scheduled (one thread measured 2–10× faster on a
+  loaded machine, docs/results/engines.md). `runtime()` reports the count and the library versions;
+- the weights live in a memory-mapped file that every process on the machine shares
+  (`app/engines/shared_weights.py`): N worker processes hold one copy of the model, not N;
 - batches of `batch_size` sequences, left padding with explicit position ids (so a batched row
   equals the same prompt alone to ~1e-6), `logits_to_keep` = the positions needed only (1 for
   next-token questions), so the vocabulary projection runs on one position, not the whole prompt;
@@ -70,6 +75,7 @@ from app.engines.protocol import (
     TokenDistribution,
     top_k_distribution,
 )
+from app.engines.shared_weights import share_weights
 
 Ids = tuple[int, ...]
 Row = tuple[Ids, int, int, Any, bool]
@@ -110,13 +116,25 @@ def _batches(rows: Sequence[Row], batch_size: int, slack: tuple[int, float]) -> 
     return batches
 
 
-def cpu_threads(fixed: int | None = None) -> int:
-    """Intra-op threads for a CPU forward pass: `fixed` if given, else every core this process may use,
-    or 1 when the 1-minute load average exceeds cores + 1 (see the module docstring)."""
-    if fixed:
-        return int(fixed)
+def default_threads(concurrent: int = 1) -> int:
+    """Intra-op threads when none is configured: the cores this process may use, shared by `concurrent`
+    audits running at once on them (at least 1). Depends on the machine and its configuration, never
+    on its load (see the module docstring)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return 1 if os.getloadavg()[0] > cores + 1 else cores
+    return max(1, cores // max(1, concurrent))
+
+
+def runtime_versions() -> dict[str, str]:
+    """The versions of the libraries a score depends on, as recorded in a result."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "transformers", "numpy"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found
 
 
 def _ids_seed(seed: int, sample: int, ids: Ids) -> int:
@@ -158,6 +176,7 @@ class TransformersEngine:
         min_shared_prefix: int = 16,
         kv_cache_bytes: int = 512 * 2**20,
         result_cache_bytes: int = 256 * 2**20,
+        threads: int | None = None,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -175,7 +194,8 @@ class TransformersEngine:
         self.cache = ResultCache(result_cache_bytes)
         self._lock = threading.RLock()
         self.kv_store = KVStore(kv_cache_bytes)
-        self.threads: int | None = info.options.get("threads")
+        self.threads: int = int(info.options.get("threads") or threads or default_threads())
+        """Intra-op CPU threads of every call (fixed: see the module docstring)."""
 
         if info.source is None:
             raise ValueError(f"model {info.name!r} has no source (hub id, local path or GGUF file)")
@@ -190,6 +210,8 @@ class TransformersEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
         model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=self.dtype)
         self.model = model.to(self.device).eval()
+        if self.device.type == "cpu":
+            share_weights(self.model, self.model_dir, cache_dir)
         self.vocab_size: int = int(self.model.get_output_embeddings().weight.shape[0])
         self.context_length: int | None = info.context_length or getattr(
             self.model.config, "max_position_embeddings", None
@@ -223,14 +245,24 @@ class TransformersEngine:
         """Token ids → text, special tokens skipped."""
         return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
 
+    def runtime(self) -> dict[str, Any]:
+        """What a result records about how its scores were computed: engine, device, dtype, threads and
+        library versions (the same request and seed on the same runtime give the same bits)."""
+        return {
+            "engine": "transformers",
+            "device": self.device.type,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "threads": self.threads if self.device.type == "cpu" else None,
+            "versions": runtime_versions(),
+        }
+
     def _pick_threads(self) -> None:
-        """Set torch's intra-op threads for the coming call (CPU only; see `cpu_threads`)."""
+        """Set torch's intra-op threads (process-wide) to this engine's for the coming call (CPU only)."""
         if self.device.type == "cpu":
             import torch
 
-            n = cpu_threads(self.threads)
-            if torch.get_num_threads() != n:
-                torch.set_num_threads(n)
+            if torch.get_num_threads() != self.threads:
+                torch.set_num_threads(self.threads)
 
     def _check_length(self, ids: Ids, extra: int = 0) -> None:
         if self.context_length is not None and len(ids) + extra > self.context_length:

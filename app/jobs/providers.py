@@ -34,6 +34,7 @@ class RegistryEngines:
     def __init__(self, progress: ProgressFn | None = None, check: Callable[[], None] | None = None) -> None:
         self._progress = progress
         self._check = check
+        self._used: dict[str, Any] = {}
 
     def _loading(self, name: str) -> None:
         from transformers.utils import logging as hf_logging
@@ -57,7 +58,13 @@ class RegistryEngines:
                     raise AuditError(str(exc)) from exc
                 except ModelsFileError as exc:
                     raise AuditError(f"the models file (ICLAUDIT_MODELS_FILE) is invalid: {exc}") from exc
+            self._used[name] = _llms[name]
             return _checked(_llms[name], self._check)
+
+    def runtimes(self) -> dict[str, dict[str, Any]]:
+        """{model: how its engine computed (threads, library versions…)} for the models this audit used
+        whose engine reports it (`runtime()`): a result records them beside its scores."""
+        return {name: e.runtime() for name, e in sorted(self._used.items()) if hasattr(e, "runtime")}
 
     def embedder(self, name: str | None = None) -> Embedder:
         from app.engines.registry import ModelLoadError, ModelsFileError, UnknownModel, load_embedder

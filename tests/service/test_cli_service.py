@@ -425,7 +425,16 @@ def test_list_shows_whole_ids_and_commands_take_an_unambiguous_prefix(cli: CliRu
         assert max(len(line) for line in shown.stdout.splitlines()) <= int(columns)
 
     def unique_prefix(audit_id: str) -> str:
-        return next(audit_id[:n] for n in range(1, 33) if sum(i.startswith(audit_id[:n]) for i in ids) == 1)
+        """The shortest prefix that names `audit_id` alone among every audit on the server (the module's
+        other tests submit audits to it too), as the server resolves it."""
+
+        def matches(prefix: str) -> list[str]:
+            page = httpx.get(
+                f"{url}/v1/audits", params={"id_prefix": prefix, "page_size": 2}, timeout=30
+            ).json()
+            return [a["id"] for a in page["audits"]]
+
+        return next(audit_id[:n] for n in range(1, 33) if matches(audit_id[:n]) == [audit_id])
 
     target = ids[0]
     short = unique_prefix(target)

@@ -63,6 +63,12 @@ class ResultBase(BaseModel):
     spent: dict[str, Any] | None = Field(
         default=None, description="What it spent against them: calls, tokens, seconds."
     )
+    engines: dict[str, dict[str, Any]] | None = Field(
+        default=None,
+        description="How each in-process model the audit used computed its scores: engine, device, dtype, "
+        "CPU threads and library versions. The same request and seed on the same runtime give the same "
+        "result; another thread count can move scores by ~1e-5.",
+    )
 
     def verdicts(self) -> list[Verdict]:
         """The rows a CI report shows (one per threat model where the kind has them)."""
