@@ -1,30 +1,6 @@
-"""CSV cells a spreadsheet will not run (OWASP "CSV injection"): a text cell that starts with `=`, `+`, `-`,
-`@`, a tab or a carriage return is written with a leading single quote, so Excel, LibreOffice and Google
-Sheets show it as text instead of evaluating `=HYPERLINK(…)`, `+cmd|…` or `@SUM(…)`.
+"""The CSV-injection escaping every CSV of this project uses; defined in the client package
+(iclaudit/csv_cells.py) so that the server and the light client share one function."""
 
-What is left alone: numbers (int, float, bool: a negative score stays the number -0.5, not the text
-"'-0.5"), None, and a text cell that is wholly a plain decimal number ("-0.5", "+3", "-1e-05"), which a
-spreadsheet reads as that number and nothing else. The dashboard's "Download CSV" applies the same rule
-in JavaScript (app/ui/static/js/api.js, `toCsv`).
-"""
+from iclaudit.csv_cells import safe_cell, safe_row
 
-from __future__ import annotations
-
-import re
-from collections.abc import Mapping
-from typing import Any
-
-_TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-
-
-def safe_cell(value: Any) -> Any:
-    """`value` as a CSV cell a spreadsheet shows as written (see the module docstring)."""
-    if isinstance(value, str) and value.startswith(_TRIGGERS) and not _PLAIN_NUMBER.fullmatch(value):
-        return "'" + value
-    return value
-
-
-def safe_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """Every value of a dict row through `safe_cell`."""
-    return {key: safe_cell(value) for key, value in row.items()}
+__all__ = ["safe_cell", "safe_row"]

@@ -17,7 +17,6 @@ from app.api import (
     datasets,
     health,
     metrics,
-    mlflow,
     models,
     records,
     schedules,
@@ -39,6 +38,7 @@ from app.integrations.dispatch import IntegrationsTicker
 from app.jobs.executors import Sweeper, make_executor
 from app.jobs.plans import close_planner
 from app.observability import install_request_ids
+from app.secrets import SCRUBBER
 from app.ui.routes import install_ui
 
 log = logging.getLogger("iclaudit")
@@ -48,6 +48,7 @@ DEFAULT_TENANT = "default"
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    SCRUBBER.add_environment()  # the operator's secrets never leave in a log line, row or webhook body
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -131,7 +132,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(datasets.router)
     app.include_router(sweeps.router)
     app.include_router(webhooks.router)
-    app.include_router(mlflow.router)
     app.include_router(schedules.router)
     # Every /v1 resource needs a caller; the calculators too, so a public deployment is not a free CPU.
     app.include_router(models.router, dependencies=[Depends(get_tenant)])

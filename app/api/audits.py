@@ -30,6 +30,7 @@ from app.api.deps import (
 )
 from app.api.errors import ApiError
 from app.api.fast_poll import RunningBodies, render, running_of
+from app.api.headers import REPORT_CSP
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.strict_json import StrictJSONRoute
 from app.api.watch import (
@@ -435,7 +436,8 @@ async def plan_audit(
 
 
 class ResumeChanges(BaseModel):
-    """What a resume may change: the budget (omit it to keep the audit's own; null removes it)."""
+    """What a resume may change: the budget (omit it to keep the audit's own; null removes it, down to the
+    operator's ICLAUDIT_DEFAULT_BUDGET, which a tenant may only lower)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -555,6 +557,5 @@ def get_report(audit_id: str, request: Request, session: SessionDep, tenant: Ten
         base_url=str(request.base_url).rstrip("/"),
     )
     name = f"iclaudit-report-{audit.id}.html"
-    return Response(
-        body, media_type="text/html", headers={"Content-Disposition": f'inline; filename="{name}"'}
-    )
+    headers = {"Content-Disposition": f'inline; filename="{name}"', "Content-Security-Policy": REPORT_CSP}
+    return Response(body, media_type="text/html", headers=headers)

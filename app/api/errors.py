@@ -284,6 +284,7 @@ _SUBMIT = (
     "UNKNOWN_MODEL",
     "EGRESS_REFUSED",
     "SECRET_NOT_SET",
+    "SECRET_INVALID",
     "SERVER_LIMIT",
     "NO_SOLUTION",
 )  # an audit request's checks beyond its schema (app.jobs.service.check_request)

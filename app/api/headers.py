@@ -16,6 +16,12 @@ CSP = (
 """Scripts only from this app (the dashboard and /docs, /redoc use vendored files, no inline script);
 inline styles allowed because Swagger UI and ReDoc inject <style> elements; blob: images are the
 dashboard's result plot, fetched with the API key and shown from memory."""
+REPORT_CSP = (
+    "sandbox; default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+"""The shareable report (report.html): a sandboxed document with no script at all (it carries none), its
+own inline style and PNG data URIs only, so text from the audit can never run or load anything."""
 CSP_BY_PREFIX: dict[str, str] = {}
 """Path prefix → a different policy, for a page that needs one."""
 

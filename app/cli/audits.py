@@ -48,6 +48,7 @@ from app.db.constants import TERMINAL_STATES
 from app.reports.junit import gate_fails, gate_outcome
 from iclaudit.client import ApiError as ClientApiError
 from iclaudit.client import Audit, ClientError, IclauditClient, ServiceUnreachable, WaitTimeout
+from iclaudit.csv_cells import safe_cell  # the API's CSV-injection escaping (one function)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -696,7 +697,7 @@ def result(
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["field", "value"])
-        writer.writerows((k, "" if v is None else v) for k, v in flatten(body))
+        writer.writerows((safe_cell(k), "" if v is None else safe_cell(v)) for k, v in flatten(body))
         text = out.getvalue()
     if output is not None:
         output.write_text(text)

@@ -15,6 +15,7 @@ of waiting for ever.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.retry import retrying
+from app.secrets import SCRUBBER
 
 LOCK_TIMEOUT_MS = 5000
 CONNECT_TIMEOUT_S = 5
@@ -78,7 +80,35 @@ def make_engine(
                     return dialect.connect(*cargs, **cparams)
             return None  # pragma: no cover
 
+    event.listen(engine, "before_cursor_execute", _scrubbed_parameters, retval=True)
     return engine
+
+
+def _scrubbed_parameters(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+    """Every row this process writes (INSERT, UPDATE) passes through the secret scrubber (app/secrets.py):
+    a resolved target secret never reaches the database, whatever text carried it (an error, a result, a
+    stored reply). A no-op until this process has resolved a secret."""
+    if not SCRUBBER.active or statement.lstrip()[:6].upper() not in ("INSERT", "UPDATE"):
+        return statement, parameters
+    return statement, _scrub_params(parameters)
+
+
+def _scrub_params(value: Any) -> Any:
+    if isinstance(value, str):
+        clean = SCRUBBER.text(value)
+        if clean != value and value[:1] in "{[":  # a JSON column's text: masked inside its strings only
+            try:
+                return json.dumps(SCRUBBER.value(json.loads(value)))
+            except ValueError:
+                pass
+        return clean
+    if isinstance(value, dict):
+        return {k: _scrub_params(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_scrub_params(v) for v in value)
+    if hasattr(value, "obj") and hasattr(value, "dumps"):  # psycopg's Json/Jsonb wrapper of a JSON column
+        return type(value)(SCRUBBER.value(value.obj), value.dumps)
+    return value
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:

@@ -31,7 +31,14 @@ from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
 from app.egress import EgressRefused, check_url
 from app.integrations.verdict import verdict_of
 from app.jobs.executors import Executor, enqueue
-from app.jobs.service import Rejected, TooLarge, check_active_quota, check_request, reserve_active
+from app.jobs.service import (
+    Rejected,
+    TooLarge,
+    check_active_quota,
+    check_request,
+    reserve_active,
+    with_default_budget,
+)
 from app.schemas.audits import request_adapter
 from app.schemas.sweeps import (
     SweepChildResource,
@@ -185,7 +192,7 @@ def submit_sweep(
     )
     ids = []
     for position, (point, seed, child) in enumerate(children):
-        body = child.model_dump(mode="json")
+        body = with_default_budget(child, settings).model_dump(mode="json")
         audit = audits.add_audit(session, tenant_id=tenant_id, kind=body["kind"], request=body)
         labels.add_labels(session, audit_id=audit.id, labels=body.get("labels") or {})
         store.add_child(

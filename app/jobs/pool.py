@@ -82,8 +82,9 @@ class _PipeLog(logging.Handler):
         try:
             record.msg = record.getMessage()
             record.args = None
-            if record.exc_info:
+            if record.exc_info and not record.exc_text:
                 record.exc_text = logging.Formatter().formatException(record.exc_info)
+            if record.exc_text:  # set already when the secret scrubber cleaned it (app/secrets.py)
                 record.msg = f"{record.msg}\n{record.exc_text}"
             record.exc_info = record.exc_text = None
             self._send(("log", record))

@@ -14,7 +14,8 @@ REFUSALS: dict[str, str] = {
     "DATASET_UNLABELLED": "The audit reads labels and the uploaded dataset has none.",
     "UNKNOWN_MODEL": "The model is not registered on this server (GET /v1/models).",
     "EGRESS_REFUSED": "A URL this server's egress policy refuses (its host, address or allow-list).",
-    "SECRET_NOT_SET": "A header's secret reference names a secret not set for this tenant.",
+    "SECRET_NOT_SET": "A header's secret reference names a secret not set for (or not granted to) this tenant.",
+    "SECRET_INVALID": "A header's secret is set but its value cannot be sent in a header (the operator's to fix).",
     "SERVER_LIMIT": "Above a limit this server is configured with (ICLAUDIT_MAX_TRIALS, "
     "ICLAUDIT_MAX_LLM_CALLS, ICLAUDIT_SWEEP_MAX_AUDITS, ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS).",
     "GRID_POINT_RULE": "A sweep's point (base with each grid key's value set) breaks a rule of its kind across "

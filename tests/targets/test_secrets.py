@@ -45,7 +45,9 @@ def test_secret_reaches_the_target_and_nothing_else(
     answers: list[str] = []
     with (
         serve(target.app()) as url,
-        app_client(endpoint_allowlist=[url + "/"], secrets_dir=secrets_dir) as client,
+        app_client(
+            endpoint_allowlist=[url + "/"], secrets_dir=secrets_dir, secrets_grants={"TARGET_KEY": ["alice"]}
+        ) as client,
     ):
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         headers = {"Authorization": {"secret": "TARGET_KEY"}, "X-Target-Token": {"secret": "TENANT_KEY"}}
@@ -125,3 +127,96 @@ def test_literal_credentials_and_unknown_secrets_are_422_and_nothing_stored(
         )
         assert ok.status_code == 202, ok.text
         client.post(f"/v1/audits/{ok.json()['id']}/cancel", headers={"Authorization": f"Bearer {alice}"})
+
+
+def test_operator_secrets_are_granted_not_shared(app_client, make_key, monkeypatch) -> None:
+    """An ICLAUDIT_SECRET_* value is usable only by the tenants ICLAUDIT_SECRETS_GRANTS names; for any
+    other tenant the name is not set: the same 422 as an unknown name (no oracle of which names exist), at
+    submit and in the running audit's resolver alike."""
+    from app import secrets
+
+    value = f"op-{uuid.uuid4().hex}"
+    monkeypatch.setenv("ICLAUDIT_SECRET_OPKEY", value)
+    monkeypatch.setenv("ICLAUDIT_SECRET_SHARED", value + "-shared")
+    url = "http://127.0.0.1:9/"
+    grants = {"OPKEY": ["alice"], "SHARED": ["*"]}
+    with app_client(endpoint_allowlist=[url], secrets_grants=grants) as client:
+        alice, bob = make_key("alice"), make_key("bob")
+
+        def submit(key: str, name: str, chat: bool = False):
+            if chat:
+                body = {
+                    "kind": "mia",
+                    "dataset": "synthetic_records",
+                    "target": {"url": url + "v1", "model": "m", "headers": {"X-Key": {"secret": name}}},
+                    "mechanism": {"name": "none", "shots_per_partition": 2},
+                    "attack": {"name": "likelihood", "threat_model": "white_box", "secret": "label"},
+                }
+            else:
+                body = audit_body(url, {"Authorization": {"secret": name}})
+            return client.post("/v1/audits", json=body, headers={"Authorization": f"Bearer {key}"})
+
+        for chat in (False, True):
+            ungranted, unknown = submit(bob, "OPKEY", chat), submit(bob, "NOPEKEY", chat)
+            assert ungranted.status_code == unknown.status_code == 422, ungranted.text
+            a, b = ungranted.json()["error"], unknown.json()["error"]
+            assert a["reason"] == b["reason"] == "SECRET_NOT_SET"
+            assert json.dumps(a).replace("OPKEY", "NAME") == json.dumps(b).replace("NOPEKEY", "NAME")
+            assert value not in ungranted.text
+            for key, name in ((alice, "OPKEY"), (bob, "SHARED")):  # granted, and granted to every tenant
+                ok = submit(key, name, chat)
+                assert ok.status_code == 202, ok.text
+                client.post(
+                    f"/v1/audits/{ok.json()['id']}/cancel", headers={"Authorization": f"Bearer {key}"}
+                )
+
+    # the running audit's resolver applies the same grants
+    resolve = secrets.resolver(tenant="bob", grants=grants)
+    assert resolve("SHARED") == value + "-shared"
+    messages = []
+    for name in ("OPKEY", "NOPEKEY"):
+        try:
+            resolve(name)
+        except secrets.MissingSecret as exc:
+            messages.append(str(exc).replace(name, "NAME"))
+    assert len(messages) == 2 and messages[0] == messages[1]
+    assert secrets.resolver(tenant="alice", grants=grants)("OPKEY") == value
+
+
+def test_the_scrubber_masks_every_form_of_a_value(caplog) -> None:
+    """The forms a library's message takes: the raw value, stripped, its str and bytes repr (an h11
+    'Illegal header value b"…\\n"'), its JSON string (a log line, a stored row), URL- and base64-encoded;
+    in a log record's message and its traceback alike."""
+    import base64
+    from urllib.parse import quote
+
+    from app import secrets
+
+    token = uuid.uuid4().hex
+    value = f"op-ünï-{token}\r\n"
+    secrets.SCRUBBER.add(value)
+    shown = [
+        value,
+        value.strip(),
+        repr(value),
+        repr(value.encode()),
+        json.dumps(value),
+        json.dumps(repr(value.encode())),
+        quote(value, safe=""),
+        base64.b64encode(value.encode()).decode(),
+    ]
+    for text in shown:
+        clean = secrets.scrub(f"error: {text} (end)")
+        assert token not in clean and secrets.MASK in clean, text
+        assert base64.b64encode(value.encode()).decode() not in clean
+    assert secrets.scrub_value({"error": {"message": repr(value.encode())}, "n": [value]}) == {
+        "error": {"message": f"b'{secrets.MASK}'"},
+        "n": [secrets.MASK],
+    }
+    caplog.set_level(logging.INFO)
+    try:
+        raise ValueError(f"Illegal header value {value.encode()!r}")
+    except ValueError:
+        logging.getLogger("test").exception("sending %s failed", repr(value))
+    assert "Illegal header value" in caplog.text and secrets.MASK in caplog.text
+    assert token not in caplog.text
