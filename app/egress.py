@@ -41,6 +41,12 @@ Interface (no web, database or queue imports, so the science package may use it)
     with egress_client(allow, timeout=10) as client:      # or async_egress_client(...)
         client.post(url, json=body)  # raises EgressRefused before any byte is sent to a refused host
 
+3. Sizes, both ways: a request body larger than `allowlist.max_body_bytes` is refused before it is sent
+   (`BodyTooLarge`), and a reply is read only up to `allowlist.max_reply_bytes` (`ReplyTooLarge`: at once
+   when its Content-Length says more, else as soon as the streamed bytes pass it, so no more than the limit
+   is ever held). Compressed replies are not asked for (`Accept-Encoding: identity`) and one that comes
+   compressed anyway is refused, since its decoded size is not bounded by the bytes read.
+
 `parse_allowlist` raises `InvalidAllowList` (a ValueError naming the entry) for an entry that is not
 an http(s) URL with a host, or has userinfo, a query or a fragment: the settings fail to load.
 `EgressRefused` is not an `httpx.HTTPError`: catch it apart and never retry it; its `reason` names no
@@ -74,6 +80,10 @@ _OPENED: contextvars.ContextVar[frozenset[tuple[IPAddress, int]]] = contextvars.
 )
 
 
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.3g} MiB" if n >= 2**20 else f"{n:,} bytes"
+
+
 class InvalidAllowList(ValueError):
     """An allow-list entry that is not a plain http(s) URL."""
 
@@ -84,6 +94,29 @@ class EgressRefused(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class ReplyTooLarge(EgressRefused):
+    """A reply passed the bytes this service reads of one (`AllowList.max_reply_bytes`); the rest is not
+    read."""
+
+    def __init__(self, limit: int, setting: str, seen: int | None = None) -> None:
+        said = f" (its Content-Length is {seen:,})" if seen is not None else ""
+        super().__init__(
+            f"its reply passed the {_mib(limit)} this service reads of one{said} ({setting} = {limit}); "
+            "the rest was not read"
+        )
+        self.limit = limit
+
+
+class BodyTooLarge(EgressRefused):
+    """A request body larger than `AllowList.max_body_bytes`: not sent."""
+
+    def __init__(self, size: int, limit: int, setting: str) -> None:
+        super().__init__(
+            f"the request body would be {size:,} bytes, above this service's {limit:,} ({setting}); not sent"
+        )
+        self.size, self.limit = size, limit
 
 
 @dataclass(frozen=True)
@@ -110,6 +143,12 @@ class AllowList:
     entries: tuple[Entry, ...] = ()
     required: bool = True
     setting: str = "ICLAUDIT_ENDPOINT_ALLOWLIST"
+    max_reply_bytes: int | None = None
+    """Most bytes read of one reply (None: no limit); `ReplyTooLarge` past it."""
+    max_body_bytes: int | None = None
+    """Largest request body sent (None: no limit); `BodyTooLarge` past it."""
+    reply_setting: str = "ICLAUDIT_TARGET_MAX_REPLY_BYTES"
+    body_setting: str = "ICLAUDIT_TARGET_MAX_BODY_BYTES"
 
 
 def _ip_literal(host: str) -> IPAddress | None:
@@ -210,9 +249,11 @@ def parse_allowlist(
     *,
     required: bool = True,
     setting: str = "ICLAUDIT_ENDPOINT_ALLOWLIST",
+    max_reply_bytes: int | None = None,
+    max_body_bytes: int | None = None,
 ) -> AllowList:
     """Parse URL entries (`https://api.example.com/v1`, `http://127.0.0.1:8080/`); InvalidAllowList names
-    a bad one."""
+    a bad one. The byte limits bound what a client of this policy sends and reads (the module docstring)."""
     parsed = []
     for text in entries:
         try:
@@ -222,7 +263,13 @@ def parse_allowlist(
         if url.query or url.fragment:
             raise InvalidAllowList(f"{setting} entry {text!r}: an entry has no query or fragment")
         parsed.append(Entry(scheme, host, port, "" if path == "/" else path, _ip_literal(host)))
-    return AllowList(tuple(parsed), required=required, setting=setting)
+    return AllowList(
+        tuple(parsed),
+        required=required,
+        setting=setting,
+        max_reply_bytes=max_reply_bytes,
+        max_body_bytes=max_body_bytes,
+    )
 
 
 def check_url(url: httpx.URL | str, allowlist: AllowList) -> Entry | None:
@@ -379,6 +426,68 @@ def _pool_options(verify: bool | str, retries: int, limits: httpx.Limits) -> dic
     }
 
 
+def _check_sizes(request: httpx.Request, allowlist: AllowList) -> None:
+    """Refuse a body above the policy's limit (before any byte goes out) and ask for an uncompressed reply."""
+    limit = allowlist.max_body_bytes
+    size = int(request.headers.get("content-length") or 0)
+    if limit is not None and size > limit:
+        raise BodyTooLarge(size, limit, allowlist.body_setting)
+    if allowlist.max_reply_bytes is not None:
+        request.headers["Accept-Encoding"] = "identity"
+
+
+def _reply_problem(response: httpx.Response, allowlist: AllowList) -> EgressRefused | None:
+    """Why `response` is refused before a byte of it is read: its Content-Length says more than the policy
+    reads, or it is compressed (its decoded size is not bounded by the bytes read); None if it is not."""
+    limit = allowlist.max_reply_bytes
+    if limit is None:
+        return None
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    said = response.headers.get("content-length", "")
+    if encoding not in ("", "identity"):
+        return EgressRefused(
+            f"its reply is compressed ({encoding}) though this service asked for none; compressed replies are "
+            "not read (their decoded size is unbounded)"
+        )
+    if said.isdigit() and int(said) > limit:
+        return ReplyTooLarge(limit, allowlist.reply_setting, int(said))
+    return None
+
+
+class _BoundedStream(httpx.SyncByteStream):
+    """A reply's bytes, ReplyTooLarge as soon as they pass `limit` (what came before is all that is held)."""
+
+    def __init__(self, stream: Any, limit: int, setting: str) -> None:
+        self._stream, self._limit, self._setting = stream, limit, setting
+
+    def __iter__(self) -> Any:
+        seen = 0
+        for chunk in self._stream:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise ReplyTooLarge(self._limit, self._setting)
+            yield chunk
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class _AsyncBoundedStream(httpx.AsyncByteStream):
+    def __init__(self, stream: Any, limit: int, setting: str) -> None:
+        self._stream, self._limit, self._setting = stream, limit, setting
+
+    async def __aiter__(self) -> Any:
+        seen = 0
+        async for chunk in self._stream:
+            seen += len(chunk)
+            if seen > self._limit:
+                raise ReplyTooLarge(self._limit, self._setting)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 class EgressTransport(httpx.HTTPTransport):
     """httpx's transport over a connection pool with the guarded backend; every request's URL is checked.
     (Sets the pool itself instead of calling HTTPTransport.__init__, which has no backend parameter.)"""
@@ -398,11 +507,19 @@ class EgressTransport(httpx.HTTPTransport):
         )
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        _check_sizes(request, self._allowlist)
         token = _OPENED.set(_check_request(request, self._allowlist))
         try:
-            return super().handle_request(request)
+            response = super().handle_request(request)
         finally:
             _OPENED.reset(token)
+        limit = self._allowlist.max_reply_bytes
+        if limit is not None:
+            if problem := _reply_problem(response, self._allowlist):
+                response.close()
+                raise problem
+            response.stream = _BoundedStream(response.stream, limit, self._allowlist.reply_setting)
+        return response
 
 
 class AsyncEgressTransport(httpx.AsyncHTTPTransport):
@@ -421,11 +538,19 @@ class AsyncEgressTransport(httpx.AsyncHTTPTransport):
         )
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        _check_sizes(request, self._allowlist)
         token = _OPENED.set(_check_request(request, self._allowlist))
         try:
-            return await super().handle_async_request(request)
+            response = await super().handle_async_request(request)
         finally:
             _OPENED.reset(token)
+        limit = self._allowlist.max_reply_bytes
+        if limit is not None:
+            if problem := _reply_problem(response, self._allowlist):
+                await response.aclose()
+                raise problem
+            response.stream = _AsyncBoundedStream(response.stream, limit, self._allowlist.reply_setting)
+        return response
 
 
 def egress_client(

@@ -17,6 +17,7 @@ from app.api import (
     datasets,
     health,
     metrics,
+    mlflow,
     models,
     records,
     schedules,
@@ -132,6 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(datasets.router)
     app.include_router(sweeps.router)
     app.include_router(webhooks.router)
+    app.include_router(mlflow.router)
     app.include_router(schedules.router)
     # Every /v1 resource needs a caller; the calculators too, so a public deployment is not a free CPU.
     app.include_router(models.router, dependencies=[Depends(get_tenant)])

@@ -13,7 +13,8 @@ moved the audit to its terminal state (runner, cancel, the stale sweep). Deliver
 row is claimed (attempts + 1, `next_attempt_at` = lease), POSTed through app.egress (internal addresses
 refused unless ICLAUDIT_WEBHOOK_ALLOWLIST names them), and on a non-2xx answer or an error retried after
 backoff = ICLAUDIT_WEBHOOK_BACKOFF_SECONDS · 2^(attempt − 1) (at most 1 h), up to
-ICLAUDIT_WEBHOOK_MAX_ATTEMPTS; a refused target fails at once.
+ICLAUDIT_WEBHOOK_MAX_ATTEMPTS; a refused target fails at once. Only the reply's status is read: its body
+never is (the connection is dropped), so a receiver that streams gigabytes back costs nothing.
 
 `audit.violation` fires for a SUCCEEDED audit whose verdict is a violation (a claimed ε refuted), and
 `audit.leak` for one whose verdict is a leak (nothing claimed, and leakage above `max_epsilon` shown); for a
@@ -171,9 +172,14 @@ def write_audit_events(session: Session, audit: Audit) -> int:
     """The events of one audit that reached a terminal state (the caller holds its events_at mark): its
     state's event, then audit.violation / audit.leak when its verdict raises them. A scheduled run's
     alarms wait for write_run_alarms, which decides them in fire order."""
+    from app.integrations import mlflow
+
     verdict = _verdict(audit)
     data = audit_data(audit, verdict)
-    n = enqueue_event(
+    n = mlflow.enqueue(
+        session, tenant_id=audit.tenant_id, event_type=mlflow.RUN_EVENT, subject={"audit_id": audit.id}
+    )
+    n += enqueue_event(
         session,
         tenant_id=audit.tenant_id,
         event_type=AUDIT_EVENTS[AuditState(audit.state)],
@@ -230,6 +236,8 @@ def sweep_data(session: Session, sweep: Sweep) -> dict[str, Any]:
 
 def write_due_events(sessions: sessionmaker[Session], *, limit: int = 100) -> int:
     """Events for every audit and sweep that finished since the last call; each written exactly once."""
+    from app.integrations import mlflow
+
     written = 0
     with sessions() as session:
         audit_ids = store.audits_without_events(session, limit=limit)
@@ -258,6 +266,12 @@ def write_due_events(sessions: sessionmaker[Session], *, limit: int = 100) -> in
             if sweep_rows.mark_completed(session, sweep_id=sweep_id):
                 sweep = session.get(Sweep, sweep_id)
                 assert sweep is not None
+                written += mlflow.enqueue(
+                    session,
+                    tenant_id=sweep.tenant_id,
+                    event_type=mlflow.SWEEP_EVENT,
+                    subject={"sweep_id": sweep.id},
+                )
                 written += enqueue_event(
                     session,
                     tenant_id=sweep.tenant_id,
@@ -295,6 +309,28 @@ def _secret_of(sessions: sessionmaker[Session], delivery: WebhookDelivery) -> st
         return endpoint.secret if endpoint is not None else None
 
 
+def _deliver_mlflow(
+    delivery: WebhookDelivery, *, sessions: sessionmaker[Session], settings: Settings
+) -> tuple[str, str, int | None]:
+    """(state, error, status) of one attempt to write a run to an MLflow sink (app/integrations/mlflow.py),
+    its failures mapped as a webhook POST's are."""
+    from app.integrations import mlflow
+
+    try:
+        mlflow.deliver(delivery, sessions=sessions, settings=settings)
+        return store.SUCCEEDED, "", None
+    except mlflow.MlflowError as exc:
+        return (store.FAILED if exc.permanent else store.PENDING), exc.message, exc.status
+    except EgressRefused as exc:
+        return store.FAILED, f"refused: {exc.reason}", None
+    except httpx.HTTPError as exc:
+        log.info("mlflow %s: %s", delivery.id, f"{type(exc).__name__}: {exc}"[:500])
+        return store.PENDING, f"{type(exc).__name__} (the tracking server could not be reached)", None
+    except Exception as exc:  # anything else still counts as an attempt, so the limit ends it
+        log.warning("mlflow %s failed: %s", delivery.id, type(exc).__name__, exc_info=True)
+        return store.PENDING, f"the delivery failed ({type(exc).__name__})", None
+
+
 def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], settings: Settings) -> str:
     """POST attempt `attempt` of one delivery and record the outcome; returns the delivery's new state."""
     with sessions() as session:
@@ -302,9 +338,10 @@ def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], 
         if delivery is None or delivery.state != store.PENDING or delivery.attempts != attempt:
             return "skipped"  # deleted, done, or claimed again since this attempt was sent
         session.expunge(delivery)
-    secret = _secret_of(sessions, delivery)
     status: int | None = None
-    if secret is None:
+    if delivery.sink_id is not None:
+        state, error, status = _deliver_mlflow(delivery, sessions=sessions, settings=settings)
+    elif (secret := _secret_of(sessions, delivery)) is None:
         state, error = store.FAILED, "the webhook endpoint was deleted"
     else:
         # no target secret known to this process goes out, whatever the stored payload holds
@@ -320,9 +357,11 @@ def deliver(delivery_id: str, attempt: int, *, sessions: sessionmaker[Session], 
         try:
             allow = settings.webhook_egress
             check_url(delivery.url, allow)
-            with egress_client(allow, timeout=settings.webhook_timeout_seconds) as client:
-                reply = client.post(delivery.url, content=body.encode(), headers=headers)
-            status = reply.status_code
+            with (
+                egress_client(allow, timeout=settings.webhook_timeout_seconds) as client,
+                client.stream("POST", delivery.url, content=body.encode(), headers=headers) as reply,
+            ):
+                status = reply.status_code  # the reply's body is never read: closing drops the connection
             ok = 200 <= status < 300
             state, error = (store.SUCCEEDED, "") if ok else (store.PENDING, f"the receiver answered {status}")
         except EgressRefused as exc:  # permanent (a URL or address this service will not call): no retry

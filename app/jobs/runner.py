@@ -121,7 +121,12 @@ def run_audit(
         ),
         egress=settings.endpoint_egress,
         secrets=tenant_secrets(session_factory, tenant_id, settings),
-        responses=DbResponses(session_factory, audit_id, max_seconds=settings.db_retry_seconds),
+        responses=DbResponses(
+            session_factory,
+            audit_id,
+            max_seconds=settings.db_retry_seconds,
+            max_bytes=settings.target_max_stored_bytes,
+        ),
     )
 
     def release(session: Session) -> bool:
@@ -158,10 +163,16 @@ def run_audit(
             _write(session_factory, settings, audit_id, attempt, "release", release)
             return None
 
+        loaded = getattr(ctx.engines, "load_seconds", 0.0)
+
         def finish(session: Session) -> bool:
-            return audits.finish_audit(
+            if audits.finish_audit(
                 session, audit_id=audit_id, attempt=attempt, state=state, result=result, error=error
-            ) or audits.holds_outcome(session, audit_id=audit_id, attempt=attempt, state=state)
+            ):
+                if loaded:  # the model's load, apart from its calls: a plan's rates leave it out
+                    audits.record_model_load(session, audit_id=audit_id, seconds=loaded)
+                return True
+            return audits.holds_outcome(session, audit_id=audit_id, attempt=attempt, state=state)
 
         written = _write(session_factory, settings, audit_id, attempt, "finish", finish)
     if not written:
@@ -182,6 +193,9 @@ def _compute(
         module = kind_module(kind)
         request = module.Request.model_validate(request_json)
         result = _json_result(module.run(request, ctx))
+        runtimes = getattr(ctx.engines, "runtimes", None)
+        if runtimes is not None and (used := runtimes()):  # threads, library versions: the result's bits
+            result["engines"] = used
         validate_result(kind, result)  # the typed contract (app/audit/results): a wrong field type is a bug
         return AuditState.SUCCEEDED, result, None
     except (ClaimLost, ServiceStopping):

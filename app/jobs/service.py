@@ -77,12 +77,17 @@ def reserve_active(
     check_active_quota(session, tenant_id=tenant_id, settings=settings, adding=adding, what=what)
 
 
-def known_dataset(session: Session, *, tenant_id: str, name: str) -> bool:
+def resolve_dataset(session: Session, *, tenant_id: str, name: str) -> str | None:
+    """What a request's `dataset` means: the id of the caller's upload with that id, a built-in name, or the
+    id of the newest version of the caller's upload with that name (None: none of these)."""
     if datasets.get_dataset(session, tenant_id=tenant_id, dataset_id=name) is not None:
-        return True
+        return name
     from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME
 
-    return name in BUILTIN_NAMES or name == SYNTHETIC_NAME
+    if name in BUILTIN_NAMES or name == SYNTHETIC_NAME:
+        return name
+    newest = datasets.newest_named(session, tenant_id=tenant_id, name=name)
+    return newest.id if newest is not None else None
 
 
 def check_labels(session: Session, *, tenant_id: str, request: AuditRequestBase) -> None:
@@ -185,10 +190,30 @@ def check_headers(
             raise Rejected(f"{path}.secret", f"{where}.{name}: {exc}.", "SECRET_NOT_SET") from None
 
 
+def check_body_size(request: Any, settings: Settings) -> None:
+    """A templated endpoint request that must pass ICLAUDIT_TARGET_MAX_BODY_BYTES is refused at submit (422
+    with the numbers): each template filled with the request's exemplars at their shortest."""
+    from app.audit.mechanisms.http_endpoint import body_floors
+    from app.audit.mechanisms.registry import MECHANISMS
+
+    spec = request.mechanism
+    exemplars = MECHANISMS[spec.name].context_size(spec)
+    limit = settings.target_max_body_bytes
+    for where, floor, copies in body_floors(spec.endpoint, exemplars):
+        if floor > limit:
+            raise Rejected(
+                f"$.{where}",
+                f"{where}: filled, this template is at least {floor:,} bytes ({copies} × {{context}}, each "
+                f"{exemplars} exemplars), above this service's {limit:,} (ICLAUDIT_TARGET_MAX_BODY_BYTES).",
+                "SERVER_LIMIT",
+            )
+
+
 def check_request(
     session: Session, *, tenant_id: str, request: AuditRequestBase, settings: Settings, quota: bool = True
 ) -> None:
-    """The checks every kind shares beyond its own pydantic model: size limits, dataset and model exist,
+    """The checks every kind shares beyond its own pydantic model: size limits, dataset (a name is replaced by
+    its newest version's id, in `request`) and model exist,
     a `notify` URL this service may call, and (`quota`) room under ICLAUDIT_MAX_ACTIVE_AUDITS for one more
     (a quick check; `reserve_active` is the one that holds)."""
     if request.notify is not None:
@@ -212,14 +237,16 @@ def check_request(
             f"llm_calls is {llm_calls}, above this service's maximum of {settings.max_llm_calls} (ICLAUDIT_MAX_LLM_CALLS).",
             "SERVER_LIMIT",
         )
-    if request.dataset is not None and not known_dataset(session, tenant_id=tenant_id, name=request.dataset):
-        raise Rejected(
-            "$.dataset",
-            f"Unknown dataset {request.dataset!r}: give a built-in name or the id of a dataset you uploaded "
-            "(GET /v1/datasets).",
-            "UNKNOWN_DATASET",
-        )
     if request.dataset is not None:
+        resolved = resolve_dataset(session, tenant_id=tenant_id, name=request.dataset)
+        if resolved is None:
+            raise Rejected(
+                "$.dataset",
+                f"Unknown dataset {request.dataset!r}: give a built-in name, or the name or id of a dataset you "
+                "uploaded (GET /v1/datasets).",
+                "UNKNOWN_DATASET",
+            )
+        request.dataset = resolved  # a name is stored as its newest version's id: the audit reproduces
         check_builtin_available(request.dataset, settings)
         check_labels(session, tenant_id=tenant_id, request=request)
     endpoint = getattr(getattr(request, "mechanism", None), "endpoint", None)
@@ -244,6 +271,7 @@ def check_request(
                 raise Rejected(where, f"{where[2:]}: {exc.reason}.", "EGRESS_REFUSED") from exc
         headers = getattr(endpoint, "headers", None) or {}
         check_headers(headers, session=session, tenant_id=tenant_id, settings=settings)
+        check_body_size(request, settings)
     target = getattr(request, "target", None)
     if target is not None:
         try:

@@ -10,18 +10,23 @@ attack's answers (case and spacing ignored; anything else = no valid answer, ind
 
 There is no clean statistic to resample: every membership trial is one real call (estimator
 `direct`), and only the released answer is observable (black box). Timeouts and retries (connection
-errors, HTTP 429 and 5xx, with exponential back-off) come from the request; a call that still
-fails ends the audit with an `AuditError` naming the URL and the status, never the reply's body.
+errors and HTTP 5xx, with exponential back-off) come from the request; a stretch of HTTP 429 is waited out
+for as long as the budget's `max_seconds` allows (then the budget stops the audit, which keeps its trials)
+or, without one, RATE_LIMIT_PATIENCE seconds; a call that still fails ends the audit with an `AuditError`
+naming the URL, the status and that its retries ran out (tries, seconds), never the reply's body.
 In the service every call goes through `app.egress.egress_client(RunContext.egress)`: the URL must
 match ICLAUDIT_ENDPOINT_ALLOWLIST, the resolved address is checked at connect time, and redirects
-are not followed. A header may name a secret (`{"secret": "TARGET_KEY"}`, app/secrets.py) instead of
+are not followed; the policy also bounds sizes: a reply is read up to ICLAUDIT_TARGET_MAX_REPLY_BYTES, and a
+filled body is counted before it is built (`filled_size`) and refused past ICLAUDIT_TARGET_MAX_BODY_BYTES;
+placeholders are filled in one pass, so a value never brings in more of them. A header may name a secret (`{"secret": "TARGET_KEY"}`, app/secrets.py) instead of
 holding it: the value is resolved through `RunContext.secrets` only when the client is built.
 
 Deployments (issue 22): every answered call goes to `RunContext.responses` keyed by the exact request
 and its occurrence, and a resumed audit replays those instead of calling again; a 429/503 `Retry-After`
 is waited out by every call, `rate` paces the calls, and `max_concurrency` calls may be in flight at once
-(`Throttle`: a 429/503 halves both, answers win them back additively: AIMD); the audit's budget is reserved
-before each trial in trial order; `steps`/`close` make a multi-step target (`_trial`). Concurrent calls
+(`Throttle`: a 429/503 halves both, answers win them back additively: AIMD); C1's and C0's calls go out
+interleaved trial by trial, and the audit's budget is reserved before each call in that order, so a stop
+keeps the pairs answered before it; `steps`/`close` make a multi-step target (`_trial`). Concurrent calls
 change nothing but the wall time: every answer is kept under its trial's key (`{trial}`, the trial's index
 within its context, may also go into a template for a target seeded per request), the trials are taken and
 recorded in trial order, and the failure reported is the one of the earliest trial.
@@ -54,7 +59,10 @@ from app.secrets import problem as value_problem
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 STORE_EVERY = 50  # answered calls written to the response store at once
+STORE_BYTES = 4 * 2**20  # or fewer, once their answers add up to this many bytes (JSON)
 MAX_RETRY_AFTER = 60.0  # longest Retry-After honoured, seconds
+MAX_BACKOFF = 10.0  # longest wait between two tries of a 429 without Retry-After, seconds
+RATE_LIMIT_PATIENCE = 300.0  # how long a 429 stretch is waited out without budget.max_seconds, seconds
 MAX_INTERVAL = 60.0  # slowest pace adaptive back-off reaches, seconds per call
 RATE_STEP = 0.1  # share of the asked `rate` an answered call wins back after a back-off
 _CONGESTION = frozenset({429, 503})  # the target says it is overloaded: back off (AIMD)
@@ -281,24 +289,96 @@ class EndpointCall:
     query: str
 
 
+_PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+
+
+def _values(call: EndpointCall, saved: dict[str, Any] | None) -> dict[str, Any]:
+    """What each `{name}` of a template stands for: the saved values, `{context}` and `{query}`."""
+    return {**(saved or {}), "context": "\n\n".join(call.exemplars), "query": call.query}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def fill_body(template: Any, call: EndpointCall, saved: dict[str, Any] | None = None) -> Any:
     """The request body: `template` with `{context}` / `{query}` (and a multi-step target's `saved` values)
-    substituted in every string."""
-    if isinstance(template, dict):
-        return {key: fill_body(value, call, saved) for key, value in template.items()}
-    if isinstance(template, list):
-        return [fill_body(value, call, saved) for value in template]
-    if isinstance(template, str):
-        if template == "{context}":
-            return list(call.exemplars)
-        for name, value in (saved or {}).items():
-            if template == "{" + name + "}":
-                return value
-        text = template.replace("{context}", "\n\n".join(call.exemplars))
-        for name, value in (saved or {}).items():
-            text = text.replace("{" + name + "}", value if isinstance(value, str) else json.dumps(value))
-        return text.replace("{query}", call.query)
-    return template
+    substituted in every string, in one pass (a substituted value is never read for placeholders again)."""
+    values = _values(call, saved)
+
+    def fill(template: Any) -> Any:
+        if isinstance(template, dict):
+            return {key: fill(value) for key, value in template.items()}
+        if isinstance(template, list):
+            return [fill(value) for value in template]
+        if isinstance(template, str):
+            if template == "{context}":
+                return list(call.exemplars)
+            whole = _PLACEHOLDER.fullmatch(template)
+            if whole and whole.group(1) in (saved or {}):
+                return saved[whole.group(1)]  # type: ignore[index]
+            return _PLACEHOLDER.sub(
+                lambda m: _text(values[m.group(1)]) if m.group(1) in values else m.group(0), template
+            )
+        return template
+
+    return fill(template)
+
+
+def filled_size(template: Any, call: EndpointCall, saved: dict[str, Any] | None = None) -> int:
+    """Characters of `fill_body(template, call, saved)` as JSON, counted without building it (a lower bound
+    on its encoded bytes: escapes and UTF-8 only add), so a template that repeats `{context}` is refused
+    before its body takes memory."""
+    values = {name: len(_text(value)) for name, value in _values(call, saved).items()}
+
+    def size(template: Any) -> int:
+        if isinstance(template, dict):
+            return (
+                2
+                + sum(len(json.dumps(k)) + 1 + size(v) for k, v in template.items())
+                + max(0, len(template) - 1)
+            )
+        if isinstance(template, list):
+            return 2 + sum(size(v) for v in template) + max(0, len(template) - 1)
+        if isinstance(template, str):
+            if template == "{context}":
+                return 2 + sum(len(e) + 2 for e in call.exemplars) + max(0, len(call.exemplars) - 1)
+            whole = _PLACEHOLDER.fullmatch(template)
+            if whole and whole.group(1) in (saved or {}):
+                return len(json.dumps(saved[whole.group(1)]))  # type: ignore[index]
+            total = 2 + len(template)
+            for m in _PLACEHOLDER.finditer(template):
+                if m.group(1) in values:
+                    total += values[m.group(1)] - len(m.group(0))
+            return total
+        return len(json.dumps(template))
+
+    return size(template)
+
+
+def body_floors(endpoint: Any, exemplars: int) -> list[tuple[str, int, int]]:
+    """(field, fewest bytes, `{context}` copies) of each request template of an endpoint spec, filled with
+    `exemplars` of the shortest formatted exemplar (`Text: `), an empty query and empty saved values: what a
+    submit can check before any dataset is read (the run checks the real sizes, `HttpEndpoint._fill`)."""
+    saved: dict[str, Any] = {"trial": 0}
+    for step in endpoint.steps:
+        saved |= dict.fromkeys(step.save, "")
+    call = EndpointCall(("Text: ",) * exemplars, "")
+    templates = [("mechanism.endpoint.body", endpoint.body), ("mechanism.endpoint.url", endpoint.url)]
+    for k, step in enumerate(endpoint.steps):
+        templates += [
+            (f"mechanism.endpoint.steps[{k}].body", step.body),
+            (f"mechanism.endpoint.steps[{k}].url", step.url),
+        ]
+    if endpoint.close is not None:
+        templates += [
+            ("mechanism.endpoint.close.body", endpoint.close.body),
+            ("mechanism.endpoint.close.url", endpoint.close.url),
+        ]
+    return [
+        (where, filled_size(template, call, saved), json.dumps(template).count("{context}"))
+        for where, template in templates
+    ]
 
 
 def read_path(body: Any, path: str) -> Any:
@@ -419,10 +499,62 @@ class HttpEndpoint(Mechanism):
         rng: np.random.Generator,
     ) -> np.ndarray:
         """`n_calls` real calls with the (single) context; the released answer's index, shape (n, 1)."""
-        (call,) = prompts
-        body = fill_body(self.body, call)
+        return self._answers(prompts, answers, n_calls)[0]
+
+    def collect_pair(
+        self,
+        prompts: tuple[Sequence[EndpointCall], Sequence[EndpointCall]],
+        answers: Sequence[str],
+        source: CleanSource,
+        n_calls: int,
+        rngs: tuple[np.random.Generator, np.random.Generator],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """C1's and C0's calls interleaved trial by trial (C1 0, C0 0, C1 1, …): each context's answers are
+        those `collect` would get (the same requests, occurrences and store keys), and a budget stop keeps
+        the pairs answered before it (BudgetExhausted.partial), wasting at most the calls in flight."""
+        clean_in, clean_out = self._answers([*prompts[0], *prompts[1]], answers, n_calls)
+        return clean_in, clean_out
+
+    def _answers(
+        self, calls: Sequence[EndpointCall], answers: Sequence[str], n_calls: int
+    ) -> list[np.ndarray]:
+        """`n_calls` real calls with each of `calls`' contexts, interleaved trial by trial; per context the
+        released answer's index, shape (n, 1). A stop raises with `partial`: the rows of every context up to
+        the first trial one of them lacks."""
         index = {_normal(a): i for i, a in enumerate(answers)}
-        # the exact request (URL and body; never the headers) and its occurrence in this audit's calls
+        jobs: list[tuple[str, EndpointCall, int]] = []  # (store key, call, trial) in the order they go out
+        sides = [self._keys(call, n_calls) for call in calls]
+        for i in range(n_calls):
+            jobs.extend((keys[i], call, first + i) for (keys, first), call in zip(sides, calls, strict=True))
+        stored = self.responses.get([key for key, _, _ in jobs]) if self.responses is not None else {}
+        got: dict[int, int] = {}  # a trial's answer as its index: the answers themselves are not kept
+        for j, (key, _, _) in enumerate(jobs):
+            if key in stored:
+                got[j] = index.get(_normal(stored[key]), -1)
+                self.replayed += 1
+        del stored
+        todo = [j for j in range(len(jobs)) if j not in got]
+        width = len(calls)
+
+        def rows(trials: int) -> list[np.ndarray]:
+            return [
+                np.array([got[i * width + c] for i in range(trials)], dtype=float).reshape(trials, 1)
+                for c in range(width)
+            ]
+
+        try:
+            got.update(self._issue(todo, jobs, lambda a: index.get(_normal(a), -1)))
+        except BudgetExhausted as exc:  # keep every context's answers up to the first trial one lacks
+            got.update(exc.partial or {})
+            missing = next((j for j in range(len(jobs)) if j not in got), len(jobs))
+            exc.partial = tuple(rows(missing // width))
+            raise
+        return rows(n_calls)
+
+    def _keys(self, call: EndpointCall, n_calls: int) -> tuple[list[str], int]:
+        """The response-store keys of the next `n_calls` calls with `call`'s context — the exact request (URL
+        and body; never the headers) and its occurrence in this audit's calls — and the first occurrence."""
+        body = self._fill(self.body, call, None, "mechanism.endpoint.body")
         plan = [
             self.url,
             body,
@@ -432,19 +564,7 @@ class HttpEndpoint(Mechanism):
         digest = hashlib.sha256(json.dumps(plan, sort_keys=True, default=str).encode()).hexdigest()
         first = self._seen.get(digest, 0)
         self._seen[digest] = first + n_calls
-        keys = [f"{digest}#{first + i}" for i in range(n_calls)]
-        stored = self.responses.get(keys) if self.responses is not None else {}
-        got: dict[int, Any] = {}
-        for i, key in enumerate(keys):
-            if key in stored:
-                got[i] = stored[key]
-                self.replayed += 1
-        todo = [i for i in range(n_calls) if i not in got]
-        got.update(self._issue(todo, keys, call, first))
-        out = np.empty((n_calls, 1))
-        for i in range(n_calls):
-            out[i, 0] = index.get(_normal(got[i]), -1)
-        return out
+        return [f"{digest}#{first + i}" for i in range(n_calls)], first
 
     def _client(self, headers: dict[str, str]) -> Any:
         import httpx
@@ -455,34 +575,49 @@ class HttpEndpoint(Mechanism):
         transport = httpx.HTTPTransport(retries=self.retries)
         return httpx.Client(transport=transport, timeout=self.timeout_s, headers=headers)
 
-    def _issue(self, todo: list[int], keys: list[str], call: EndpointCall, first: int) -> dict[int, Any]:
-        """The answers of trials `todo` (indices into `keys`), called by up to `max_concurrency` workers, each
-        with its own client (a multi-step trial's cookies are its own). Trials are taken in order and each
-        reserves its calls in the budget as it is taken, so a budget stops at the same trial whatever the
-        concurrency; answers go to the response store in trial order (every STORE_EVERY, and all at the end
-        whatever ends the run); the error raised is the earliest trial's (BudgetExhausted included)."""
+    def _issue(
+        self, todo: list[int], jobs: list[tuple[str, EndpointCall, int]], score: Callable[[Any], int]
+    ) -> dict[int, int]:
+        """The answers of `todo` (indices into `jobs`: store key, call, trial) as `score`s, called by up to `max_concurrency`
+        workers, each with its own client (a multi-step trial's cookies are its own). Trials are taken in
+        order and each reserves its calls in the budget as it is taken, so a budget stops at the same trial
+        whatever the concurrency; answers go to the response store in trial order (every STORE_EVERY or
+        STORE_BYTES, and all at the end whatever ends the run) and are dropped once stored, so an audit holds
+        at most a batch of them; the error raised is the earliest trial's (BudgetExhausted included, with the
+        scores answered before it as `partial`), or the store's (its byte cap)."""
         headers = self.resolved_headers()
         per_trial = len(self.steps) + 1 + (self.close is not None)
-        answered: dict[int, Any] = {}
+        answered: dict[int, Any] = {}  # answers not yet stored
+        sizes: dict[int, int] = {}
+        scored: dict[int, int] = {}
         failed: dict[int, BaseException] = {}
-        state = {"next": 0, "stored": 0}
+        state = {"next": 0, "stored": 0, "stop": False}
         done = threading.Condition()
 
         def flush(final: bool = False) -> None:  # the caller's thread only (the store is not shared)
-            """Store the answered trials in trial order, STORE_EVERY at a time; `final`: all the rest."""
+            """Store the answered trials in trial order, STORE_EVERY (or STORE_BYTES) at a time; `final`: all
+            the rest."""
             while True:
                 with done:
                     start = upto = state["stored"]
-                    while upto < len(todo) and upto - start < STORE_EVERY and todo[upto] in answered:
+                    held = 0
+                    while (
+                        upto < len(todo)
+                        and upto - start < STORE_EVERY
+                        and held < STORE_BYTES
+                        and todo[upto] in answered
+                    ):
+                        held += sizes[todo[upto]]
                         upto += 1
                     batch = [todo[j] for j in range(start, upto)]
                     if final:  # and the answers after a gap (a failed or untaken trial), in trial order
-                        kept = set(todo[:start])
-                        batch = sorted(i for i in answered if i not in kept)
-                    elif len(batch) < STORE_EVERY:
+                        batch = sorted(answered)
+                    elif len(batch) < STORE_EVERY and held < STORE_BYTES:
                         return
                     state["stored"] = len(todo) if final else upto
-                    fresh = {keys[i]: answered[i] for i in batch}
+                    fresh = {jobs[i][0]: answered.pop(i) for i in batch}
+                    for i in batch:
+                        sizes.pop(i, None)
                 if self.responses is not None and fresh:
                     self.responses.put(fresh)
                 if final:
@@ -492,7 +627,7 @@ class HttpEndpoint(Mechanism):
             with client:
                 while True:
                     with done:
-                        if failed or state["next"] >= len(todo):
+                        if failed or state["stop"] or state["next"] >= len(todo):
                             return
                         i = todo[state["next"]]
                         state["next"] += 1
@@ -503,7 +638,7 @@ class HttpEndpoint(Mechanism):
                             return
                     self._local.made = 0
                     try:
-                        answer = self._trial(client, call, first + i)
+                        answer = self._trial(client, jobs[i][1], jobs[i][2])
                     except BaseException as exc:  # kept: the earliest trial's error is raised
                         with done:
                             failed[i] = exc
@@ -511,8 +646,11 @@ class HttpEndpoint(Mechanism):
                         return
                     finally:
                         self._release(per_trial - self._local.made)
+                    size = len(json.dumps(answer, default=str))
                     with done:
                         answered[i] = answer
+                        sizes[i] = size
+                        scored[i] = score(answer)
                         done.notify_all()
                     if inline:
                         flush()
@@ -531,17 +669,24 @@ class HttpEndpoint(Mechanism):
                 ]
                 for thread in threads:
                     thread.start()
-                while any(thread.is_alive() for thread in threads):
+                try:
+                    while any(thread.is_alive() for thread in threads):
+                        with done:
+                            done.wait(0.2)
+                        flush()
+                finally:  # the store refused (its byte cap): the workers stop after their trial
                     with done:
-                        done.wait(0.2)
-                    flush()
-                for thread in threads:
-                    thread.join()
+                        state["stop"] = True
+                    for thread in threads:
+                        thread.join()
         finally:  # what was answered is kept, whatever ends the run (an outage, a budget)
             flush(final=True)
         if failed:
-            raise failed[min(failed)]
-        return answered
+            error = failed[min(failed)]
+            if isinstance(error, BudgetExhausted):
+                error.partial = scored
+            raise error
+        return scored
 
     def _reserve(self, calls: int) -> None:
         """Reserve a trial's calls in the budget (BudgetExhausted if they would pass it)."""
@@ -561,16 +706,17 @@ class HttpEndpoint(Mechanism):
         failure is not the trial's). `{trial}` in a template is the trial's index within its context."""
         given: dict[str, Any] = {"trial": trial}
         if not self.steps and self.close is None:
-            return self._call(client, fill_body(self.body, call, given))
+            return self._call(client, self._fill(self.body, call, given, "mechanism.endpoint.body"))
         client.cookies.clear()
         saved: dict[str, Any] = {}
         try:
-            for step in self.steps:
+            for k, step in enumerate(self.steps):
                 values = given | saved
+                where = f"mechanism.endpoint.steps[{k}]"
                 reply = self._call(
                     client,
-                    fill_body(step.body, call, values),
-                    url=fill_body(step.url, call, values),
+                    self._fill(step.body, call, values, f"{where}.body"),
+                    url=self._fill(step.url, call, values, f"{where}.url"),
                     method=step.method,
                     raw=True,
                 )
@@ -584,7 +730,9 @@ class HttpEndpoint(Mechanism):
                         ) from None
             values = given | saved
             return self._call(
-                client, fill_body(self.body, call, values), url=fill_body(self.url, call, values)
+                client,
+                self._fill(self.body, call, values, "mechanism.endpoint.body"),
+                url=self._fill(self.url, call, values, "mechanism.endpoint.url"),
             )
         finally:
             if self.close is not None and (saved or not self.steps):
@@ -592,14 +740,30 @@ class HttpEndpoint(Mechanism):
                 try:
                     self._call(
                         client,
-                        fill_body(self.close.body, call, values),
-                        url=fill_body(self.close.url, call, values),
+                        self._fill(self.close.body, call, values, "mechanism.endpoint.close.body"),
+                        url=self._fill(self.close.url, call, values, "mechanism.endpoint.close.url"),
                         method=self.close.method,
                         raw=True,
                     )
                 except AuditError:
                     with self._lock:
                         self.close_failures += 1
+
+    def _fill(self, template: Any, call: EndpointCall, values: dict[str, Any] | None, where: str) -> Any:
+        """`fill_body`, refused (AuditError with the numbers) before it is built when its size would pass the
+        service's ICLAUDIT_TARGET_MAX_BODY_BYTES (`egress.max_body_bytes`; the transport checks the exact
+        encoded size again before sending)."""
+        limit = self.egress.max_body_bytes if self.egress is not None else None
+        if limit is not None:
+            size = filled_size(template, call, values)
+            if size > limit:
+                copies = json.dumps(template).count("{context}")
+                raise AuditError(
+                    f"{where}: filled, it would be at least {size:,} bytes ({copies} × {{context}} of "
+                    f"{len(_values(call, None)['context']):,} characters), above this service's {limit:,} "
+                    f"({self.egress.body_setting}); not sent"  # type: ignore[union-attr]
+                )
+        return fill_body(template, call, values)
 
     def _call(
         self, client, body: Any, *, url: str | None = None, method: str = "POST", raw: bool = False
@@ -624,10 +788,16 @@ class HttpEndpoint(Mechanism):
             ) from exc
 
     def _post(self, client, body: Any, *, url: str, method: str = "POST") -> Any:
+        """One request and its JSON reply. Connection errors and 5xx are retried `retries` times (a 503's
+        Retry-After waited out); a 429 stretch is waited out for as long as the budget's max_seconds
+        allows (then the budget stops the audit, keeping its trials) or, without one, RATE_LIMIT_PATIENCE
+        seconds; an error says that the retries ran out, after how many tries and how long."""
         import httpx
 
-        for attempt in range(self.retries + 1):
-            epoch = self.throttle.send(paced=attempt == 0)
+        began, tries, failures = time.monotonic(), 0, 0
+        while True:
+            tries += 1
+            epoch = self.throttle.send(paced=tries == 1)
             status, told = None, None
             try:
                 sends = body is not None or method not in ("GET", "DELETE")
@@ -669,12 +839,38 @@ class HttpEndpoint(Mechanism):
                 # Reply bodies are never shown: the error goes to the tenant.
                 problem = f"HTTP {status}"
                 if status not in _RETRY_STATUS:
-                    break
-                if told is not None and attempt < self.retries:
-                    continue  # the target said when: the next send waits it out (capped at MAX_RETRY_AFTER)
-            if attempt < self.retries:
-                time.sleep(min(2.0, 0.1 * 2**attempt))
-        raise AuditError(f"endpoint {url} failed ({problem})")
+                    raise AuditError(f"endpoint {url} failed ({problem})")
+            if status == 429:  # rate limited: wait, within the budget's time or the patience
+                pause = told or min(MAX_BACKOFF, 0.1 * 2 ** (tries - 1))  # Retry-After 0: back off
+                self._wait_out_429(url, began, tries, pause)
+                if not told:  # a Retry-After is waited out by the next send (the throttle's pause)
+                    time.sleep(pause)
+                continue
+            failures += 1
+            if failures > self.retries:
+                raise AuditError(
+                    f"endpoint {url} failed ({problem}); its retries ran out: {tries} tries over "
+                    f"{time.monotonic() - began:.1f} s (endpoint.retries = {self.retries})"
+                )
+            if told is None:
+                time.sleep(min(2.0, 0.1 * 2 ** (failures - 1)))
+
+    def _wait_out_429(self, url: str, began: float, tries: int, pause: float) -> None:
+        """Whether a 429 stretch may wait `pause` more seconds: under a max_seconds budget while the budget
+        has them (else BudgetExhausted: the audit stops and keeps its trials), without one until
+        RATE_LIMIT_PATIENCE seconds have gone (else an AuditError saying how long it waited)."""
+        left = self.meter.seconds_left() if self.meter is not None else None
+        if left is not None:
+            if pause >= left:
+                raise BudgetExhausted("max_seconds", self.meter.spec.max_seconds)  # type: ignore[union-attr]
+            return
+        waited = time.monotonic() - began
+        if waited + pause > RATE_LIMIT_PATIENCE:
+            raise AuditError(
+                f"endpoint {url} failed (HTTP 429, rate limited); its retries ran out: {tries} tries over "
+                f"{waited:.1f} s, and an audit without budget.max_seconds waits out 429s for at most "
+                f"{RATE_LIMIT_PATIENCE:g} s"
+            )
 
     def release(self, clean: np.ndarray, rng: np.random.Generator) -> Release:
         """The endpoint already released: its answers pass through unchanged."""
