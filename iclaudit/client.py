@@ -505,20 +505,30 @@ class IclauditClient:
         """GET /v1/audits/{id}/result as the server sends it."""
         return self._json("GET", f"/v1/audits/{audit_id}/result")  # type: ignore[no-any-return]
 
-    def records(self, audit_id: str) -> list[dict[str, Any]]:
-        """Every row of GET /v1/audits/{id}/records (per-record risk, riskiest first), page by page."""
+    def records(self, audit_id: str, *, full: bool = False) -> list[dict[str, Any]]:
+        """Every row of GET /v1/audits/{id}/records (per-record risk, riskiest first), page by page; the
+        records' text redacted unless `full`."""
         rows: list[dict[str, Any]] = []
+        view = "full" if full else "redacted"
         while True:
             page = self._json(
-                "GET", f"/v1/audits/{audit_id}/records", params={"offset": len(rows), "limit": 500}
+                "GET",
+                f"/v1/audits/{audit_id}/records",
+                params={"offset": len(rows), "limit": 500, "records": view},
             )
             rows.extend(page["items"])
             if not page["items"] or len(rows) >= page["total"]:
                 return rows
 
-    def records_csv(self, audit_id: str) -> str:
-        """The per-record table as the server's CSV."""
-        return self.request("GET", f"/v1/audits/{audit_id}/records", params={"format": "csv"}).text
+    def records_csv(self, audit_id: str, *, full: bool = False) -> str:
+        """The per-record table as the server's CSV (the records' text redacted unless `full`)."""
+        params = {"format": "csv", "records": "full" if full else "redacted"}
+        return self.request("GET", f"/v1/audits/{audit_id}/records", params=params).text
+
+    def report_html(self, audit_id: str, *, full: bool = False) -> str:
+        """The self-contained HTML report (the records' text redacted unless `full`)."""
+        params = {"records": "full" if full else "redacted"}
+        return self.request("GET", f"/v1/audits/{audit_id}/report.html", params=params).text
 
     def result_png(self, audit_id: str) -> bytes:
         return self.request("GET", f"/v1/audits/{audit_id}/result.png").content

@@ -18,6 +18,7 @@ from app.api.connections import plan_slots, stream_slots
 from app.api.deps import (
     ExecutorDep,
     PageToken,
+    RecordsView,
     SessionDep,
     SettingsDep,
     TenantDep,
@@ -505,15 +506,30 @@ def _succeeded(session: SessionDep, tenant: TenantDep, audit_id: str) -> Audit:
 
 @router.get("/{audit_id}/result", response_model=AuditResult, responses={**_ERRORS, **_NOT_MODIFIED})
 def get_result(
-    audit_id: str, session: SessionDep, tenant: TenantDep, if_none_match: IfNoneMatch = None
+    audit_id: str,
+    session: SessionDep,
+    tenant: TenantDep,
+    if_none_match: IfNoneMatch = None,
+    records: RecordsView = "full",
 ) -> Response:
-    """The result alone, with the audit's ETag (a result never changes); 404 until the audit has SUCCEEDED."""
+    """The result alone, with the audit's ETag (a result never changes); 404 until the audit has SUCCEEDED.
+    `records=redacted` masks the records' text (what the dashboard shows; app/privacy/redact.py)."""
+    from app.privacy.redact import redact_result
+
+    def tagged(etag: str) -> str:  # each view its own tag, so a cached view never answers for the other
+        return etag if records == "full" else f'{etag[:-1]}-redacted"'
+
     mark = polling.get_mark(session, tenant_id=tenant.id, audit_id=audit_id)
-    if mark is not None and mark.state == AuditState.SUCCEEDED and matches(if_none_match, etag_of(mark)):
-        return _not_modified(etag_of(mark))
+    if (
+        mark is not None
+        and mark.state == AuditState.SUCCEEDED
+        and matches(if_none_match, tagged(etag_of(mark)))
+    ):
+        return _not_modified(tagged(etag_of(mark)))
     audit = _succeeded(session, tenant, audit_id)
-    headers = {"ETag": etag_of(audit), "Cache-Control": CACHE_CONTROL}
-    typed = typed_result(audit.kind, audit.result)
+    headers = {"ETag": tagged(etag_of(audit)), "Cache-Control": CACHE_CONTROL}
+    shown = audit.result if records == "full" else redact_result(audit.result)
+    typed = typed_result(audit.kind, shown)
     assert typed is not None  # _succeeded checked it
     return Response(typed.model_dump_json(), media_type="application/json", headers=headers)
 
@@ -538,23 +554,33 @@ def get_result_png(audit_id: str, session: SessionDep, tenant: TenantDep) -> Res
     response_class=Response,
     responses={**_ERRORS, 200: {"content": {"text/html": {}}, "description": "The report, one HTML file."}},
 )
-def get_report(audit_id: str, request: Request, session: SessionDep, tenant: TenantDep) -> Response:
+def get_report(
+    audit_id: str, request: Request, session: SessionDep, tenant: TenantDep, records: RecordsView = "redacted"
+) -> Response:
     """A report to share (app/reports/html.py): one self-contained HTML file — headline, request, method with
     references, results and charts, per-record table, reproduction lines, software version and commit — that
-    opens offline and prints to PDF; 404 until the audit has SUCCEEDED."""
+    opens offline and prints to PDF; 404 until the audit has SUCCEEDED. The records' text is redacted unless
+    `records=full` (app/privacy/redact.py)."""
+    from app.db.datasets import names_of
+    from app.privacy.redact import redact_request, redact_result
     from app.reports import html as report
 
     audit = _succeeded(session, tenant, audit_id)
+    full = records == "full"
+    dataset_id = (audit.request or {}).get("dataset")
+    named = names_of(session, tenant_id=tenant.id, dataset_ids=[dataset_id] if dataset_id else [])
     body = report.render(
         {
             "id": audit.id,
             "kind": audit.kind,
-            "request": audit.request,
-            "result": audit.result,
+            "request": redact_request(audit.request, full=full),
+            "result": redact_result(audit.result, full=full),
             "created_at": audit.created_at.isoformat(timespec="seconds"),
             "finished_at": audit.finished_at.isoformat(timespec="seconds") if audit.finished_at else None,
         },
         base_url=str(request.base_url).rstrip("/"),
+        redacted=not full,
+        dataset=f"{named[dataset_id][0]} v{named[dataset_id][1]}" if dataset_id in named else None,
     )
     name = f"iclaudit-report-{audit.id}.html"
     headers = {"Content-Disposition": f'inline; filename="{name}"', "Content-Security-Policy": REPORT_CSP}

@@ -8,6 +8,7 @@ import contextlib
 import functools
 import hashlib
 import multiprocessing
+import re
 import tempfile
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
@@ -26,8 +27,10 @@ from app.api.errors import ApiError, validation_details
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.strict_json import StrictJSONRoute
 from app.api.upload_worker import Checked
+from app.api.watch import forget_finished
 from app.config import Settings
 from app.db import datasets as dataset_rows
+from app.db.audits import lock_tenant
 from app.schemas.datasets import BuiltinDataset, DatasetList, DatasetResource, DatasetRows
 from app.schemas.errors import ErrorResponse, FieldViolation
 
@@ -226,6 +229,19 @@ async def _checked(app: Any, upload: _Upload, settings: Settings) -> Checked:
     raise ApiError(answer.status, answer.message)
 
 
+def _check_name(name: str) -> None:
+    """A name must not stand for something else as a request's `dataset`: a built-in name or an id."""
+    from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME
+
+    if name in (SYNTHETIC_NAME, *BUILTIN_NAMES):
+        why = f"name: {name!r} is a built-in dataset's name; choose another (a request's `dataset` must mean one thing)."
+    elif re.fullmatch(r"[0-9a-f]{32}", name):
+        why = "name: 32 hexadecimal digits read as a dataset id; choose another name."
+    else:
+        return
+    raise ApiError(422, why, [FieldViolation(path="name", message=why)], reason="UPLOAD_CONTENT")
+
+
 def _store(
     session: Session,
     tenant_id: str,
@@ -239,6 +255,7 @@ def _store(
     """Store the checked upload (once per Idempotency-Key) and answer it: the only step under a session."""
 
     def create(remember: Remember | None) -> str:
+        lock_tenant(session, tenant_id=tenant_id)  # two uploads of one name at once: two versions
         row = dataset_rows.add_dataset(
             session,
             tenant_id=tenant_id,
@@ -273,7 +290,10 @@ def _store(
             404, f"Dataset {dataset_id} made with this Idempotency-Key was deleted; send a new key."
         )
     response.headers["Location"] = f"/v1/datasets/{row.id}"
-    return DatasetResource.model_validate(row)
+    previous = dataset_rows.previous_version(session, row)
+    return DatasetResource.model_validate(row).model_copy(
+        update={"replaces": previous.id if previous is not None else None}
+    )
 
 
 @router.post(
@@ -312,6 +332,7 @@ async def upload_dataset(
             await _spool(request, spool)  # type: ignore[arg-type]
             upload = await to_thread.run_sync(_parse_upload, spool, content_type, settings.upload_max_bytes)
         checked = await _checked(request.app, upload, settings)
+    _check_name(checked.name)
     content = checked.content if checked.content is not None else upload.content
     fmt = "jsonl" if upload.from_rows else upload.fmt
     return await run_in_session(
@@ -355,8 +376,31 @@ def get_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> Data
 
 
 @router.delete("/{dataset_id}", status_code=204, responses={404: {"model": ErrorResponse}})
-def delete_dataset(dataset_id: str, session: SessionDep, tenant: TenantDep) -> Response:
+def delete_dataset(
+    dataset_id: str,
+    request: Request,
+    session: SessionDep,
+    tenant: TenantDep,
+    purge: Annotated[
+        bool,
+        Query(
+            description="Also purge what audits stored from it: the record text of every audit of yours that "
+            "read it (its figures, record ids and hashes stay; an audit still running is cancelled) and the "
+            "target responses they stored for resume."
+        ),
+    ] = False,
+) -> Response:
+    """Delete an upload (the audits that read it keep their results unless `purge`). Another tenant's id is
+    a 404, as an unknown one."""
+    from app.db import audits as audit_rows
+    from app.db import responses
+
     if not dataset_rows.delete_dataset(session, tenant_id=tenant.id, dataset_id=dataset_id):
         raise ApiError(404, f"No dataset {dataset_id!r} (for this API key).")
+    purged: list[str] = []
+    if purge:
+        purged = audit_rows.purge_dataset_records(session, tenant_id=tenant.id, dataset_id=dataset_id)
+        responses.purge_lineages(session, purged)
     session.commit()
+    forget_finished(request.app, tenant.id, purged)  # this process's kept answers of them
     return Response(status_code=204)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import anyio
 from anyio import to_thread
@@ -257,5 +257,15 @@ PageToken = Annotated[
     Query(
         pattern=PAGE_TOKEN_PATTERN,
         description="A previous page's `next_page_token` (the last shown item's time and id): the page after it.",
+    ),
+]
+
+
+RecordsView = Annotated[
+    Literal["redacted", "full"],
+    Query(
+        description="redacted: the records' text with e-mail addresses, phone, card and IBAN numbers and long "
+        "digit runs masked, each record named by `record_hash`; full: the text as stored (asked per request, "
+        "never the default of a file meant to be shared)."
     ),
 ]

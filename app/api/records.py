@@ -1,6 +1,6 @@
 """/v1/audits/{id}/records: the per-record risk table of an audit over several canaries (app/audit/stats/records.py),
-riskiest first, paged (`offset`, `limit`) as JSON or the whole table as CSV (`format=csv`). Tenant-scoped:
-another tenant's audit is a 404."""
+riskiest first, paged (`offset`, `limit`) as JSON or the whole table as CSV (`format=csv`), the records' text
+redacted unless `records=full` (app/privacy/redact.py). Tenant-scoped: another tenant's audit is a 404."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from pydantic import BaseModel, Field
 
-from app.api.deps import SessionDep, TenantDep
+from app.api.deps import RecordsView, SessionDep, TenantDep
 from app.api.errors import ApiError
 from app.audit.results.mia import RecordRisk
 from app.audit.stats.records import records_csv
 from app.csv_cells import safe_row
 from app.db import audits as audit_rows
 from app.db.models import AuditState
+from app.privacy.redact import redact_result
 from app.schemas.errors import ErrorResponse
 
 router = APIRouter(prefix="/v1/audits", tags=["audits"])
@@ -55,14 +56,16 @@ def get_records(
     format: Annotated[
         Literal["json", "csv"], Query(description="json (one page) or csv (all rows).")
     ] = "json",
+    records: RecordsView = "redacted",
 ) -> Any:
-    """Per-record risk (record id, score statistics, its own ε lower bound and p-value, flagged)."""
+    """Per-record risk (record id and hash, score statistics, its own ε lower bound and p-value, flagged);
+    the records' text with personal data masked unless `records=full`."""
     audit = audit_rows.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
     if audit is None:
         raise ApiError(404, f"No audit {audit_id!r} (for this API key).")
     if audit.state != AuditState.SUCCEEDED or audit.result is None:
         raise ApiError(404, f"Audit {audit_id} is {audit.state}; its records exist once it has SUCCEEDED.")
-    rows = audit.result.get("records")
+    rows = (redact_result(audit.result, full=records == "full") or {}).get("records")
     if rows is None:
         raise ApiError(
             404,

@@ -62,8 +62,8 @@ def create_schedule(
         detail = [FieldViolation(path="$.interval_seconds", message=message)]
         raise ApiError(422, message, detail, reason="SERVER_LIMIT")
     if body.request is not None:
+        target, stored = "audit", body.request.model_dump(mode="json")  # a dataset name: each run's newest
         check_request(session, tenant_id=tenant.id, request=body.request, settings=settings)
-        target, stored = "audit", body.request.model_dump(mode="json")
     else:
         assert body.sweep is not None
         sweeps.check_notify(body.sweep, settings)

@@ -182,7 +182,8 @@ class FinishedBodies:
     """Finished audits' ETag and rendered JSON by (tenant id, audit id), LRU-bounded by bytes
     (thread-safe). A terminal state is final (every write of an audit's state is conditioned on PENDING or
     RUNNING, app/db/audits.py) and its `updated_at` is its finish time, so the answer to a poll of a
-    finished audit never changes: once rendered, it is served without reading the database. Running
+    finished audit never changes: once rendered, it is served without reading the database (a dataset's
+    purge rewrites one: `forget`, in the process that purges). Running
     audits are never stored. Keyed by tenant: an entry is made only from a tenant-scoped read, so a body
     never crosses tenants."""
 
@@ -197,10 +198,22 @@ class FinishedBodies:
         with self._lock:
             return self._cache.get((tenant_id, audit_id))
 
+    def forget(self, tenant_id: str, audit_ids: list[str]) -> None:
+        with self._lock:
+            for audit_id in audit_ids:
+                self._cache.pop((tenant_id, audit_id), None)
+
     def put(self, tenant_id: str, audit_id: str, etag: str, state: str, body: bytes) -> None:
         if len(body) <= self._cache.maxsize:
             with self._lock:
                 self._cache[(tenant_id, audit_id)] = (etag, state, body)
+
+
+def forget_finished(app: Any, tenant_id: str, audit_ids: list[str]) -> None:
+    """Drop the kept answers of finished audits whose stored result was rewritten (a dataset's purge)."""
+    bodies = getattr(app.state, "finished_bodies", None)
+    if bodies is not None:
+        bodies.forget(tenant_id, audit_ids)
 
 
 def bodies_of(app: Any) -> FinishedBodies:

@@ -647,6 +647,13 @@ def result(
         bool,
         typer.Option("--records", help="The per-record risk table (audits over several canaries) instead."),
     ] = False,
+    show_records: Annotated[
+        bool,
+        typer.Option(
+            "--show-records",
+            help="The records' text as stored in --records and --format html (default: personal data masked).",
+        ),
+    ] = False,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
 ) -> None:
@@ -654,7 +661,7 @@ def result(
     if format_ == ResultFormat.png and output is None:
         raise fail("--format png needs --output FILE (a PNG is not for the terminal)")
     if records:
-        _records(audit_id, format_, output, url, api_key)
+        _records(audit_id, format_, output, url, api_key, full=show_records)
         return
     try:
         with _open(url, api_key) as client:
@@ -662,7 +669,7 @@ def result(
             if format_ == ResultFormat.png:
                 png = client.result_png(audit_id)
             elif format_ == ResultFormat.html:
-                report = client.request("GET", f"/v1/audits/{audit_id}/report.html").text
+                report = client.report_html(audit_id, full=show_records)
             elif format_ == ResultFormat.table:
                 typed = client.result(audit_id)
             else:
@@ -705,13 +712,22 @@ def result(
         sys.stdout.write(text)
 
 
-RECORD_COLUMNS = ("rank", "record_id", "trials", "gap_mean", "auc", "epsilon_lower", "p_value", "flagged")
+RECORD_COLUMNS = (
+    "rank", "record_id", "record_hash", "trials", "gap_mean", "auc", "epsilon_lower", "p_value", "flagged"
+)  # fmt: skip
 
 
 def _records(
-    audit_id: str, format_: ResultFormat, output: Path | None, url: str | None, api_key: str | None
+    audit_id: str,
+    format_: ResultFormat,
+    output: Path | None,
+    url: str | None,
+    api_key: str | None,
+    *,
+    full: bool = False,
 ) -> None:
-    """`result --records`: GET /v1/audits/{id}/records as JSON, CSV or a table (riskiest first)."""
+    """`result --records`: GET /v1/audits/{id}/records as JSON, CSV or a table (riskiest first), the records'
+    text with personal data masked unless `full`."""
     if format_ in (ResultFormat.png, ResultFormat.html):
         raise fail(
             f"--records has no {format_}; use --format json, csv or table (the html report holds the table)"
@@ -719,8 +735,8 @@ def _records(
     try:
         with _open(url, api_key) as client:
             audit_id = client.resolve_id(audit_id)
-            text = client.records_csv(audit_id) if format_ == ResultFormat.csv else None
-            rows = client.records(audit_id) if text is None else []
+            text = client.records_csv(audit_id, full=full) if format_ == ResultFormat.csv else None
+            rows = client.records(audit_id, full=full) if text is None else []
     except ClientError as exc:
         raise _client_error(exc) from None
     if format_ == ResultFormat.table:
@@ -886,8 +902,13 @@ def upload(
         return
     labels = ", ".join(stored.get("labels") or []) or "none"
     err_console.print(
-        f"stored {stored['name']!r}: {stored['task']}, {stored['n_train']} train + {stored['n_test']} test "
-        f"rows, labels: {labels}",
+        f"stored {stored['name']!r} v{stored.get('version', 1)}: {stored['task']}, {stored['n_train']} train + "
+        f"{stored['n_test']} test rows, labels: {labels}"
+        + (
+            f"; it replaces {stored['replaces']} as the name's newest version"
+            if stored.get("replaces")
+            else ""
+        ),
         highlight=False,
         soft_wrap=True,
     )
@@ -920,14 +941,14 @@ def list_datasets(
         print(json.dumps(body, indent=2))
         return
     rows = [*body.get("builtins", []), *body.get("datasets", [])]
-    table = Table(title=f"{len(rows)} dataset(s)")
+    table = Table(title=f"{len(rows)} dataset(s): use the name (its newest version) or the id as `dataset`")
     columns = [
         c
-        for c in ("id", "name", "task", "available", "n_train", "n_test", "labels")
+        for c in ("name", "version", "task", "available", "n_train", "n_test", "labels", "id")
         if any(c in r for r in rows)
     ]
-    for column in columns or ["name"]:
-        table.add_column(column)
+    for column in columns or ["name"]:  # an id is never cut: it is what a request pins
+        table.add_column(column, no_wrap=column == "id", min_width=32 if column == "id" else None)
     for row in rows:
         table.add_row(*(_cell(row.get(c)) for c in columns or ["name"]))
     console.print(table)

@@ -145,6 +145,32 @@ def request_cancel(session: Session, *, tenant_id: str, audit_id: str) -> Audit 
     return audit
 
 
+def purge_dataset_records(session: Session, *, tenant_id: str, dataset_id: str) -> list[str]:
+    """The tenant's audits that read dataset `dataset_id`: a finished one keeps its figures with every record
+    text removed (app.privacy.redact.strip_records; its progress message, part of its ETag, says so), an
+    active one is cancelled. Returns their ids."""
+    from app.privacy.redact import strip_records
+
+    rows = session.execute(
+        select(Audit.id, Audit.state, Audit.result).where(
+            Audit.tenant_id == tenant_id, Audit.request["dataset"].as_string() == dataset_id
+        )
+    ).all()
+    for audit_id, state, result in rows:
+        if state in TERMINAL_STATES:
+            session.execute(
+                update(Audit)
+                .where(Audit.id == audit_id)
+                .values(
+                    result=strip_records(result),
+                    progress_message=f"record text purged with dataset {dataset_id}",
+                )
+            )
+        else:
+            request_cancel(session, tenant_id=tenant_id, audit_id=audit_id)
+    return [audit_id for audit_id, _, _ in rows]
+
+
 # --- runner side (by id and attempt) ------------------------------------------------------------------
 
 

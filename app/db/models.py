@@ -104,14 +104,20 @@ class Audit(Base):
 
 
 class UploadedDataset(Base):
-    """The uploaded file as sent (re-parsed by app.datasets.validate when an audit loads it)."""
+    """The uploaded file as sent (re-parsed by app.datasets.validate when an audit loads it). A name is unique
+    per tenant up to its `version`: uploading a name again stores version n + 1, and the name resolves to
+    the newest."""
 
     __tablename__ = "datasets"
-    __table_args__ = (Index("ix_datasets_tenant_created", "tenant_id", "created_at", "id"),)
+    __table_args__ = (
+        Index("ix_datasets_tenant_created", "tenant_id", "created_at", "id"),
+        Index("ux_datasets_tenant_name_version", "tenant_id", "name", "version", unique=True),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     format: Mapped[str] = mapped_column(String(8))
     task: Mapped[str] = mapped_column(String(32))
     labels: Mapped[list[str]] = mapped_column(JSON)

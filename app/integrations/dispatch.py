@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.db import idempotency as idempotency_rows
+from app.db import responses
 from app.db import webhooks as webhook_rows
 from app.db.models import Audit, Schedule, ScheduleRun, Sweep, WebhookDelivery, utcnow
 from app.integrations import webhooks
@@ -175,6 +176,9 @@ class IntegrationsTicker:
                 if time.monotonic() - last_purge > _PURGE_EVERY_SECONDS:
                     with self._sessions.begin() as session:
                         idempotency_rows.purge_expired_keys(session, now=utcnow())
+                    with self._sessions.begin() as session:
+                        retained = timedelta(seconds=self._settings.response_retention_seconds)
+                        responses.purge_older_than(session, before=utcnow() - retained)
                     last_purge = time.monotonic()
             except Exception:
                 log.exception(

@@ -276,6 +276,7 @@ def _records(result: dict) -> str:
         [
             r.get("rank"),
             r.get("record_id"),
+            r.get("record_hash") or "—",
             "yes" if r.get("flagged") else "no",
             fmt(r.get("p_value")),
             fmt(r.get("trials")),
@@ -286,11 +287,22 @@ def _records(result: dict) -> str:
         ]
         for r in records[:100]
     ]
-    head = ["rank", "record", "flagged", "p-value", "trials", "AUC", "gap in − out", "own ε lower", "text"]
+    head = [
+        "rank",
+        "record",
+        "hash",
+        "flagged",
+        "p-value",
+        "trials",
+        "AUC",
+        "gap in − out",
+        "own ε lower",
+        "text",
+    ]
     flagged = sum(1 for r in records if r.get("flagged"))
     note = f"<p>{flagged} of {len(records)} records flagged as leaking (exact sign test, Bonferroni).</p>"
     shown = "" if len(records) <= 100 else f"<p class='muted'>The riskiest 100 of {len(records)} shown.</p>"
-    return note + _table(head, rows, "report-records", numeric_from=3) + shown
+    return note + _table(head, rows, "report-records", numeric_from=4) + shown
 
 
 def _trials(trials: list[dict]) -> str:
@@ -311,7 +323,8 @@ def _evidence(evidence: dict | None) -> str:
     parts = ["<h3>Evidence: the record, the query, sampled trials (C1 beside C0)</h3>"]
     for r in evidence["records"]:
         parts.append(f'<section class="evidence" data-record="{_e(r["record_id"])}">')
-        parts.append(f"<h4>{_e(r['record_id'])}</h4><blockquote>{_e(r.get('text') or '—')}</blockquote>")
+        tag = f' <span class="muted mono">#{_e(r["record_hash"])}</span>' if r.get("record_hash") else ""
+        parts.append(f"<h4>{_e(r['record_id'])}{tag}</h4><blockquote>{_e(r.get('text') or '—')}</blockquote>")
         if r.get("secret"):
             parts.append(f"<p>The secret the attack guesses: <code>{_e(r['secret'])}</code></p>")
         if r.get("query"):
@@ -338,8 +351,33 @@ def _reproduce(audit: dict, base_url: str) -> str:
     )
 
 
-def render(audit: dict[str, Any], *, base_url: str = "http://127.0.0.1:8000") -> str:
-    """The report of one SUCCEEDED audit (`audit`: id, kind, request, result, created_at, finished_at)."""
+def _privacy(audit: dict, redacted: bool, base_url: str) -> str:
+    """Whether the records' text is redacted, and how to get the other view."""
+    full_url = f"{base_url}/v1/audits/{audit['id']}/report.html?records=full"
+    if redacted:
+        return (
+            '<p class="muted" id="report-redacted" data-records="redacted">Record text is redacted: e-mail '
+            "addresses, phone, card and IBAN numbers and long digit runs are masked (names are not), and each "
+            "record is named by a stable short hash. The full text, for people allowed to read the records: "
+            f"<code>iclaudit result {_e(audit['id'])} --format html --show-records</code> or "
+            f"<code>{_e(full_url)}</code>.</p>"
+        )
+    return (
+        '<p id="report-redacted" data-records="full"><strong>This report holds the records’ text as stored '
+        "(asked for with records=full): share it only with people allowed to read the records.</strong></p>"
+    )
+
+
+def render(
+    audit: dict[str, Any],
+    *,
+    base_url: str = "http://127.0.0.1:8000",
+    redacted: bool = True,
+    dataset: str | None = None,
+) -> str:
+    """The report of one SUCCEEDED audit (`audit`: id, kind, request, result, created_at, finished_at), its
+    records already redacted or not (`redacted` says which; app/privacy/redact.py); `dataset`: how to name
+    the request's dataset (an upload's name and version)."""
     kind, request, result = audit["kind"], audit["request"] or {}, audit["result"] or {}
     outcome = result.get("verdict") if isinstance(result.get("verdict"), str) else None
     headline = result.get("headline") or f"A {kind} audit (no verdict: it measures no ε lower bound)."
@@ -392,7 +430,9 @@ def render(audit: dict[str, Any], *, base_url: str = "http://127.0.0.1:8000") ->
 <span class="text">{_e(headline)}</span></p>
 {f'<p id="report-reason">Why: {_e(reason)}</p>' if reason and reason not in headline else ""}
 </section>
+{_privacy(audit, redacted, base_url)}
 <h2>The request</h2>
+{f'<p id="report-dataset">Dataset: <strong>{_e(dataset)}</strong> (id <span class="mono">{_e(request.get("dataset"))}</span>)</p>' if dataset else ""}
 <pre id="report-request">{_e(json.dumps(request, indent=2))}</pre>
 <h2>The method</h2>
 <p id="report-method">{_e(method)}</p>

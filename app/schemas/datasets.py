@@ -22,8 +22,17 @@ class DatasetRows(BaseModel):
 class DatasetResource(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
-    id: str = Field(description="Use it as `dataset` in an audit request.")
-    name: str
+    id: str = Field(description="Use it (or the name) as `dataset` in an audit request.")
+    name: str = Field(
+        description="Unique per tenant up to its version: as `dataset` in a request, the name means its newest "
+        "version (resolved when the audit is submitted; the audit stores the id)."
+    )
+    version: int = Field(description="1 for a new name; uploading a name again stores the next version.")
+    replaces: str | None = Field(
+        default=None,
+        description="On upload: the id of the version this one supersedes as the name's newest (null for a "
+        "new name).",
+    )
     format: Literal["jsonl", "csv", "json"]
     task: str
     labels: list[str]

@@ -70,7 +70,13 @@ class RecordRisk(BaseModel):
 
     rank: int = Field(description="1 = the record that leaks most (smallest p-value, then largest ε bound).")
     record_id: str = Field(description="The record: split and row of the dataset (e.g. train:123).")
-    text: str | None = Field(default=None, description="The record's text.")
+    record_hash: str | None = Field(
+        default=None, description="A stable short hash of the record's text (app/privacy/redact.py)."
+    )
+    text: str | None = Field(
+        default=None, description="The record's text (personal data masked unless asked)."
+    )
+
     trials: int = Field(description="Paired trials (C1, C0) of this record.")
     score_in_mean: float | None = Field(default=None, description="Mean attack score with the record in.")
     score_out_mean: float | None = Field(default=None, description="Mean attack score with it out.")
@@ -140,6 +146,9 @@ class EvidenceRecord(BaseModel):
     """One record (the canary) and the first trials with it (C1) and without it (C0)."""
 
     record_id: str = Field(description="The record's id in the dataset (or the canary's).")
+    record_hash: str | None = Field(
+        default=None, description="A stable short hash of the record's text (app/privacy/redact.py)."
+    )
     text: str | None = Field(default=None, description="The record's text (at most 600 characters).")
     secret: str | None = Field(default=None, description="The part of the record the attack guesses.")
     query: str | None = Field(default=None, description="The attack's query, without a context.")

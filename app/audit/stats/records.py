@@ -40,6 +40,7 @@ COLUMNS = (
     "epsilon_lower",
     "p_value",
     "flagged",
+    "record_hash",
     "text",
 )
 

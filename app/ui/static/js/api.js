@@ -244,6 +244,35 @@ export function progressBar(audit) {
   return node;
 }
 
+const datasetLabels = new Map();
+let datasetLabelsLoading = null;
+
+/** A request's dataset as people name it: an upload as "name vN" (its id in the title), a built-in name as
+ * it is. The caller's uploads are read once per page (GET /v1/datasets); spans made before that are relabelled. */
+export function datasetName(id) {
+  if (!id) return "—";
+  if (!datasetLabelsLoading) datasetLabelsLoading = loadDatasetLabels();
+  return el("span", { class: "dataset-name", "data-dataset-id": id, title: id }, datasetLabels.get(id) || id);
+}
+
+async function loadDatasetLabels() {
+  try {
+    let token = null;
+    do {
+      const query = `page_size=500${token ? `&page_token=${encodeURIComponent(token)}` : ""}`;
+      const { data } = await api(`/v1/datasets?${query}`);
+      for (const d of data.datasets || []) datasetLabels.set(d.id, `${d.name} v${d.version}`);
+      token = data.next_page_token;
+    } while (token);
+  } catch {
+    return; // the ids stay shown
+  }
+  for (const node of document.querySelectorAll("[data-dataset-id]")) {
+    const label = datasetLabels.get(node.dataset.datasetId);
+    if (label) node.textContent = label;
+  }
+}
+
 export function when(iso) {
   if (!iso) return "—";
   const d = new Date(iso);

@@ -3,7 +3,7 @@
 // line each on what it is), tables and interactive charts, downloads (JSON, CSV, PNG), and how to reproduce
 // it (iclaudit submit, curl).
 import {
-  api, ApiError, claimedEpsilon, download, el, flatten, fmt, initPage, outcomeBadge, progressBar, stateBadge,
+  api, ApiError, claimedEpsilon, datasetName, download, el, flatten, fmt, initPage, outcomeBadge, progressBar, stateBadge,
   TERMINAL, toCsv, verdictBadge, verdictOf, watch, when,
 } from "./api.js";
 import { barChart, lineChart, rocChart, seriesBars } from "./charts.js";
@@ -46,7 +46,7 @@ function renderSummary(a) {
     ["Kind", a.kind],
     ["State", stateBadge(a.state)],
     ["Verdict", verdictBadge(a)],
-    ["Dataset", r.dataset ?? "—"],
+    ["Dataset", datasetName(r.dataset)],
     ["Model", r.model ?? "—"],
     ["Mechanism", r.mechanism ? r.mechanism.name : "—"],
     ["ε claimed", claimedEpsilon(a) ?? "none"],
@@ -468,7 +468,7 @@ function renderEvidence(a, res) {
       + "C1 holds the record in the context, C0 does not; a leak shows as C1's answers and scores standing apart from C0's."
       + (ev.positive_answer ? ` The answer that says "record present" is "${ev.positive_answer}".` : "")),
     ev.records.map((r, i) => el("article", { class: "evidence-record", "data-record": r.record_id },
-      el("h3", {}, `Record ${i + 1}: `, el("span", { class: "mono" }, r.record_id)),
+      el("h3", {}, `Record ${i + 1}: `, el("span", { class: "mono" }, r.record_id), r.record_hash ? el("span", { class: "mono muted" }, ` #${r.record_hash}`) : null),
       el("blockquote", { class: "record-text" }, r.text ?? "—"),
       r.secret ? el("p", {}, "The secret the attack guesses: ", el("code", { class: "record-secret" }, r.secret)) : null,
       r.query ? [el("h4", {}, "The attack's query"), el("pre", { class: "block evidence-query" }, r.query)] : null,
@@ -479,9 +479,16 @@ function renderEvidence(a, res) {
         trialTable(`evidence-${i}-c0`, "C0: record out", r.c0 || [], threshold)))))];
 }
 
+let recordsView = "redacted"; // the records' text as the page shows it: personal data masked unless asked
+
 async function renderResult(a) {
   resultShown = true;
-  const res = a.result;
+  let res = a.result;
+  try {
+    res = (await api(`${path}/result?records=${recordsView}`)).data;
+  } catch (_) {
+    if (recordsView !== "full") res = { ...a.result, evidence: null }; // show no record text unredacted
+  }
   renderVerdict(a);
   const render = RENDER[a.kind];
   const pngButton = el("button", { type: "button", id: "download-png" }, "Download PNG");
@@ -490,7 +497,7 @@ async function renderResult(a) {
   reportButton.addEventListener("click", async () => {
     reportButton.disabled = true;
     try {
-      const r = await api(`${path}/report.html`, { raw: true });
+      const r = await api(`${path}/report.html?records=${recordsView}`, { raw: true });
       download(`iclaudit-report-${a.id}.html`, r.data, "text/html");
     } finally {
       reportButton.disabled = false;
@@ -505,6 +512,10 @@ async function renderResult(a) {
     ...warnings(res),
     ...(render ? render(a, res) : []),
     ...renderEvidence(a, res),
+    res.evidence || res.records ? el("p", { class: "muted", id: "records-view", "data-records": recordsView },
+      recordsView === "full" ? "The records' text is shown as stored. " : "The records' text is redacted: e-mail addresses, phone, card and IBAN numbers and long digit runs masked; each record has a stable hash. ",
+      el("button", { type: "button", id: "toggle-records", onclick: () => { recordsView = recordsView === "full" ? "redacted" : "full"; renderResult(a); } },
+        recordsView === "full" ? "Redact the records" : "Show the records' text")) : null,
     el("h2", {}, "Downloads"),
     el("p", { class: "muted" }, "The report is one self-contained HTML file to share: it opens offline and prints to PDF."),
     el("div", { class: "actions" },

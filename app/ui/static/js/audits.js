@@ -2,7 +2,7 @@
 // progress (no reloads), cancel; each audit's name (its `name` label) and labels, the ε it measured and its
 // verdict; a sweep's children grouped under one row of their sweep; a selection of 2–4 audits to compare.
 import {
-  api, claimedEpsilon, el, fmt, initPage, OUTCOMES, progressBar, stateBadge, TERMINAL, verdictBadge, verdictOf, watch, when,
+  api, claimedEpsilon, datasetName, el, fmt, initPage, OUTCOMES, progressBar, stateBadge, TERMINAL, verdictBadge, verdictOf, watch, when,
 } from "./api.js";
 
 const STATES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
@@ -141,7 +141,7 @@ function row(audit) {
       " ", nameCell(audit)),
     el("td", { class: "hide-narrow" }, when(audit.created_at)),
     el("td", {}, audit.kind),
-    el("td", { class: "hide-narrow" }, r.dataset ?? "—"),
+    el("td", { class: "hide-narrow" }, datasetName(r.dataset)),
     el("td", { class: "hide-narrow" }, r.model ?? "—"),
     el("td", { class: "hide-narrow" }, mech),
     el("td", { class: "num hide-narrow" }, fmt(claimedEpsilon(audit))),

@@ -1,6 +1,6 @@
 // Compare page (/ui/compare?ids=a,b,…): 2–4 audits side by side — a headline row each, the requests diffed
 // (fields that differ first and marked), the results in columns, and the ROC points and GDP curves overlaid.
-import { api, claimedEpsilon, el, flatten, fmt, initPage, outcomeBadge, stateBadge, verdictOf } from "./api.js";
+import { api, claimedEpsilon, datasetName, el, flatten, fmt, initPage, outcomeBadge, stateBadge, verdictOf } from "./api.js";
 import { COLORS, rocChart } from "./charts.js";
 
 const main = initPage();
@@ -54,6 +54,7 @@ function headline(audits) {
     el("tbody", {},
       row("name", nameOf),
       row("kind", (a) => a.kind),
+      row("dataset", (a) => datasetName((a.request || {}).dataset)),
       row("state", (a) => stateBadge(a.state)),
       row("verdict", (a) => (a.state === "SUCCEEDED" ? outcomeBadge(verdictOf(a)) : "—")),
       row("ε claimed", (a) => fmt(claimedEpsilon(a))),

@@ -1,0 +1,1 @@
+"""What the service shows of the records it is trusted with (redact.py)."""
