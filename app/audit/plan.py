@@ -135,12 +135,19 @@ class Rates:
     model_fixed_seconds: float = 0.0
     endpoint_fixed_seconds: float = 0.0
     """Seconds an audit spends whatever its calls (setup, bounds, verdict), when the history could tell."""
+    model_load_seconds: float | None = None
+    """Seconds the model's latest load took (paid once per worker process; not in the rates above)."""
 
     @classmethod
     def fitted(
-        cls, model: Sequence[tuple[int, float]], endpoint: Sequence[tuple[int, float]], basis: str
+        cls,
+        model: Sequence[tuple[int, float]],
+        endpoint: Sequence[tuple[int, float]],
+        basis: str,
+        model_load_seconds: float | None = None,
     ) -> Rates:
-        """From finished audits' (calls, seconds), model's and endpoint's apart (`fit_rate` each)."""
+        """From finished audits' (calls, seconds), model's and endpoint's apart (`fit_rate` each), their
+        seconds without the model's load."""
         model_fit, endpoint_fit = fit_rate(model), fit_rate(endpoint)
         return cls(
             model_seconds_per_call=model_fit[1] if model_fit else None,
@@ -148,6 +155,7 @@ class Rates:
             basis=basis,
             model_fixed_seconds=model_fit[0] if model_fit else 0.0,
             endpoint_fixed_seconds=endpoint_fit[0] if endpoint_fit else 0.0,
+            model_load_seconds=model_load_seconds,
         )
 
 
@@ -702,4 +710,6 @@ def plan_request(
     else:
         raise AuditError(f"kind {request.kind!r} cannot be planned")
     plan["notes"] = [*plan["notes"], *_budget_notes(request, plan)]
+    # a worker that has not loaded the model yet adds its load to expected_seconds (a warm worker's time)
+    plan["time"]["model_load_seconds"] = rates.model_load_seconds if plan["calls"]["model"] else None
     return plan

@@ -287,6 +287,16 @@ def release_audit(session: Session, *, audit_id: str, attempt: int) -> bool:
     return res.rowcount == 1  # type: ignore[attr-defined]
 
 
+def record_model_load(session: Session, *, audit_id: str, seconds: float) -> None:
+    """The seconds the audit waited for its model to load in its worker (with its outcome)."""
+    session.execute(
+        update(Audit)
+        .where(Audit.id == audit_id)
+        .values(model_load_seconds=round(seconds, 3))
+        .execution_options(synchronize_session=False)
+    )
+
+
 def holds_outcome(session: Session, *, audit_id: str, attempt: int, state: AuditState) -> bool:
     """True when the row already shows this attempt's terminal `state`: a retried `finish_audit` whose
     first commit got through although its answer was lost."""

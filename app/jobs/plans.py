@@ -62,7 +62,9 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
     """Seconds per model call of the tenant's latest SUCCEEDED audits of this kind and model, and per
     endpoint call of those to this endpoint's origin, from (calls, finished − started) of up to
     PLAN_HISTORY of each (calls as the plan counts them: app.audit.plan.run_calls): a fixed part and a
-    per-call part when their calls differ (app.audit.plan.fit_rate), else the median seconds per call."""
+    per-call part when their calls differ (app.audit.plan.fit_rate), else the median seconds per call.
+    An audit's `model_load_seconds` (the model's load in a cold worker process) is taken out of its
+    seconds and reported apart: the latest one measured for the model."""
     from app.audit.plan import Rates, run_calls
     from app.db.scoping import owned
 
@@ -75,11 +77,15 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
     ).all()
     model: list[tuple[int, float]] = []
     url: list[tuple[int, float]] = []
+    load: float | None = None
     for audit in rows:
         body = audit.request or {}
         if audit.finished_at is None:
             continue
-        seconds = (audit.finished_at - audit.started_at).total_seconds()
+        loaded = audit.model_load_seconds or 0.0
+        if loaded and load is None and body.get("model") == request.model:
+            load = loaded  # the latest measured load of this model
+        seconds = (audit.finished_at - audit.started_at).total_seconds() - loaded
         calls = run_calls(audit.kind, body, audit.result or {})
         their = ((body.get("mechanism") or {}).get("endpoint") or {}).get("url")
         if calls is None:
@@ -95,7 +101,9 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
         for v, what in ((model, f"of {request.model}"), (url, "of this endpoint"))
         if v
     )
-    return Rates.fitted(model, url, basis=basis or "no finished audit to measure from")
+    return Rates.fitted(
+        model, url, basis=basis or "no finished audit to measure from", model_load_seconds=load
+    )
 
 
 def compute_plan(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,9 @@ class RegistryEngines:
         self._progress = progress
         self._check = check
         self._used: dict[str, Any] = {}
+        self.load_seconds = 0.0
+        """Seconds this audit waited for engines not yet loaded in this process (0 when all were warm):
+        each model's load is paid once per process, and a plan counts it apart from the per-call time."""
 
     def _loading(self, name: str) -> None:
         from transformers.utils import logging as hf_logging
@@ -46,8 +50,10 @@ class RegistryEngines:
     def llm(self, name: str) -> LLMEngine:
         from app.engines.registry import ModelLoadError, ModelsFileError, UnknownModel, load_llm
 
-        if name not in _llms:
+        cold = name not in _llms
+        if cold:
             self._loading(name)
+        start = time.monotonic()
         with _lock:
             if name not in _llms:
                 try:
@@ -58,6 +64,8 @@ class RegistryEngines:
                     raise AuditError(str(exc)) from exc
                 except ModelsFileError as exc:
                     raise AuditError(f"the models file (ICLAUDIT_MODELS_FILE) is invalid: {exc}") from exc
+            if cold:
+                self.load_seconds += time.monotonic() - start
             self._used[name] = _llms[name]
             return _checked(_llms[name], self._check)
 
@@ -69,8 +77,10 @@ class RegistryEngines:
     def embedder(self, name: str | None = None) -> Embedder:
         from app.engines.registry import ModelLoadError, ModelsFileError, UnknownModel, load_embedder
 
-        if name not in _embedders:
+        cold = name not in _embedders
+        if cold:
             self._loading(name or "the sentence embedder")
+        start = time.monotonic()
         with _lock:
             if name not in _embedders:
                 try:
@@ -81,6 +91,8 @@ class RegistryEngines:
                     ) from exc
                 except (ModelLoadError, ModelsFileError) as exc:
                     raise AuditError(str(exc)) from exc
+            if cold:
+                self.load_seconds += time.monotonic() - start
             return _checked(_embedders[name], self._check)
 
 
