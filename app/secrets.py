@@ -151,27 +151,51 @@ MIN_SCRUBBED = 8
 the name is longer."""
 
 
+def _bases(value: str) -> set[str]:
+    return {value, value.strip(), *(part for part in value.split() if len(part) >= 8)}
+
+
+def anchors(value: str) -> set[str]:
+    """Substrings of which every form (`forms`) contains at least one: each base's longest run of ASCII
+    letters and digits (no encoding changes those), or the form itself when that run is short, and the
+    base64 forms. A text with none of them holds no form, checked with fast substring search."""
+    out: set[str] = set()
+    for v in _bases(value):
+        runs = re.findall(r"[A-Za-z0-9]+", v)
+        core = max(runs, key=len) if runs else ""
+        if len(core) >= 6:
+            out.add(core)
+        else:
+            out |= {f for f in forms_of(v) if len(f) >= MIN_SCRUBBED}
+        out.add(base64.b64encode(v.encode("utf-8", "surrogatepass")).decode())
+    return {a for a in out if len(a) >= 6}
+
+
 def forms(value: str) -> set[str]:
     """The ways `value` shows up in text: itself and stripped, its repr (str and UTF-8 bytes), its JSON
     string, URL-encoded, base64, each whitespace-separated part of 8+ characters (the token of
     `Bearer <token>`), and the JSON string of each of those (a repr inside a JSON log line)."""
-    bases = {value, value.strip(), *(part for part in value.split() if len(part) >= 8)}
     out: set[str] = set()
-    for v in bases:
-        raw = v.encode("utf-8", "surrogatepass")
-        out |= {
-            v,
-            repr(v)[1:-1],
-            repr(raw)[2:-1],
-            json.dumps(v)[1:-1],
-            json.dumps(v, ensure_ascii=False)[1:-1],
-            quote(v, safe=""),
-            quote_plus(v, safe=""),
-            base64.b64encode(raw).decode(),
-            raw.decode("latin-1"),
-        }
+    for v in _bases(value):
+        out |= forms_of(v)
     out |= {json.dumps(form)[1:-1] for form in list(out)}
     return {form for form in out if len(form) >= MIN_SCRUBBED}
+
+
+def forms_of(v: str) -> set[str]:
+    """One base's forms (`forms` adds their JSON strings)."""
+    raw = v.encode("utf-8", "surrogatepass")
+    return {
+        v,
+        repr(v)[1:-1],
+        repr(raw)[2:-1],
+        json.dumps(v)[1:-1],
+        json.dumps(v, ensure_ascii=False)[1:-1],
+        quote(v, safe=""),
+        quote_plus(v, safe=""),
+        base64.b64encode(raw).decode(),
+        raw.decode("latin-1"),
+    }
 
 
 class Scrubber:
@@ -180,6 +204,7 @@ class Scrubber:
 
     def __init__(self) -> None:
         self._forms: set[str] = set()
+        self._anchors: tuple[str, ...] = ()
         self._pattern: re.Pattern[str] | None = None
         self._lock = threading.Lock()
 
@@ -189,6 +214,7 @@ class Scrubber:
             return
         with self._lock:
             self._forms |= new
+            self._anchors = tuple(set(self._anchors) | anchors(value))
             ordered = sorted(self._forms, key=len, reverse=True)  # the longest form first
             self._pattern = re.compile("|".join(map(re.escape, ordered)))
         _install_log_factory()
@@ -208,7 +234,9 @@ class Scrubber:
     def text(self, text: str) -> str:
         """`text` with every known secret form replaced by MASK."""
         pattern = self._pattern
-        return text if pattern is None or not text else pattern.sub(MASK, text)
+        if pattern is None or not text or not any(a in text for a in self._anchors):
+            return text  # the common case, by substring search (a regex alternation is ~10x slower)
+        return pattern.sub(MASK, text)
 
     def value(self, value: Any) -> Any:
         """A JSON-like value (dicts, lists, strings; keys too) with every string passed through `text`."""
