@@ -31,9 +31,12 @@ answers at once (no long-poll support) is polled with back-off instead of hammer
 Errors: `ApiError` (the server answered 4xx/5xx: status, message, per-field details),
 `ServiceUnreachable` (no answer after the retries), `WaitTimeout` (`wait`/`wait_sweep` ran past its timeout).
 
-Server-only code (FastAPI, SQLAlchemy, Celery) is never imported (tests/service/test_layering.py); the
-sweep and schedule models build every kind's request model (numpy, scipy: ~0.8 s), so they are imported on
-first use and `iclaudit submit` starts fast.
+Server-only code (FastAPI, SQLAlchemy, Celery) is never imported (tests/service/test_layering.py). The
+server's models (every kind's result and request models: numpy, scipy, seconds on a busy machine) are
+imported on first use, so importing the client costs httpx and pydantic only; `typed=False` keeps even a
+result loose (the CLI's `status`, `list` and `cancel`).
+
+A base URL ending in `/v1` (`http://host:8000/v1`) is read as the service's root (`http://host:8000`).
 """
 
 from __future__ import annotations
@@ -49,12 +52,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import httpx
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
-try:  # the server's distribution: every kind's typed result and the API's own response models
-    from app.audit.kinds.registry import validate_result
+
+def _server_models() -> bool:
+    """Whether the server's distribution (app/) is installed beside the client: results, sweeps, webhooks
+    and schedules then come back as its typed models, else as the light client's loose ones. Only looked
+    up here; the models are imported on first use (every kind's models load numpy and scipy: seconds)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("app.audit.kinds.registry") is not None
+    except ImportError:
+        return False
+
+
+TYPED = _server_models()
+
+if TYPE_CHECKING:
     from app.audit.results.base import ResultBase
-    from app.schemas.audits import AuditResult, Verdict
+    from app.schemas.audits import Verdict
+    from app.schemas.schedules import ScheduleList, ScheduleResource, ScheduleRunList
+    from app.schemas.sweeps import SweepList, SweepResource, SweepResult
     from app.schemas.webhooks import (
         DeliveryList,
         DeliveryResource,
@@ -63,27 +82,6 @@ try:  # the server's distribution: every kind's typed result and the API's own r
         WebhookList,
         WebhookResource,
     )
-
-    TYPED = True
-except ImportError:  # the light client (clients/python: httpx and pydantic only): the same fields, loosely
-    from iclaudit._loose import (  # type: ignore[assignment]
-        AuditResult,
-        DeliveryList,
-        DeliveryResource,
-        NotifySecret,
-        ResultBase,
-        Verdict,
-        WebhookCreated,
-        WebhookList,
-        WebhookResource,
-        validate_result,
-    )
-
-    TYPED = False
-
-if TYPE_CHECKING:
-    from app.schemas.schedules import ScheduleList, ScheduleResource, ScheduleRunList
-    from app.schemas.sweeps import SweepList, SweepResource, SweepResult
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})  # app/db/constants.py (test_client.py)
 RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -177,16 +175,35 @@ def _body(value: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
 
 
-def _schema(module: str, name: str) -> Any:
+def _schema(module: str, name: str, typed: bool = True) -> Any:
     """A response model of app/schemas (imported on first use: it builds every kind's request model), or
-    the light client's loose model where the server's distribution is not installed."""
-    if TYPED:
+    the light client's loose model where the server's distribution is not installed (or `typed` is off)."""
+    if TYPED and typed:
         import importlib
 
         return getattr(importlib.import_module(f"app.schemas.{module}"), name)
     from iclaudit import _loose
 
     return getattr(_loose, name)
+
+
+def validate_result(kind: str, body: dict[str, Any], typed: bool = True) -> ResultBase:
+    """A result as its kind's typed model (the server's distribution), else as a loose model keeping every
+    field the server sent."""
+    if TYPED and typed:
+        from app.audit.kinds.registry import validate_result as typed_result
+
+        return typed_result(kind, body)
+    from iclaudit import _loose
+
+    return _loose.validate_result(kind, body)  # type: ignore[return-value]
+
+
+def base_url(url: str) -> str:
+    """The service's root: a URL ending in `/v1` (where the API's routes start, as people often paste it)
+    is taken as the root it is under, so `…/v1` and `…` reach the same routes instead of `/v1/v1/…` (404)."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def _page(size: int, token: str | None) -> dict[str, str | int]:
@@ -236,7 +253,9 @@ class Audit(BaseModel):
     state: str
     progress: Progress
     request: dict[str, Any] | None = None
-    result: AuditResult | None = None
+    result: Any = None
+    """The result once SUCCEEDED: its kind's typed model (the server's distribution, unless the client was
+    made with `typed=False`), else a loose model with every field the server sent."""
     error: AuditFailure | None = None
     cancel_requested: bool = False
     attempt: int = 0
@@ -254,7 +273,9 @@ class Audit(BaseModel):
     @property
     def digest(self) -> Verdict | None:
         """The verdict digest (`outcome`, `headline`, `epsilon_lower`, `epsilon_detectable`, `violation`)."""
-        return Verdict.model_validate(self.verdict) if self.verdict is not None else None
+        if self.verdict is None:
+            return None
+        return _schema("audits", "Verdict").model_validate(self.verdict)  # type: ignore[no-any-return]
 
     def _field(self, digest_name: str, result_name: str) -> Any:
         """A verdict field from the digest, else from the result (a server that sends no digest)."""
@@ -274,7 +295,7 @@ class Audit(BaseModel):
 
     @property
     def epsilon_detectable(self) -> float | None:
-        """The audit's power: the smallest true ε it flags with probability ≥ ½ (None: unbounded, or not
+        """The audit's power: the smallest true ε it flags with probability ≥ 0.8 (None: unbounded, or not
         needed for the verdict)."""
         return self._field("epsilon_detectable", "epsilon_detectable")  # type: ignore[no-any-return]
 
@@ -285,10 +306,12 @@ class Audit(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _result_kind(cls, data: Any) -> Any:
-        """A server that sends the result without its `kind` (the result route's raw JSON) still parses."""
-        if isinstance(data, dict) and isinstance(data.get("result"), dict) and "kind" not in data["result"]:
-            data = {**data, "result": {"kind": data.get("kind"), **data["result"]}}
+    def _typed_result(cls, data: Any, info: ValidationInfo) -> Any:
+        """The result as its kind's model (`validate_result`; loose when the validation context says
+        `typed: False`); a result sent without its `kind` (the result route's raw JSON) still parses."""
+        if isinstance(data, dict) and isinstance(data.get("result"), dict):
+            typed = (info.context or {}).get("typed", True)
+            data = {**data, "result": validate_result(data.get("kind", ""), data["result"], typed)}
         return data
 
 
@@ -340,13 +363,18 @@ class IclauditClient:
         max_backoff: float = 10.0,
         connect_timeout: float | None = None,
         retry_unreachable: bool = True,
+        typed: bool = True,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         """`connect_timeout` bounds opening a connection (default: `timeout`); `retry_unreachable=False`
         gives up at once when the first call finds no server (refused, time-out), as the CLI does; once
-        the server has answered, a lost connection is retried as usual."""
+        the server has answered, a lost connection is retried as usual. `url` is the service's root; one
+        ending in `/v1` is read as the root it is under. `typed=False` returns loose models (every field the
+        server sent) even where the server's typed ones are installed: no numpy or scipy to import, as the
+        CLI's `status` and `list` need none."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.url = url.rstrip("/")
+        self.url = base_url(url)
+        self.typed = typed
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         self.retries = retries
@@ -441,12 +469,15 @@ class IclauditClient:
 
     def submit(self, request: Mapping[str, Any] | BaseModel, *, idempotency_key: str | None = None) -> Audit:
         """POST /v1/audits: start an audit (202); the same idempotency key returns the same audit."""
-        return Audit.model_validate(
+        return self._audit(
             self._json("POST", "/v1/audits", json=_body(request), idempotency_key=idempotency_key)
         )
 
     def get(self, audit_id: str) -> Audit:
-        return Audit.model_validate(self._json("GET", f"/v1/audits/{audit_id}"))
+        return self._audit(self._json("GET", f"/v1/audits/{audit_id}"))
+
+    def _audit(self, body: Any) -> Audit:
+        return Audit.model_validate(body, context={"typed": self.typed})
 
     def wait(
         self,
@@ -480,7 +511,7 @@ class IclauditClient:
             )
             changed = False
             if response.status_code != 304:
-                seen = Audit.model_validate(response.json())
+                seen = self._audit(response.json())
                 etag = response.headers.get("ETag")
                 changed = audit is None or seen != audit
                 audit = seen
@@ -498,7 +529,7 @@ class IclauditClient:
         audit = self.get(audit_id)
         if audit.state != "SUCCEEDED" or audit.result is None:
             body = self._json("GET", f"/v1/audits/{audit_id}/result")  # raises the server's 404 reason
-            return validate_result(audit.kind, body)
+            return validate_result(audit.kind, body, self.typed)
         return audit.result
 
     def result_json(self, audit_id: str) -> dict[str, Any]:
@@ -530,11 +561,23 @@ class IclauditClient:
         params = {"records": "full" if full else "redacted"}
         return self.request("GET", f"/v1/audits/{audit_id}/report.html", params=params).text
 
+    def junit(self, audit_id: str) -> bytes:
+        """GET /v1/audits/{id}/report.junit.xml: the ended audit as a JUnit XML report (the CI gate's; the
+        server writes it from the typed result, so both distributions write the same file)."""
+        return self.request("GET", f"/v1/audits/{audit_id}/report.junit.xml").content
+
+    def regression(self, audit_id: str, baseline_id: str) -> dict[str, Any]:
+        """GET /v1/audits/{id}/regression?baseline=…: each membership test's lower bound on ε against the
+        baseline audit's upper confidence bound; `regressed`, `headline` and the `tests` compared."""
+        return self._json(  # type: ignore[no-any-return]
+            "GET", f"/v1/audits/{audit_id}/regression", params={"baseline": baseline_id}
+        )
+
     def result_png(self, audit_id: str) -> bytes:
         return self.request("GET", f"/v1/audits/{audit_id}/result.png").content
 
     def cancel(self, audit_id: str) -> Audit:
-        return Audit.model_validate(self._json("POST", f"/v1/audits/{audit_id}/cancel"))
+        return self._audit(self._json("POST", f"/v1/audits/{audit_id}/cancel"))
 
     def list(
         self,
@@ -560,7 +603,9 @@ class IclauditClient:
         )
         params += [(k, v) for k, v in filters if v]
         params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
-        return AuditPage.model_validate(self._json("GET", "/v1/audits", params=params))
+        return AuditPage.model_validate(
+            self._json("GET", "/v1/audits", params=params), context={"typed": self.typed}
+        )
 
     def resolve_id(self, given: str) -> str:
         """The whole id of the caller's one audit whose id starts with `given` (a whole id is returned as
@@ -627,19 +672,19 @@ class IclauditClient:
     ) -> SweepResource:
         """POST /v1/sweeps: {base: <audit request>, grid: {path: [values]}, seeds: n} (a dict or a
         `SweepRequest`); the same idempotency key returns the same sweep."""
-        model = _schema("sweeps", "SweepResource")
+        model = _schema("sweeps", "SweepResource", self.typed)
 
         body = self._json("POST", "/v1/sweeps", json=_body(sweep), idempotency_key=idempotency_key)
         return model.model_validate(body)
 
     def get_sweep(self, sweep_id: str) -> SweepResource:
-        model = _schema("sweeps", "SweepResource")
+        model = _schema("sweeps", "SweepResource", self.typed)
 
         return model.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}"))
 
     def list_sweeps(self, *, page_size: int = 20, page_token: str | None = None) -> SweepList:
         """One page of the caller's sweeps, newest first."""
-        model = _schema("sweeps", "SweepList")
+        model = _schema("sweeps", "SweepList", self.typed)
 
         return model.model_validate(self._json("GET", "/v1/sweeps", params=_page(page_size, page_token)))
 
@@ -671,13 +716,13 @@ class IclauditClient:
 
     def cancel_sweep(self, sweep_id: str) -> SweepResource:
         """Cancels every child not yet finished (409 when all had)."""
-        model = _schema("sweeps", "SweepResource")
+        model = _schema("sweeps", "SweepResource", self.typed)
 
         return model.model_validate(self._json("POST", f"/v1/sweeps/{sweep_id}/cancel"))
 
     def sweep_result(self, sweep_id: str) -> SweepResult:
         """The grid as a table (per child and per point over its seeds); 409 until every child ended."""
-        model = _schema("sweeps", "SweepResult")
+        model = _schema("sweeps", "SweepResult", self.typed)
 
         return model.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}/result"))
 
@@ -695,13 +740,17 @@ class IclauditClient:
         """POST /v1/webhooks (`events` None or empty: all of them); the answer holds the signing secret,
         shown this once."""
         body = {"url": url, "events": events or [], "description": description}
-        return WebhookCreated.model_validate(self._json("POST", "/v1/webhooks", json=body, replay_safe=False))
+        return _schema("webhooks", "WebhookCreated", self.typed).model_validate(  # type: ignore[no-any-return]
+            self._json("POST", "/v1/webhooks", json=body, replay_safe=False)
+        )
 
     def get_webhook(self, webhook_id: str) -> WebhookResource:
-        return WebhookResource.model_validate(self._json("GET", f"/v1/webhooks/{webhook_id}"))
+        return _schema("webhooks", "WebhookResource", self.typed).model_validate(  # type: ignore[no-any-return]
+            self._json("GET", f"/v1/webhooks/{webhook_id}")
+        )
 
     def list_webhooks(self, *, page_size: int = 50, page_token: str | None = None) -> WebhookList:
-        return WebhookList.model_validate(
+        return _schema("webhooks", "WebhookList", self.typed).model_validate(  # type: ignore[no-any-return]
             self._json("GET", "/v1/webhooks", params=_page(page_size, page_token))
         )
 
@@ -713,18 +762,22 @@ class IclauditClient:
         self, webhook_id: str, *, page_size: int = 50, page_token: str | None = None
     ) -> DeliveryList:
         """Newest first: each event sent to the webhook, its state, attempts and last answer."""
-        return DeliveryList.model_validate(
+        return _schema("webhooks", "DeliveryList", self.typed).model_validate(  # type: ignore[no-any-return]
             self._json("GET", f"/v1/webhooks/{webhook_id}/deliveries", params=_page(page_size, page_token))
         )
 
     def redeliver(self, webhook_id: str, delivery_id: str) -> DeliveryResource:
         """Send a delivery again (same `webhook-id`, so a receiver de-duplicates it)."""
         path = f"/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"
-        return DeliveryResource.model_validate(self._json("POST", path))
+        return _schema("webhooks", "DeliveryResource", self.typed).model_validate(  # type: ignore[no-any-return]
+            self._json("POST", path)
+        )
 
     def notify_secret(self) -> NotifySecret:
         """The secret that signs deliveries to a request's `notify` URL."""
-        return NotifySecret.model_validate(self._json("GET", "/v1/webhooks/notify-secret"))
+        return _schema("webhooks", "NotifySecret", self.typed).model_validate(  # type: ignore[no-any-return]
+            self._json("GET", "/v1/webhooks/notify-secret")
+        )
 
     # -- schedules -----------------------------------------------------------------------------------
 
@@ -738,7 +791,7 @@ class IclauditClient:
     ) -> ScheduleResource:
         """POST /v1/schedules: an audit `request` or a `sweep`, re-run at every `cron` time (UTC; five
         fields, or six with seconds last) or every `interval_seconds`."""
-        model = _schema("schedules", "ScheduleResource")
+        model = _schema("schedules", "ScheduleResource", self.typed)
 
         body: dict[str, Any] = {
             name: value
@@ -752,18 +805,18 @@ class IclauditClient:
         return model.model_validate(self._json("POST", "/v1/schedules", json=body, replay_safe=False))
 
     def get_schedule(self, schedule_id: str) -> ScheduleResource:
-        model = _schema("schedules", "ScheduleResource")
+        model = _schema("schedules", "ScheduleResource", self.typed)
 
         return model.model_validate(self._json("GET", f"/v1/schedules/{schedule_id}"))
 
     def list_schedules(self, *, page_size: int = 50, page_token: str | None = None) -> ScheduleList:
-        model = _schema("schedules", "ScheduleList")
+        model = _schema("schedules", "ScheduleList", self.typed)
 
         return model.model_validate(self._json("GET", "/v1/schedules", params=_page(page_size, page_token)))
 
     def schedule_runs(self, schedule_id: str) -> ScheduleRunList:
         """Each firing, newest first (at most 100), with its audit's state and verdict."""
-        model = _schema("schedules", "ScheduleRunList")
+        model = _schema("schedules", "ScheduleRunList", self.typed)
 
         return model.model_validate(self._json("GET", f"/v1/schedules/{schedule_id}/runs"))
 

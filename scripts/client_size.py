@@ -137,7 +137,8 @@ def report(
 
 Produced by `.venv/bin/python scripts/client_size.py --write` on {platform.machine()}, Python
 {platform.python_version()} (method in the script's docstring). Light: `pip install ./clients/python` into an
-empty venv (the `iclaudit-client` distribution: the same `iclaudit.client` module, httpx and pydantic only).
+empty venv (the `iclaudit-client` distribution: the same `iclaudit.client` module and `iclaudit` client commands,
+with httpx, pydantic, typer and rich only).
 Full: the `iclaudit` distribution (the server) and its dependency closure without extras, as `make venv`
 installs it (the CPU build of torch; a CUDA torch is several GB more).
 
@@ -147,8 +148,8 @@ installs it (the CPU build of torch; a CUDA torch is several GB more).
 | full (`pip install .`, the server) | {len(full)} | {_mb(full_bytes)} | {full_import:.2f} s |
 
 The light install is {light_bytes / full_bytes:.2%} of the full one ({full_bytes / light_bytes:,.0f}x smaller);
-its `pip install` took {light["install_seconds"]:.0f} s here (downloads included, a 2-core machine shared with
-other work, so the import times are indicative).
+its `pip install` took {light["install_seconds"]:.0f} s here (downloads included, a {os.cpu_count()}-core machine shared with
+other work: load average {os.getloadavg()[0]:.1f} when this was written, so the times are indicative).
 
 What the light install holds:
 

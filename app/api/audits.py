@@ -1,6 +1,6 @@
 """/v1/audits: submit (202 + Location), read (ETag, 304, long-poll `wait`), list (summary or full view,
-keyset pages), events (Server-Sent Events), cancel, result (JSON and PNG). Thin doorways into
-app.jobs.service, app.db.audits, app.db.polling, app.api.watch and app.reports.plots."""
+keyset pages), events (Server-Sent Events), cancel, result (JSON and PNG), JUnit report. Thin doorways
+into app.jobs.service, app.db.audits, app.db.polling, app.api.watch and app.reports."""
 
 from __future__ import annotations
 
@@ -63,6 +63,7 @@ from app.schemas.audits import (
     typed_result,
 )
 from app.schemas.errors import ErrorResponse, FieldViolation
+from app.schemas.regression import Regression
 
 router = APIRouter(prefix="/v1/audits", tags=["audits"], route_class=StrictJSONRoute)
 
@@ -585,3 +586,61 @@ def get_report(
     name = f"iclaudit-report-{audit.id}.html"
     headers = {"Content-Disposition": f'inline; filename="{name}"', "Content-Security-Policy": REPORT_CSP}
     return Response(body, media_type="text/html", headers=headers)
+
+
+@router.get(
+    "/{audit_id}/report.junit.xml",
+    response_class=Response,
+    responses={
+        **_ERRORS,
+        409: {"model": ErrorResponse},
+        200: {"content": {"application/xml": {}}, "description": "The audit as a JUnit XML report."},
+    },
+)
+def get_audit_junit(audit_id: str, session: SessionDep, tenant: TenantDep) -> Response:
+    """The ended audit as the CI gate's JUnit XML report (app/reports/junit.py): one test case per threat
+    model, a failure for a violation or a leak, skipped when inconclusive, one error case when the audit
+    FAILED or was CANCELLED. `iclaudit submit --junit` writes this file; 409 while the audit runs."""
+    from app.reports.junit import junit_xml
+
+    audit = audit_rows.get_audit(session, tenant_id=tenant.id, audit_id=audit_id)
+    if audit is None:
+        raise _not_found(audit_id)
+    if audit.state not in TERMINAL_STATES:
+        raise ApiError(409, f"Audit {audit_id} is {audit.state}; its JUnit report exists once it has ended.")
+    name = f"iclaudit-{audit.id}.junit.xml"
+    return Response(
+        junit_xml([AuditResource.of(audit)]),
+        media_type="application/xml",
+        headers={"Content-Disposition": f'inline; filename="{name}"'},
+    )
+
+
+@router.get("/{audit_id}/regression", response_model=Regression, responses=_ERRORS)
+def get_audit_regression(
+    audit_id: str,
+    session: SessionDep,
+    tenant: TenantDep,
+    baseline: Annotated[
+        str, Query(description="The baseline audit's id (a SUCCEEDED audit of the same kind).")
+    ],
+) -> Regression:
+    """Has the leakage risen since a baseline audit? Each membership test's lower bound on ε against the
+    baseline's upper confidence bound on the ε of its test (app/audit/regression.py: what is compared, at
+    what confidence); `regressed` when one exceeds the other. 404 until both have SUCCEEDED."""
+    from app.audit.regression import RegressionError, compare
+
+    audit = _succeeded(session, tenant, audit_id)
+    base = _succeeded(session, tenant, baseline)
+    if base.kind != audit.kind:
+        raise ApiError(
+            422,
+            f"The baseline {baseline} is a {base.kind} audit; audit {audit_id} is {audit.kind}: compare audits "
+            "of one kind.",
+            [FieldViolation(path="query.baseline", message=f"not a {audit.kind} audit")],
+        )
+    try:
+        found = compare(audit.result or {}, base.result or {})
+    except RegressionError as exc:
+        raise ApiError(422, f"{exc}.", [FieldViolation(path="query.baseline", message=str(exc))]) from exc
+    return Regression(audit_id=audit.id, baseline_id=base.id, **found)

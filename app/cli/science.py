@@ -16,9 +16,6 @@ from rich.console import Console
 from rich.table import Table
 
 from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE
-from app.audit.accounting.gaussian import gaussian_calibration
-from app.audit.accounting.rdp import synthetic_generation_parameters
-from app.audit.stats.bounds import ASSUMPTIONS, Counts, gdp_bound_from_counts
 
 console = Console()
 accounting = typer.Typer(name="accounting", help="Privacy accounting calculators.", no_args_is_help=True)
@@ -123,6 +120,8 @@ def bound(
 ) -> None:
     """How much a system leaks at least, from a membership test's outcome counts: two lower bounds on ε at
     the same joint confidence — one assuming Gaussian noise, one valid for any mechanism."""
+    from app.audit.stats.bounds import ASSUMPTIONS, Counts, gdp_bound_from_counts  # numpy, scipy: at use
+
     if assumption not in ASSUMPTIONS:
         raise typer.BadParameter(
             f"choose {' or '.join(ASSUMPTIONS)}, got {assumption!r}", param_hint="--assumption"
@@ -187,6 +186,8 @@ def synthetic_generation(
             )
     if target is not None and target_epsilon is None:
         raise typer.BadParameter("required with --solve-for", param_hint="--target-epsilon")
+    from app.audit.accounting.rdp import synthetic_generation_parameters
+
     try:
         result = synthetic_generation_parameters(
             delta=delta, sequences=sequences, max_new_tokens=max_new_tokens, clip=clip, batch_size=batch_size,
@@ -212,6 +213,8 @@ def gaussian(
 ) -> None:
     """Noise σ for (ε, δ)-DP (classic, or analytic with --analytic), the mechanism's μ = Δ₂/σ, the exact ε at δ
     of that σ, and a warning where the classic σ does not keep the claim (ε ≳ 8.4 at δ = 1e-5)."""
+    from app.audit.accounting.gaussian import gaussian_calibration
+
     _emit(
         gaussian_calibration(epsilon, delta, sensitivity=sensitivity, analytic=analytic), as_json, "Gaussian"
     )

@@ -1,5 +1,5 @@
 """Service commands: serve, worker, migrate, keys create|revoke. The client commands (submit, watch,
-status, result, list, cancel, datasets, models) are in app/cli/audits.py."""
+status, result, list, cancel, datasets, models) are in iclaudit/cli/commands.py."""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from junitparser import Failure, JUnitXml, Skipped
 
 from app.audit.local import run_request
 from app.audit.results.iclinf import EXAMPLE as ICLINF_EXAMPLE
-from app.cli.audits import Exit, gate_code
 from app.reports.junit import junit_xml
+from iclaudit.cli.commands import Exit, gate_code
 from iclaudit.client import Audit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,7 +181,7 @@ def test_a_failed_audit_is_an_error(tmp_path: Path) -> None:
 
 def test_the_headline_is_coloured_by_outcome(audits: dict[str, Audit]) -> None:
     """The CLI's last line: red for a violation or a leak, yellow when inconclusive, green when consistent."""
-    from app.cli.audits import headline_text
+    from iclaudit.cli.commands import headline_text
 
     colours = {"violation": "red", "leak": "red", "inconclusive": "yellow", "consistent": "green"}
     for outcome, audit in audits.items():

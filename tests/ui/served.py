@@ -50,9 +50,10 @@ class Served:
 
 
 def serve(
-    state: Path, *, auth: bool, extra_env: dict[str, str] | None = None
+    state: Path, *, auth: bool, extra_env: dict[str, str] | None = None, ready_within: float = 90.0
 ) -> tuple[subprocess.Popen, str, dict]:
-    """`iclaudit migrate` then `iclaudit serve` on a free port in `state`; returns (process, url, env)."""
+    """`iclaudit migrate` then `iclaudit serve` on a free port in `state`; returns (process, url, env). A
+    server not ready within `ready_within` seconds is stopped and the test fails with its log."""
     env = {
         **os.environ,
         "ICLAUDIT_STATE_DIR": str(state),
@@ -75,7 +76,7 @@ def serve(
         preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + ready_within
     while True:
         try:
             if httpx.get(f"{url}/healthz").status_code == 200:
@@ -83,7 +84,8 @@ def serve(
         except httpx.TransportError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError((state / "serve.log").read_text())
+            stop(proc)
+            raise AssertionError(f"not ready within {ready_within:g} s: " + (state / "serve.log").read_text())
         time.sleep(0.1)
 
 

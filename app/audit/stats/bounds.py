@@ -265,6 +265,32 @@ def gdp_bound_from_counts(
     )
 
 
+def epsilon_upper_from_counts(
+    counts: Counts, *, confidence: float = 0.95, delta: float = 1e-5, assumption: Assumption = "gdp"
+) -> float:
+    """An upper confidence bound, at joint confidence γ, on the ε that this test's true rates show: the
+    mirror of the lower bounds above. Each rate gets its one-sided Clopper-Pearson *lower* bound at level
+    (1 − γ)/2 (FNR from fn, FPR from fp), and the same functional as the lower bound under `assumption`
+    (GDP μ = −Φ⁻¹(FNR) − Φ⁻¹(FPR) then ε at δ; or the assumption-free ε_af), which decreases in both rates,
+    is read at them. With probability ≥ γ both true rates lie above their bounds, so the ε of the test's
+    true rates is at most this. It bounds what this attack, at this threshold, shows with unlimited
+    trials — not the system's ε, which no audit bounds from above. ∞ when no error of one kind was seen
+    (a lower rate bound of 0)."""
+    _check_confidence(confidence)
+    _check_assumption(assumption)
+    if counts.n_in == 0 or counts.n_out == 0:
+        raise ValueError("counts need at least one C1 trial (tp + fn > 0) and one C0 trial (fp + tn > 0)")
+    alpha = (1 - confidence) / 2
+    fnr_lo = clopper_pearson_lower(counts.fn, counts.n_in, alpha)
+    fpr_lo = clopper_pearson_lower(counts.fp, counts.n_out, alpha)
+    if fnr_lo <= 0 or fpr_lo <= 0:
+        return math.inf
+    rates = (np.array([fnr_lo]), np.array([fpr_lo]))
+    if assumption == "none":
+        return float(assumption_free_epsilon(*rates, delta)[0])
+    return epsilon_for_mu(float(mu_from_rates(*rates)[0]), delta)
+
+
 def auditor_accuracy(counts: Counts) -> float:
     """Fraction of correct membership guesses, (TP + TN)/n (ContextLeak's auditor accuracy, 002 Alg. 1).
 

@@ -1,13 +1,16 @@
-"""Client commands: submit, watch, status, result, list, cancel, datasets, models — all through
-iclaudit.client.IclauditClient (one HTTP code path).
+"""The client commands: submit, watch, status, result, list, cancel, plan, resume, datasets, models — all
+through iclaudit.client.IclauditClient (one HTTP code path). Both distributions run this code: the light
+client's `iclaudit` (iclaudit/cli/__init__.py) and the server's (app/cli), which adds the service commands
+and the calculators. Nothing here imports server code: verdicts, headlines and JUnit reports are read from
+what the API sends.
 
-Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate), from the result's `verdict`
-(app/audit/stats/verdict.py):
+Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate), from the result's `verdict`:
   0  the audit SUCCEEDED and its verdict is `consistent`: it could have seen a violation and saw none;
      also a kind that measures no leakage and so has no verdict (iclinf: influence, not ε)
   1  the audit SUCCEEDED and its verdict is `violation` (a measured lower bound exceeds the claimed ε) or
      `leak` (nothing is claimed and the bound exceeds `max_epsilon`); also a mia claim whose noise cannot
-     give the claimed ε even in theory (`theory_violation`)
+     give the claimed ε even in theory (`theory_violation`); also, with `--baseline`, a measured lower
+     bound above the baseline audit's upper bound (a regression)
   2  the audit FAILED or was CANCELLED
   3  a usage error (bad option or file, a request the service refused) or the service could not be reached
   4  the audit SUCCEEDED and its verdict is `inconclusive`: it could not have seen a violation (too few
@@ -15,40 +18,32 @@ Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate), from the re
   130  interrupted (Ctrl-C): the audit runs on; re-attach with `iclaudit watch ID`
 The last line of the report is the verdict's headline (red: violation or leak; yellow: inconclusive;
 green: consistent). Other client commands exit 0 on success and 3 on a usage or connection error.
+
+Imports are lazy (the client, httpx and pydantic on a command's first call; rich's tables and progress
+bars when drawn), so `iclaudit --help` and `iclaudit status` start fast.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import IntEnum, StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.core
-from rich import box
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TaskProgressColumn,
-    TextColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
 from rich.text import Text
 
-from app.audit.results.base import ResultBase
-from app.cli.reach import CONNECT_TIMEOUT_S, START_HINT, default_url
-from app.db.constants import TERMINAL_STATES
-from app.reports.junit import gate_fails, gate_outcome
-from iclaudit.client import ApiError as ClientApiError
-from iclaudit.client import Audit, ClientError, IclauditClient, ServiceUnreachable, WaitTimeout
-from iclaudit.csv_cells import safe_cell  # the API's CSV-injection escaping (one function)
+from iclaudit.cli.reach import CONNECT_TIMEOUT_S, START_HINT, default_url
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from iclaudit.client import Audit, ClientError, IclauditClient
 
 console = Console()
 err_console = Console(stderr=True)
@@ -150,7 +145,9 @@ def fail(message: str, code: Exit = Exit.USAGE) -> typer.Exit:
 
 
 def _client_error(exc: ClientError) -> typer.Exit:
-    if isinstance(exc, ClientApiError):
+    from iclaudit.client import ApiError, ServiceUnreachable
+
+    if isinstance(exc, ApiError):
         err_console.print(f"[red]{exc.status}[/] {exc.message}", highlight=False, soft_wrap=True)
         for path, message in exc.details:  # each with its JSON path ($.mechanism.epsilon), the first too
             same = message.rstrip(".") in exc.message
@@ -163,10 +160,31 @@ def _client_error(exc: ClientError) -> typer.Exit:
     return fail(str(exc))
 
 
-def _open(url: str | None, api_key: str | None) -> IclauditClient:
+def _open(url: str | None, api_key: str | None, typed: bool = True) -> IclauditClient:
+    from iclaudit.client import IclauditClient
+
     return IclauditClient(
-        url or default_url(), api_key, connect_timeout=CONNECT_TIMEOUT_S, retry_unreachable=False
+        url or default_url(),
+        api_key,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        retry_unreachable=False,
+        typed=typed,
     )
+
+
+@contextmanager
+def connected(url: str | None, api_key: str | None, *, typed: bool = True) -> Iterator[IclauditClient]:
+    """The client for one command; a client error (the service refused, or is not there) becomes one line
+    on stderr and exit 3. `typed=False` where the command shows no result table (status, list, cancel):
+    no typed result models to import, so it starts as fast in the server's distribution as in the light
+    client's."""
+    from iclaudit.client import ClientError
+
+    try:
+        with _open(url, api_key, typed) as client:
+            yield client
+    except ClientError as exc:
+        raise _client_error(exc) from None
 
 
 # --- rendering ----------------------------------------------------------------------------------------
@@ -215,7 +233,9 @@ def _model_rows(model: Any, prefix: str = "") -> list[tuple[str, str, str]]:
         key = f"{prefix}{name}"
         if hasattr(type(value), "model_fields"):
             rows.extend(_model_rows(value, f"{key}."))
-        elif isinstance(value, list) and (len(value) > 8 or any(isinstance(v, list | dict) for v in value)):
+        elif isinstance(value, list) and (
+            len(value) > 8 or any(isinstance(v, list | dict) or hasattr(v, "model_fields") for v in value)
+        ):
             rows.append((key, f"[{len(value)} values; --format json shows them]", meaning))
         elif isinstance(value, list):
             rows.append((key, ", ".join(show(v) for v in value), meaning))
@@ -256,7 +276,7 @@ FIGURES = {
     "max_epsilon": "leakage allowed without a claim",
     "epsilon_ceiling": "the most any attack could show",
     "epsilon_exact_at_delta": "the same as epsilon_ceiling",
-    "epsilon_detectable": "the least ε flagged with P ≥ ½",
+    "epsilon_detectable": "the least ε flagged with P ≥ 0.8",
     "mu_lower": "the lower bound as Gaussian-DP μ",
     "mu_theory": "Gaussian-DP μ of the noise",
 }
@@ -272,14 +292,16 @@ def _figure(kind: str, key: str) -> str | None:
     return KIND_FIGURES.get((kind, leaf)) or FIGURES.get(leaf)
 
 
-def result_table(
-    result: ResultBase, title: str, explain: bool | None = None, *, headline: bool = True
-) -> Table:
+def result_table(result: Any, title: str, explain: bool | None = None, *, headline: bool = True) -> Table:
     """The typed result as field · value · what it means: the verdict first (verdict, headline — unless
     `headline` is False because the caller prints it as its last line —, reason, power), then every other
     field under "details", each ε figure with one short line on what it is. The meanings column shows when
     `explain`, by default when the terminal is at least EXPLAIN_WIDTH wide; narrower, a caption says where
-    to find the meanings and an ε figure's short line follows its value."""
+    to find the meanings and an ε figure's short line follows its value. The result is the server's typed
+    model (the server's distribution: each field's meaning from its description) or the light client's
+    loose one (the same fields; the ε figures' short lines only)."""
+    from rich.table import Table
+
     explain = console.width >= EXPLAIN_WIDTH if explain is None else explain
     table = Table(title=title, show_lines=False)
     table.add_column("field", no_wrap=True)
@@ -292,10 +314,10 @@ def result_table(
         )
     rows = _model_rows(result)
     shown = {name for name in VERDICT_FIELDS if headline or name != "headline"}
-    if result.epsilon_detectable_unbounded is not True:
+    if getattr(result, "epsilon_detectable_unbounded", None) is not True:
         shown.discard("epsilon_detectable_unbounded")
     top = {key: (value, meaning) for key, value, meaning in rows if key in VERDICT_FIELDS}
-    style = OUTCOME_STYLE.get(result.verdict or "", "")
+    style = OUTCOME_STYLE.get(outcome_of(result) or "", "")
 
     def add(key: str, value: str, meaning: str, value_style: str = "") -> None:
         short = _figure(result.kind, key)
@@ -316,19 +338,48 @@ def result_table(
     return table
 
 
-def headline_text(result: ResultBase | None, kind: str) -> Text:
+FAILING = frozenset({"violation", "leak"})
+
+
+def outcome_of(result: Any) -> str | None:
+    """The outcome the gate acts on, as the server wrote it: the result's `verdict`; for a result stored
+    before verdicts existed, `violation` when the result says it is one; None for a kind that measures no
+    leakage (iclinf) or no result."""
+    if result is None:
+        return None
+    verdict = getattr(result, "verdict", None)
+    if isinstance(verdict, str):
+        return verdict
+    return "violation" if getattr(result, "violation", None) is True else None
+
+
+def gate_fails(result: Any) -> bool:
+    """What fails the gate (exit 1): a violation, a leak, or (mia) a claim its noise cannot give even in
+    theory (the result's `theory_violation`)."""
+    return outcome_of(result) in FAILING or getattr(result, "theory_violation", None) is True
+
+
+def headline_text(result: Any, kind: str) -> Text:
     """The verdict in plain words, coloured by outcome (red: violation or leak; yellow: inconclusive;
     green: consistent); for a kind without a verdict, a dim line saying the gate passes it."""
-    outcome = gate_outcome(result)
-    if result is not None and result.headline:
-        return Text(result.headline, style=OUTCOME_STYLE.get(outcome or "", "bold"))
+    outcome = outcome_of(result)
+    headline = getattr(result, "headline", None)
+    if isinstance(headline, str) and headline:
+        return Text(headline, style=OUTCOME_STYLE.get(outcome or "", "bold"))
     if outcome is not None:
         return Text(f"Verdict: {outcome}", style=OUTCOME_STYLE.get(outcome, "bold"))
     what = "influence, not ε against a claim" if kind == "iclinf" else "no leakage against a claim"
     return Text(f"No verdict: a {kind} audit measures {what}; the gate passes it", style="dim")
 
 
-def _warnings(result: ResultBase) -> list[str]:
+def _side(value: Any) -> dict[str, Any] | None:
+    """A nested part of a result (a threat model's bound) as a dict, typed model or not."""
+    if isinstance(value, dict):
+        return value
+    return value.model_dump() if hasattr(type(value), "model_fields") else None
+
+
+def _warnings(result: Any) -> list[str]:
     notes = []
     accuracy, labels = getattr(result, "accuracy", None), getattr(result, "labels", None)
     if result.kind == "iclinf" and isinstance(accuracy, float) and labels and accuracy < 1 / len(labels):
@@ -336,11 +387,13 @@ def _warnings(result: ResultBase) -> list[str]:
             f"accuracy {accuracy:.0%} is below chance ({1 / len(labels):.0%} for {len(labels)} labels): the "
             "model ignores the task, so the ICLInf numbers say little about this prompt format"
         )
-    for row in result.verdicts():
-        if row.violation:
+    for name in ("black_box", "white_box"):  # the threat models whose bound the result marks a violation
+        side = _side(getattr(result, name, None))
+        if side is not None and side.get("violation") is True:
+            measured = side.get("epsilon_lower", side.get("epsilon_empirical"))
             notes.append(
-                f"VIOLATION ({row.name}): measured ε ≥ {show(row.epsilon_empirical)} exceeds the claimed "
-                f"ε = {show(row.epsilon_theory)}"
+                f"VIOLATION ({name}): measured ε ≥ {show(measured)} exceeds the claimed "
+                f"ε = {show(getattr(result, 'epsilon_theory', None))}"
             )
     return notes
 
@@ -371,6 +424,8 @@ def follow(client: IclauditClient, audit_id: str, *, live: bool, timeout: float 
                 last[0] = audit.progress.stage
 
         return client.wait(audit_id, timeout=timeout, on_update=note)
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -393,19 +448,27 @@ def gate_code(audit: Audit, *, allow_inconclusive: bool = False) -> Exit:
         return Exit.AUDIT_FAILED
     if gate_fails(audit.result):
         return Exit.VIOLATION
-    if gate_outcome(audit.result) == "inconclusive" and not allow_inconclusive:
+    if outcome_of(audit.result) == "inconclusive" and not allow_inconclusive:
         return Exit.INCONCLUSIVE
     return Exit.OK
 
 
-def finish(audit: Audit, *, as_json: bool, junit: Path | None, allow_inconclusive: bool = False) -> Exit:
-    """Report a finished audit (table or JSON on stdout, JUnit file) and return its exit code. The last
-    line is the verdict's headline: on stdout after the table, on stderr with --json (stdout stays JSON)."""
-    if junit is not None:
-        from app.reports.junit import junit_xml
-
-        junit.write_bytes(junit_xml([audit]))
-        err_console.print(f"wrote JUnit report {junit}", highlight=False)
+def finish(
+    audit: Audit,
+    *,
+    as_json: bool,
+    junit: bytes | None = None,
+    junit_path: Path | None = None,
+    allow_inconclusive: bool = False,
+    regression: dict[str, Any] | None = None,
+) -> Exit:
+    """Report a finished audit (table or JSON on stdout, the server's JUnit report to `junit_path`) and
+    return its exit code. The last line is the verdict's headline: on stdout after the table, on stderr
+    with --json (stdout stays JSON). A `regression` check (--baseline) is said on stderr just before it;
+    one that regressed fails the gate (exit 1) whatever the verdict."""
+    if junit is not None and junit_path is not None:
+        junit_path.write_bytes(junit)
+        err_console.print(f"wrote JUnit report {junit_path}", highlight=False)
     succeeded = audit.state == "SUCCEEDED" and audit.result is not None
     if as_json:
         print(audit.model_dump_json(indent=2, exclude_none=False))
@@ -413,17 +476,22 @@ def finish(audit: Audit, *, as_json: bool, junit: Path | None, allow_inconclusiv
         assert audit.result is not None
         console.print(result_table(audit.result, f"{audit.kind} audit {audit.id}", headline=False))
     code = gate_code(audit, allow_inconclusive=allow_inconclusive)
+    if regression is not None and regression.get("regressed") is True:
+        code = Exit.VIOLATION
     if succeeded:
         assert audit.result is not None
         for note in _warnings(audit.result):
             err_console.print(f"[yellow]{note}[/]", highlight=False)
-        if allow_inconclusive and gate_outcome(audit.result) == "inconclusive" and code == Exit.OK:
+        if allow_inconclusive and outcome_of(audit.result) == "inconclusive" and code == Exit.OK:
             err_console.print(
                 "[yellow]warning:[/] the audit is inconclusive (it could not have seen a violation); "
                 "--allow-inconclusive passes it: exit 0 instead of 4",
                 highlight=False,
                 soft_wrap=True,
             )
+        if regression is not None:
+            style = "bold red" if regression.get("regressed") is True else "green"
+            err_console.print(Text(str(regression.get("headline")), style=style), soft_wrap=True)
         (err_console if as_json else console).print(
             headline_text(audit.result, audit.kind), highlight=False, soft_wrap=True
         )
@@ -442,7 +510,10 @@ def wait_and_report(
     as_json: bool,
     junit: Path | None,
     allow_inconclusive: bool = False,
+    baseline: str | None = None,
 ) -> Exit:
+    from iclaudit.client import WaitTimeout
+
     try:
         audit = follow(client, audit_id, live=live, timeout=timeout)
     except KeyboardInterrupt:
@@ -458,7 +529,37 @@ def wait_and_report(
             highlight=False,
         )
         return Exit.USAGE
-    return finish(audit, as_json=as_json, junit=junit, allow_inconclusive=allow_inconclusive)
+    report = client.junit(audit.id) if junit is not None else None
+    regression = None
+    if baseline is not None and audit.state == "SUCCEEDED":
+        regression = against_baseline(client, audit, baseline)
+    return finish(
+        audit,
+        as_json=as_json,
+        junit=report,
+        junit_path=junit,
+        allow_inconclusive=allow_inconclusive,
+        regression=regression,
+    )
+
+
+def against_baseline(client: IclauditClient, audit: Audit, ref: str) -> dict[str, Any] | None:
+    """The service's regression check of `audit` against the baseline `ref`: an audit id (or its prefix),
+    or KEY=VALUE, the newest other SUCCEEDED audit of the same kind with that label. None, with a warning,
+    when no audit has the label yet (a first run: the gate then goes by the verdict alone)."""
+    key, sep, value = ref.partition("=")
+    if not sep:
+        return client.regression(audit.id, client.resolve_id(ref))
+    for candidate in client.iter_audits(state="SUCCEEDED", kind=audit.kind, labels={key: value}):
+        if candidate.id != audit.id:
+            return client.regression(audit.id, candidate.id)
+    err_console.print(
+        f"[yellow]warning:[/] no other SUCCEEDED {audit.kind} audit has the label {ref}: no baseline to "
+        "compare with; the gate goes by the verdict alone",
+        highlight=False,
+        soft_wrap=True,
+    )
+    return None
 
 
 def _read_request(file: str) -> dict[str, Any]:
@@ -476,6 +577,65 @@ def _read_request(file: str) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise fail(f"{where} must hold one JSON object (an audit request)")
     return body
+
+
+def _parsed(raw: str) -> Any:
+    """A `--set` value: JSON where it parses (2000, 0.5, true, null, "1", [1, 2], {"name": "none"}), else
+    the text itself (`dataset=support`)."""
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def apply_sets(body: dict[str, Any], pairs: list[str] | None) -> dict[str, Any]:
+    """The request with each `--set PATH=VALUE` applied in order: PATH is dotted (`mechanism.epsilon`;
+    a number indexes a list), objects on the way are created, the value is typed by `_parsed`."""
+    for pair in pairs or []:
+        path, sep, raw = pair.partition("=")
+        keys = path.split(".")
+        if not sep or not all(keys):
+            raise fail(f"--set {pair!r}: write PATH=VALUE, e.g. trials=2000 or mechanism.epsilon=1")
+        node: Any = body
+        for depth, key in enumerate(keys):
+            last = depth == len(keys) - 1
+            where = ".".join(keys[: depth + 1])
+            if isinstance(node, list):
+                if not key.isdigit() or int(key) >= len(node):
+                    raise fail(f"--set {pair!r}: {where} is not an index of the list (0 to {len(node) - 1})")
+                index: Any = int(key)
+            elif isinstance(node, dict):
+                index = key
+                if not last and node.get(key) is None:
+                    node[key] = {}
+            else:
+                raise fail(f"--set {pair!r}: {'.'.join(keys[:depth])} is not an object")
+            if last:
+                node[index] = _parsed(raw)
+            else:
+                node = node[index]
+    return body
+
+
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="PATH=VALUE: change the request file's field (dotted: mechanism.epsilon=1; repeatable). The value "
+        'is read as JSON (2000, true, null, [1, 2], "1"), else taken as text (dataset=support).',
+    ),
+]
+
+
+BaselineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--baseline",
+        help="ID or KEY=VALUE: also fail (exit 1) when the measured lower bound on ε rose above the baseline "
+        "audit's upper confidence bound (an audit id, or the newest other SUCCEEDED audit of the same kind "
+        "with that label, e.g. branch=main). Implies --wait.",
+    ),
+]
 
 
 def _labels(pairs: list[str] | None) -> dict[str, str]:
@@ -521,6 +681,8 @@ def submit(
             "--idempotency-key", help="Re-running with the same key returns the same audit (safe retries)."
         ),
     ] = None,
+    set_: SetOpt = None,
+    baseline: BaselineOpt = None,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
 ) -> None:
@@ -528,7 +690,7 @@ def submit(
 
     Exit codes with --wait or --watch (a CI gate), from the verdict:
     0 = consistent (the audit could have seen a violation and saw none), or a kind without a verdict (iclinf);
-    1 = a violation of the claimed ε, or a leak where nothing is claimed;
+    1 = a violation of the claimed ε, or a leak where nothing is claimed (or, with --baseline, a regression);
     2 = the audit failed or was cancelled;
     3 = a usage error, or the service cannot be reached;
     4 = inconclusive (the audit could not have seen a violation; --allow-inconclusive makes it 0).
@@ -536,30 +698,28 @@ def submit(
     The last line is the verdict's headline. Ctrl-C stops watching only: the audit runs on (`iclaudit
     watch ID` re-attaches).
     """
-    body = _read_request(file)
+    body = apply_sets(_read_request(file), set_)
     if label:
         body["labels"] = {**body.get("labels", {}), **_labels(label)}
-    waiting = wait or watch_ or junit is not None or as_json
-    try:
-        with _open(url, api_key) as client:
-            audit = client.submit(body, idempotency_key=idempotency_key)
-            err_console.print(
-                f"submitted {audit.kind} audit [bold]{audit.id}[/] ({audit.state})", highlight=False
-            )
-            if not waiting:
-                print(audit.id)
-                return
-            code = wait_and_report(
-                client,
-                audit.id,
-                live=watch_,
-                timeout=timeout,
-                as_json=as_json,
-                junit=junit,
-                allow_inconclusive=allow_inconclusive,
-            )
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    waiting = wait or watch_ or junit is not None or as_json or baseline is not None
+    with connected(url, api_key) as client:
+        audit = client.submit(body, idempotency_key=idempotency_key)
+        err_console.print(
+            f"submitted {audit.kind} audit [bold]{audit.id}[/] ({audit.state})", highlight=False
+        )
+        if not waiting:
+            print(audit.id)
+            return
+        code = wait_and_report(
+            client,
+            audit.id,
+            live=watch_,
+            timeout=timeout,
+            as_json=as_json,
+            junit=junit,
+            allow_inconclusive=allow_inconclusive,
+            baseline=baseline,
+        )
     raise typer.Exit(code)
 
 
@@ -573,6 +733,7 @@ def watch(
     timeout: Annotated[
         float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds (exit 3).")
     ] = None,
+    baseline: BaselineOpt = None,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
 ) -> None:
@@ -580,26 +741,24 @@ def watch(
 
     Exit codes, from the verdict:
     0 = consistent (the audit could have seen a violation and saw none), or a kind without a verdict (iclinf);
-    1 = a violation of the claimed ε, or a leak where nothing is claimed;
+    1 = a violation of the claimed ε, or a leak where nothing is claimed (or, with --baseline, a regression);
     2 = the audit failed or was cancelled;
     3 = a usage error, or the service cannot be reached;
     4 = inconclusive (the audit could not have seen a violation; --allow-inconclusive makes it 0).
 
     The last line is the verdict's headline.
     """
-    try:
-        with _open(url, api_key) as client:
-            code = wait_and_report(
-                client,
-                client.resolve_id(audit_id),
-                live=True,
-                timeout=timeout,
-                as_json=as_json,
-                junit=junit,
-                allow_inconclusive=allow_inconclusive,
-            )
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key) as client:
+        code = wait_and_report(
+            client,
+            client.resolve_id(audit_id),
+            live=True,
+            timeout=timeout,
+            as_json=as_json,
+            junit=junit,
+            allow_inconclusive=allow_inconclusive,
+            baseline=baseline,
+        )
     raise typer.Exit(code)
 
 
@@ -610,11 +769,8 @@ def status(
     api_key: KeyOpt = None,
 ) -> None:
     """Show an audit's state and progress."""
-    try:
-        with _open(url, api_key) as client:
-            audit = client.get(client.resolve_id(audit_id))
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key, typed=False) as client:
+        audit = client.get(client.resolve_id(audit_id))
     if format_ == OutputFormat.json:
         print(audit.model_dump_json(indent=2))
         return
@@ -663,19 +819,16 @@ def result(
     if records:
         _records(audit_id, format_, output, url, api_key, full=show_records)
         return
-    try:
-        with _open(url, api_key) as client:
-            audit_id = client.resolve_id(audit_id)
-            if format_ == ResultFormat.png:
-                png = client.result_png(audit_id)
-            elif format_ == ResultFormat.html:
-                report = client.report_html(audit_id, full=show_records)
-            elif format_ == ResultFormat.table:
-                typed = client.result(audit_id)
-            else:
-                body = client.result_json(audit_id)
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key) as client:
+        audit_id = client.resolve_id(audit_id)
+        if format_ == ResultFormat.png:
+            png = client.result_png(audit_id)
+        elif format_ == ResultFormat.html:
+            report = client.report_html(audit_id, full=show_records)
+        elif format_ == ResultFormat.table:
+            typed = client.result(audit_id)
+        else:
+            body = client.result_json(audit_id)
     if format_ == ResultFormat.png:
         assert output is not None
         output.write_bytes(png)
@@ -701,6 +854,11 @@ def result(
     if format_ == ResultFormat.json:
         text = json.dumps(body, indent=2) + "\n"
     else:
+        import csv
+        import io
+
+        from iclaudit.csv_cells import safe_cell  # the API's CSV-injection escaping (one function)
+
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(["field", "value"])
@@ -732,14 +890,13 @@ def _records(
         raise fail(
             f"--records has no {format_}; use --format json, csv or table (the html report holds the table)"
         )
-    try:
-        with _open(url, api_key) as client:
-            audit_id = client.resolve_id(audit_id)
-            text = client.records_csv(audit_id, full=full) if format_ == ResultFormat.csv else None
-            rows = client.records(audit_id, full=full) if text is None else []
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key) as client:
+        audit_id = client.resolve_id(audit_id)
+        text = client.records_csv(audit_id, full=full) if format_ == ResultFormat.csv else None
+        rows = client.records(audit_id, full=full) if text is None else []
     if format_ == ResultFormat.table:
+        from rich.table import Table
+
         table = Table(title=f"records of audit {audit_id} ({sum(r['flagged'] for r in rows)} flagged)")
         for column in RECORD_COLUMNS:
             table.add_column(column)
@@ -774,17 +931,14 @@ def list_audits(
     api_key: KeyOpt = None,
 ) -> None:
     """List your audits, newest first."""
-    try:
-        with _open(url, api_key) as client:
-            audits = []
-            for audit in client.iter_audits(
-                state=state, kind=kind, labels=_labels(label), page_size=min(limit, 500)
-            ):
-                audits.append(audit)
-                if len(audits) >= limit:
-                    break
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key, typed=False) as client:
+        audits = []
+        for audit in client.iter_audits(
+            state=state, kind=kind, labels=_labels(label), page_size=min(limit, 500)
+        ):
+            audits.append(audit)
+            if len(audits) >= limit:
+                break
     if format_ == OutputFormat.json:
         print(json.dumps([a.model_dump(mode="json", exclude_none=True) for a in audits], indent=2))
         return
@@ -797,6 +951,11 @@ LIST_NARROW = 100  # below this many columns the list drops its rules and shorte
 def audit_list_table(audits: list[Audit], width: int) -> Table:
     """The list as a table whose ids are always whole on one line (copyable): at 120 columns every column
     fits; narrower than LIST_NARROW, no vertical rules, progress joins the state and dates lose the year."""
+    from rich import box
+    from rich.table import Table
+
+    from iclaudit.client import TERMINAL_STATES
+
     narrow = width < LIST_NARROW
     table = Table(title=f"{len(audits)} audit(s)", box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
     id_width = max((len(a.id) for a in audits), default=12)
@@ -836,11 +995,8 @@ def cancel(
     api_key: KeyOpt = None,
 ) -> None:
     """Cancel an audit: a queued one at once, a running one at its next step."""
-    try:
-        with _open(url, api_key) as client:
-            audit = client.cancel(client.resolve_id(audit_id))
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key, typed=False) as client:
+        audit = client.cancel(client.resolve_id(audit_id))
     what = "cancellation requested" if audit.state == "RUNNING" else audit.state
     console.print(f"{audit.id} {what}", highlight=False)
 
@@ -873,6 +1029,17 @@ def upload(
     (.jsonl), a CSV with a header, or a JSON list; each {"text", "label"} (classification), {"text",
     "summary"} (generation) or {"text"} alone (unlabelled); an optional "split" of train or test. A bad
     row is refused naming its line, and nothing is stored."""
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TaskProgressColumn,
+        TextColumn,
+        TransferSpeedColumn,
+    )
+
+    from iclaudit.client import ApiError, ClientError
+
     size = file.stat().st_size
     columns = (
         TextColumn("[bold]uploading"),
@@ -894,7 +1061,7 @@ def upload(
                 on_progress=lambda sent, total: bar.update(task, completed=sent, total=total),
             )
     except ClientError as exc:
-        if isinstance(exc, ClientApiError) and exc.status == 422:
+        if isinstance(exc, ApiError) and exc.status == 422:
             err_console.print(f"[dim]rows: {ROW_FORMAT}[/]", highlight=False, soft_wrap=True)
         raise _client_error(exc) from None
     if as_json:
@@ -932,14 +1099,13 @@ def list_datasets(
     format_: FormatOpt = OutputFormat.table, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None
 ) -> None:
     """List the datasets you can audit with: built-in ones and your uploads."""
-    try:
-        with _open(url, api_key) as client:
-            body = client.datasets()
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key) as client:
+        body = client.datasets()
     if format_ == OutputFormat.json:
         print(json.dumps(body, indent=2))
         return
+    from rich.table import Table
+
     rows = [*body.get("builtins", []), *body.get("datasets", [])]
     table = Table(title=f"{len(rows)} dataset(s): use the name (its newest version) or the id as `dataset`")
     columns = [
@@ -958,14 +1124,13 @@ def models(
     format_: FormatOpt = OutputFormat.table, url: UrlOpt = DEFAULT_URL, api_key: KeyOpt = None
 ) -> None:
     """List the models audits can use (the default one is marked)."""
-    try:
-        with _open(url, api_key) as client:
-            body = client.models()
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key) as client:
+        body = client.models()
     if format_ == OutputFormat.json:
         print(json.dumps(body, indent=2))
         return
+    from rich.table import Table
+
     table = Table(title="models")
     for column in ("name", "engine", "type", "context length", "loaded", "available"):
         table.add_column(column)
@@ -980,18 +1145,16 @@ def models(
 
 def plan(
     file: Annotated[str, typer.Argument(help="The audit request (a JSON file), or - to read it from stdin.")],
+    set_: SetOpt = None,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
 ) -> None:
     """What an audit would cost and could resolve, without running it (POST /v1/audits/plan): model or
     endpoint calls, tokens, expected seconds, epsilon_detectable at its trials and the trials needed. JSON
     on stdout."""
-    body = _read_request(file)
-    try:
-        with _open(url, api_key) as client:
-            answer = client.request("POST", "/v1/audits/plan", json=body).json()
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    body = apply_sets(_read_request(file), set_)
+    with connected(url, api_key) as client:
+        answer = client.request("POST", "/v1/audits/plan", json=body).json()
     print(json.dumps(answer, indent=2))
 
 
@@ -1008,12 +1171,9 @@ def resume(
     """Resume a FAILED or budget-stopped audit (POST /v1/audits/{id}/resume): a new audit with the same
     request and seed that re-issues only the endpoint calls not yet answered. Prints the new audit's id."""
     body = {"budget": None} if no_budget else None
-    try:
-        with _open(url, api_key) as client:
-            audit_id = client.resolve_id(audit_id)
-            answer = client.request("POST", f"/v1/audits/{audit_id}/resume", json=body).json()
-    except ClientError as exc:
-        raise _client_error(exc) from None
+    with connected(url, api_key) as client:
+        audit_id = client.resolve_id(audit_id)
+        answer = client.request("POST", f"/v1/audits/{audit_id}/resume", json=body).json()
     err_console.print(f"resumed {audit_id} as [bold]{answer['id']}[/] ({answer['state']})", highlight=False)
     print(answer["id"])
 
@@ -1043,3 +1203,14 @@ def register(app: typer.Typer) -> None:
     group.command("list", cls=ClientCommand)(list_datasets)
     group.command("upload", cls=ClientCommand)(upload)
     app.add_typer(group, name="datasets")
+
+
+def follow_the_terminal(*consoles: Console) -> None:
+    """Rich reads COLUMNS when a console is made (at import); a command run in the same process as an
+    earlier one (tests' CliRunner, an embedding program) sees the terminal width it is called with."""
+    import os
+
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        for each in (console, err_console, *consoles):
+            each.width = int(columns)
