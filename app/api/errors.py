@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import secrets
 from app.api.limits import QUOTA_RETRY_SECONDS, TooManyRequests
 from app.audit.kinds.registry import KINDS
 from app.db.retry import is_transient, short_reason
@@ -71,7 +72,9 @@ def error_response(
     body = ErrorResponse(
         error=ErrorBody(code=code, status=status, message=message, details=details or [], reason=reason)
     )
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=code, headers=headers or None)
+    # no resolved target secret in an error answer, whatever text reached it (app/secrets.py)
+    content = secrets.scrub_value(body.model_dump(exclude_none=True))
+    return JSONResponse(content, status_code=code, headers=headers or None)
 
 
 def json_path(loc: tuple[Any, ...]) -> str:
