@@ -160,7 +160,9 @@ class Settings(BaseSettings):
         default=None,
         description=(
             'The budget (`{"max_calls", "max_tokens", "max_seconds"}`, JSON) every tenant\'s `mia`, '
-            "`iclinf` and `synthetic_generation` audit gets when its request sets none; stored with "
+            "`iclinf` and `synthetic_generation` audit gets, cap by cap, unless its request sets a lower "
+            "cap (a tenant may only lower it: `{}`, a null or a larger cap keeps the default's, at submit, "
+            "at resume and in a sweep); stored with "
             "the audit at submit (`bound` calls nothing and takes no budget: one in its request is a "
             "422). An audit at its cap stops with what it finished: a `direct` mia audit is judged on"
             " its trials, an `iclinf` audit measured on its queries, a `synthetic_generation` audit "
