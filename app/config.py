@@ -35,8 +35,9 @@ class Settings(BaseSettings):
         ge=1,
         json_schema_extra={"default_doc": "the cores"},
         description="Worker processes of the embedded executor (default: the cores): that many audits run at "
-        "once. Each process loads its own copy of the models it uses, once (about 0.5 GB for the packaged "
-        "model, a few GB for a 1B model): budget memory per process.",
+        "once, outside the API process. Each process loads its own copy of the models it uses, once (1.2–1.7 GB "
+        "resident for the packaged model, docs/results/quickstart.md; a few GB for a 1B model): budget memory "
+        "per process.",
     )
     engine_threads: int | None = Field(
         default=None,

@@ -3,7 +3,7 @@ status, result, list, cancel, datasets, models) are in iclaudit/cli/commands.py.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -27,6 +27,56 @@ def _logging() -> None:
 
     settings = get_settings()
     configure_logging(settings.log_level, settings.log_format)
+
+
+def banner(settings: Any, host: str, port: int, workers: int = 1) -> str:
+    """What `serve` prints for people before the JSON log lines: where the dashboard is, whether anyone
+    may call it without a key, where audits run and on which model."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    base = f"http://{'[' + shown + ']' if ':' in shown else shown}:{port}"
+    if settings.auth_enabled:
+        auth = "on: every request needs `Authorization: Bearer <key>` (iclaudit keys create --tenant NAME)"
+    else:
+        auth = "OFF: every caller is one tenant; never expose this server beyond localhost"
+    if settings.executor == "celery":
+        runs = f"Celery workers (`iclaudit worker`) through {_hidden(settings.broker_url or '')}"
+    else:
+        runs = f"{settings.inline_workers} worker processes beside the API (ICLAUDIT_INLINE_WORKERS)"
+    load = "loaded by each worker at start-up" if settings.preload_models else "loaded at first use"
+    lines = [
+        f"iclaudit {_version()} on {base}" + (f" ({workers} API processes)" if workers > 1 else ""),
+        f"  dashboard  {base}/ui      API docs {base}/docs",
+        f"  auth       {auth}",
+        f"  audits     {runs}",
+        f"  model      {settings.default_model} (the default; {load})",
+        f"  database   {_hidden(settings.sqlalchemy_url)}",
+        "  logs       "
+        + (
+            "JSON lines follow (ICLAUDIT_LOG_FORMAT=text for plain ones)"
+            if settings.log_format == "json"
+            else "plain lines follow"
+        ),
+    ]
+    return "\n".join(lines)
+
+
+def _hidden(url: str) -> str:
+    """`url` without its password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy parses: the host part only
+        return url.rsplit("@", 1)[-1]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("iclaudit")
+    except PackageNotFoundError:
+        return "(source)"
 
 
 def serve(
@@ -56,6 +106,7 @@ def serve(
             "the whole ICLAUDIT_RATE_LIMIT."
         )
         raise typer.Exit(2)
+    typer.echo(banner(settings, host, port, workers) + "\n", err=True)
     uvicorn.run(
         "app.main:create_app",
         factory=True,

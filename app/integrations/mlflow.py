@@ -8,8 +8,8 @@ artifact); metrics, the result's ε lower bounds, AUC, TPR/FPR at the operating 
 ε_detectable (top level and per threat model: `black_box.auc`), at step 0 and the audit's finish time;
 tags, `iclaudit.audit_id`, `iclaudit.kind`, `iclaudit.state`, `iclaudit.verdict`, each label as
 `label.<key>`, the headline as the run's description (`mlflow.note.content`) and the `name` label as its
-name; artifacts `result.json`, `request.json` and `report.html` (the audit's HTML report) when the server
-proxies artifacts (`mlflow server --serve-artifacts`, the default since MLflow 2). The run's status is the
+name; artifacts `result.json`, `request.json` and `report.html` (the audit's HTML report), the records' text
+redacted in all three as in a shared report (app/privacy/redact.py), when the server proxies artifacts (`mlflow server --serve-artifacts`, the default since MLflow 2). The run's status is the
 audit's: FINISHED, FAILED or KILLED (cancelled). A sweep's children are nested runs of one parent run
 (`mlflow.parentRunId`), which gets the sweep's grid as params and its counts as metrics once the sweep
 has completed.
@@ -35,9 +35,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from app.config import Settings
 from app.db import mlflow as store
 from app.db import sweeps as sweep_rows
+from app.db.datasets import names_of
 from app.db.models import Audit, AuditState, MlflowSink, Sweep, SweepChild, WebhookDelivery, utcnow
 from app.egress import check_url, egress_client
 from app.integrations.verdict import verdict_of
+from app.privacy.redact import redact_request, redact_result
 from app.schemas.audits import typed_result
 
 log = logging.getLogger(__name__)
@@ -295,7 +297,8 @@ def enqueue(session: Session, *, tenant_id: str, event_type: str, subject: dict[
 # --- delivering ------------------------------------------------------------------------------------------
 
 
-def _report(audit: Audit) -> bytes | None:
+def _report(audit: Audit, dataset: str | None) -> bytes | None:
+    """The audit's HTML report with the records' text redacted, as GET /v1/audits/{id}/report.html gives it."""
     if audit.state != AuditState.SUCCEEDED:
         return None
     from app.reports import html as report
@@ -304,11 +307,13 @@ def _report(audit: Audit) -> bytes | None:
         {
             "id": audit.id,
             "kind": audit.kind,
-            "request": audit.request,
-            "result": audit.result,
+            "request": redact_request(audit.request),
+            "result": redact_result(audit.result),
             "created_at": audit.created_at.isoformat(timespec="seconds"),
             "finished_at": audit.finished_at.isoformat(timespec="seconds") if audit.finished_at else None,
-        }
+        },
+        redacted=True,
+        dataset=dataset,
     ).encode()
 
 
@@ -357,6 +362,9 @@ def _deliver_audit(
             .join(SweepChild, SweepChild.sweep_id == Sweep.id)
             .where(SweepChild.audit_id == audit_id)
         )
+        dataset_id = (audit.request or {}).get("dataset")
+        named = names_of(session, tenant_id=audit.tenant_id, dataset_ids=[dataset_id] if dataset_id else [])
+        dataset = f"{named[dataset_id][0]} v{named[dataset_id][1]}" if dataset_id in named else None
         session.expunge_all()
     end_ms = _ms(audit.finished_at or utcnow())
     tags = tags_of(audit)
@@ -369,21 +377,22 @@ def _deliver_audit(
     if run is None:
         run = tracking.create_run(experiment_id, _ms(audit.started_at or audit.created_at), tags)
     info = run["info"]
-    result = audit.result if audit.state == AuditState.SUCCEEDED else None
+    result = redact_result(audit.result) if audit.state == AuditState.SUCCEEDED else None
+    request = redact_request(audit.request) or {}
     tracking.log(
         info["run_id"],
-        params=params_of(audit.request or {}),
+        params=params_of(request),
         metrics=metrics_of(audit.kind, result),
         tags=tags,
         at_ms=end_ms,
     )
-    artifacts = [("request.json", _json(audit.request or {}), "application/json")]
-    if result is not None:  # as GET /v1/audits/{id}/result answers it
+    artifacts = [("request.json", _json(request), "application/json")]
+    if result is not None:  # as GET /v1/audits/{id}/result?records=redacted answers it
         typed = typed_result(audit.kind, result)
         artifacts.append(
             ("result.json", _json(typed.model_dump(mode="json") if typed else result), "application/json")
         )
-    if (report := _report(audit)) is not None:
+    if (report := _report(audit, dataset)) is not None:
         artifacts.append(("report.html", report, "text/html"))
     uploaded = all(tracking.upload(info["artifact_uri"], n, c, t) for n, c, t in artifacts)
     if not uploaded:

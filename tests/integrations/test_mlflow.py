@@ -212,6 +212,7 @@ def test_finished_audits_become_mlflow_runs(
         wait_delivered(client, sink["id"], 5)
         time.sleep(0.5)  # more ticks: nothing is written twice
         leak = client.get(f"/v1/audits/{leak['id']}").json()
+        leak["result"] = client.get(f"/v1/audits/{leak['id']}/result?records=redacted").json()
         children = [c["audit_id"] for c in client.get(f"/v1/sweeps/{sweep_id}").json()["children"]]
 
     runs = mlflow_server.runs("privacy audits")

@@ -521,3 +521,15 @@ def test_cosmetics_flags_without_bool_bound_without_reprs_and_422_paths(cli: Cli
     body["epsilon"], body["mechanism"] = -1, {"name": "private_voting"}
     refused = cli.invoke(app, ["submit", "-", "--url", server[0]], input=json.dumps(body))
     assert refused.exit_code == 3 and "$.epsilon" in refused.output, refused.output
+
+
+def test_serve_prints_a_banner_for_people_before_the_json_logs(server) -> None:
+    """`iclaudit serve` (what `make serve` runs) says where the dashboard is, that auth is off, where
+    audits run and on which model, before its first JSON log line."""
+    url, _, log = server
+    lines = log.read_text().splitlines()
+    first_json = next(i for i, line in enumerate(lines) if line.startswith("{"))
+    head = "\n".join(lines[:first_json])
+    assert f"dashboard  {url}/ui" in head and f"API docs {url}/docs" in head
+    assert "auth       OFF" in head and "never expose this server beyond localhost" in head
+    assert "worker processes beside the API" in head and "model      smollm2-135m-instruct" in head
