@@ -1,18 +1,22 @@
 """Budgets (issue 22 §2): `budget: {max_calls, max_tokens, max_seconds}` on an audit, counted as it runs.
 
 Kinds: mia, iclinf and synthetic_generation take one (`with_budget` shows the spend at every progress
-report); `bound` makes no call, so it takes none (a budget there is a 422). An iclinf audit stopped by a cap
-keeps the queries it finished, a synthetic_generation audit the texts it finished; both are marked
-`inconclusive` (budget) unless what was measured already shows a violation (`stopped_verdict`).
+report), and the operator's ICLAUDIT_DEFAULT_BUDGET is the same budget stored with the request; `bound`
+makes no call, so it takes none (a budget there is a 422).
 
 Calls are the model's distinct prompts (each goes to the engine once) and an endpoint's calls; tokens the
 engine's prompt and generated tokens; seconds the audit's wall time since its computation began. The
-meter is checked before every model or endpoint call and at every progress report: the call that would
-pass `max_calls` is not made; `max_tokens` and `max_seconds` are seen after the call that passed them, and
-the audit stops before the next. An audit whose trials are real calls (estimator `direct`) keeps the
-trials it finished — both contexts, the same number — and is judged on them (`inconclusive` with reason
-`budget` unless they already show a violation); one stopped before it has two trials per side fails with
-the budget's message.
+meter is checked before every model call, endpoint trial and progress report: the call that would pass
+`max_calls` is not made; `max_tokens` and `max_seconds` are seen after the call that passed them, and the
+audit stops before the next. Every cap stops an audit the same way: it keeps what it finished — an mia
+audit its trials, C1 and C0 in pairs (an endpoint's are kept one by one as they are answered, so a stop
+wastes at most the calls in flight), an iclinf audit its queries, a synthetic_generation audit its texts —
+and is judged on them (`inconclusive`, reason budget, unless they already show a violation:
+`stopped_verdict`), with `result.stopped` and `result.spent`. Once the spending is over (`Meter.settle`),
+the computation left (bounds, verdict) finishes whatever the clock says: it makes no call. Only an audit
+that finished nothing (no trial on one side) fails, with the cap and the final spend in its error
+(`Meter.unfinished`). Messages that go into a result name the cap, never the wall time spent, so two
+identical stops read alike; `result.spent` holds the numbers.
 """
 
 from __future__ import annotations
@@ -39,16 +43,16 @@ class BudgetSpec(BaseModel):
 
 
 class BudgetExhausted(AuditError):
-    """A cap was reached; `cap` names it (max_calls, max_tokens, max_seconds)."""
+    """A cap was reached; `cap` names it (max_calls, max_tokens, max_seconds). Its message names the cap
+    only (`budget: max_calls = 250 reached`, the same for two identical stops), plus `detail`; what was
+    spent is read from the meter once the calls in flight are back (`Meter.as_dict`, `Meter.unfinished`).
+    `partial`: what a mechanism finished before the stop, for the trials loop to keep (stats/trials.py)."""
 
-    def __init__(self, cap: str, limit: float, spent: dict[str, float]) -> None:
-        super().__init__(
-            f"budget: {cap} = {limit:g} reached (spent {spent['calls']:g} calls, {spent['tokens']:g} tokens, "
-            f"{spent['seconds']:.1f} s)"
-        )
+    def __init__(self, cap: str, limit: float, detail: str = "") -> None:
+        super().__init__(f"budget: {cap} = {limit:g} reached{detail}")
         self.cap = cap
         self.limit = limit
-        self.spent = spent
+        self.partial: Any = None
 
 
 @dataclass
@@ -59,21 +63,43 @@ class Meter:
     calls: int = 0
     tokens: int = 0
     started: float = field(default_factory=time.monotonic)
+    settled: bool = False  # the spending is over: progress reports no longer stop the audit
 
     def spent(self) -> dict[str, float]:
         return {"calls": self.calls, "tokens": self.tokens, "seconds": time.monotonic() - self.started}
 
+    def seconds_left(self) -> float | None:
+        """Wall seconds left under max_seconds (None: no such cap)."""
+        if self.spec is None or self.spec.max_seconds is None:
+            return None
+        return self.spec.max_seconds - (time.monotonic() - self.started)
+
     def check(self, calls: int = 0) -> None:
-        """BudgetExhausted if `calls` more would pass max_calls, or tokens or seconds are spent."""
-        if self.spec is None:
+        """BudgetExhausted if `calls` more would pass max_calls, or tokens or seconds are spent. Once
+        `settled`, a check for no call (a progress report) passes: what is left makes no call."""
+        if self.spec is None or (self.settled and calls == 0):
             return
-        spec, spent = self.spec, self.spent()
+        spec = self.spec
         if spec.max_calls is not None and self.calls + calls > spec.max_calls:
-            raise BudgetExhausted("max_calls", spec.max_calls, spent)
+            raise BudgetExhausted("max_calls", spec.max_calls)
         if spec.max_tokens is not None and self.tokens >= spec.max_tokens:
-            raise BudgetExhausted("max_tokens", spec.max_tokens, spent)
-        if spec.max_seconds is not None and spent["seconds"] >= spec.max_seconds:
-            raise BudgetExhausted("max_seconds", spec.max_seconds, spent)
+            raise BudgetExhausted("max_tokens", spec.max_tokens)
+        left = self.seconds_left()
+        if left is not None and left <= 0:
+            raise BudgetExhausted("max_seconds", spec.max_seconds or 0)
+
+    def settle(self) -> None:
+        """The audit's calls are over (finished or stopped): the bounds and verdict that follow finish."""
+        self.settled = True
+
+    def unfinished(self, stop: BudgetExhausted, nothing: str) -> BudgetExhausted:
+        """The error of an audit `stop` ended before it finished anything (`nothing`: "a trial on each
+        side"), with what it spent, read now that no call is in flight."""
+        return BudgetExhausted(
+            stop.cap,
+            stop.limit,
+            f" before the audit finished {nothing} (spent: calls {self.calls}, tokens {self.tokens})",
+        )
 
     def charge(self, calls: int = 0, tokens: int = 0) -> None:
         self.calls += calls
@@ -144,6 +170,12 @@ def with_budget(ctx: RunContext, budget: BudgetSpec | None) -> tuple[RunContext,
         report(stage, fraction, f"{message} · {meter.summary()}" if message else meter.summary())
 
     return dataclasses.replace(ctx, progress=progress), meter
+
+
+def stopped(stop: BudgetExhausted, **finished: int) -> dict:
+    """`result.stopped` of an audit a cap stopped: reason, cap, message and what it finished (`trials=`,
+    `queries=`, `texts=`)."""
+    return {"reason": "budget", "cap": stop.cap, "message": str(stop), **finished}
 
 
 def stopped_verdict(stop: BudgetExhausted, finished: str, judged: dict | None = None) -> dict:

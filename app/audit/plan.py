@@ -9,7 +9,9 @@ in its result; each goes to the engine once, whatever the engine's batching); an
 depend on the model's answers for label mechanisms at temperature 1, so those counts are exact; for
 generation mechanisms and τ ≠ 1 they are an estimate (`exact: false`). Prompt tokens are the distinct
 prompts' tokens through the model's own tokenizer and template (null without one: the oracle, an
-endpoint); the engine counts fewer when prompts share a cached prefix.
+endpoint); the engine counts fewer when prompts share a cached prefix. Under a budget the calls are those
+the run makes, min(full run, cap), exact only when that is known exactly, with the full run's beside them
+(`calls.full_run`, `_count_the_cap`).
 
 Time: the rehearsal is timed at two trial counts (the faster of two runs each): contexts, trials and
 bounds scaled linearly in the trials, the verdict's power search in log trials; the model's or endpoint's
@@ -353,8 +355,6 @@ def plan_mia(
     if not endpoint:
         result, engines, sim = _compute_seconds(request, datasets)
         model_calls = int(result.get("distinct_prompts") or 0) if setup.mechanism.needs_llm else 0
-    elif request.utility_queries:
-        notes.append("utility queries to the endpoint are not counted")
     stand_in = engines.stand_in
     spec = request.mechanism.endpoint
     per_trial = (
@@ -386,6 +386,24 @@ def plan_mia(
     if seconds is None:
         notes.append("no finished audit on this deployment to measure its throughput from")
     power = _power(request, setup.mechanism.gaussian, claimed, max_trials)
+    plan_time = {
+        "expected_seconds": seconds,
+        "compute_seconds": sim,
+        "model_seconds_per_call": rates.model_seconds_per_call if model_calls else None,
+        "endpoint_seconds_per_call": rates.endpoint_seconds_per_call if endpoint_calls else None,
+        "fixed_seconds": rates.endpoint_fixed_seconds if endpoint_calls else rates.model_fixed_seconds,
+        "basis": rates.basis,
+    }
+    plan_power = {
+        "trials": request.trials,
+        "llm_calls": request.llm_calls,
+        "estimator": request.estimator,
+        **power,
+    }
+    if endpoint:  # an endpoint's calls are its trials: no model fields
+        plan_time.pop("model_seconds_per_call")
+        plan_power.pop("llm_calls")
+        plan_power.pop("llm_calls_needed", None)
     return {
         "kind": "mia",
         "calls": {"model": model_calls, "endpoint": endpoint_calls, "exact": exact},
@@ -393,20 +411,8 @@ def plan_mia(
             "prompt": prompt_tokens,
             "generated": stand_in.generated_tokens if setup.mechanism.needs_llm else None,
         },
-        "time": {
-            "expected_seconds": seconds,
-            "compute_seconds": sim,
-            "model_seconds_per_call": rates.model_seconds_per_call if model_calls else None,
-            "endpoint_seconds_per_call": rates.endpoint_seconds_per_call if endpoint_calls else None,
-            "fixed_seconds": rates.endpoint_fixed_seconds if endpoint_calls else rates.model_fixed_seconds,
-            "basis": rates.basis,
-        },
-        "power": {
-            "trials": request.trials,
-            "llm_calls": request.llm_calls,
-            "estimator": request.estimator,
-            **power,
-        },
+        "time": plan_time,
+        "power": plan_power,
         "notes": notes,
     }
 
@@ -419,27 +425,73 @@ def _unbudgeted(request: Any, **changes: Any) -> Any:
     return request.model_copy(update=changes)
 
 
-def _budget_notes(request: Any, plan: dict) -> list[str]:
-    """What in the plan is over the request's budget: the audit would stop there (a partial result)."""
+def _count_the_cap(request: Any, plan: dict) -> None:
+    """The plan under the request's budget: `calls` become what the run makes, min(full run, cap), with
+    `exact` true only when that is known exactly, the full run's calls beside them (`calls.full_run`),
+    and a note per cap the full run would pass (the audit stops there and is judged on what it finished).
+
+    An endpoint's calls are reserved a trial at a time (C1 and C0 interleaved), so `max_calls` stops them
+    at the last whole trial under the cap, exactly; a model's are checked a batch of prompts at a time, so
+    under a cap they are an upper bound. `max_tokens` and `max_seconds` stop at a point the plan cannot
+    know exactly (tokens and seconds are measured as the run goes), so a cap the full run may pass makes
+    the calls an upper bound."""
     budget = getattr(request, "budget", None)
     if budget is None:
-        return []
-    calls = plan["calls"]["model"] + plan["calls"]["endpoint"]
+        return
+    calls = plan["calls"]
+    full = {"model": calls["model"], "endpoint": calls["endpoint"]}
+    calls["full_run"] = full
+    total = full["model"] + full["endpoint"]
     tokens = (plan["tokens"]["prompt"] or 0) + (plan["tokens"]["generated"] or 0)
     seconds = plan["time"]["expected_seconds"]
-    over = [
-        (name, cap, planned)
-        for name, cap, planned in (
-            ("max_calls", budget.max_calls, calls),
-            ("max_tokens", budget.max_tokens, tokens),
-            ("max_seconds", budget.max_seconds, seconds),
+    notes = []
+    if budget.max_calls is not None and total > budget.max_calls:
+        if full["endpoint"]:
+            per_trial = _endpoint_calls_per_trial(request)
+            calls["endpoint"] = min(full["endpoint"], budget.max_calls // per_trial * per_trial)
+        else:
+            calls["model"] = budget.max_calls
+            calls["exact"] = False
+        t = plan["time"]
+        if seconds is not None and full["endpoint"]:  # the time of the calls made
+            per, fixed = t["endpoint_seconds_per_call"], t["fixed_seconds"]
+            seconds = endpoint_seconds(request.mechanism.endpoint, calls["endpoint"], per, fixed)
+        elif seconds is not None and t.get("model_seconds_per_call") is not None:
+            seconds = t["compute_seconds"] + t["fixed_seconds"] + t["model_seconds_per_call"] * calls["model"]
+        t["expected_seconds"] = seconds
+        notes.append(
+            f"budget.max_calls = {budget.max_calls:g} is below the planned {total:g} calls of the full run: "
+            f"the audit makes {'' if calls['exact'] else 'at most '}{calls['model'] + calls['endpoint']:g}"
+            f"{_stop_outcome(request)}"
         )
-        if cap is not None and planned is not None and planned > cap
-    ]
-    return [
-        f"budget.{name} = {cap:g} is below the planned {planned:.4g}: the audit stops there"
-        for name, cap, planned in over
-    ]
+    if budget.max_tokens is not None and plan["tokens"]["prompt"] is not None and tokens > budget.max_tokens:
+        calls["exact"] = False
+        notes.append(
+            f"budget.max_tokens = {budget.max_tokens:g} is below the planned {tokens:.4g} tokens of the full "
+            f"run: the audit stops there{_stop_outcome(request)}"
+        )
+    if budget.max_seconds is not None and total and (seconds is None or seconds > budget.max_seconds):
+        calls["exact"] = False
+        planned = "an unknown time" if seconds is None else f"the planned {seconds:.4g} s"
+        notes.append(
+            f"budget.max_seconds = {budget.max_seconds:g} may be below {planned} of the full run: the calls "
+            f"are an upper bound, and the audit stops there{_stop_outcome(request)}"
+        )
+    plan["notes"] = [*plan["notes"], *notes]
+
+
+def _endpoint_calls_per_trial(request: Any) -> int:
+    """Requests one endpoint trial sends: the audited call, a multi-step target's steps and its close."""
+    spec = request.mechanism.endpoint
+    return 1 + len(spec.steps) + (spec.close is not None)
+
+
+def _stop_outcome(request: Any) -> str:
+    """What a stop leaves: judged on what it finished, or (a model mia audit whose calls all come before
+    its first trial) a failure naming the cap."""
+    if request.kind == "mia" and request.mechanism.name != "http_endpoint" and request.estimator != "direct":
+        return " before its first trial: it would fail naming the cap"
+    return " and is judged on what it finished (inconclusive: budget)"
 
 
 def _expected(sim: float, calls: int, per: float | None, fixed: float) -> float | None:
@@ -709,7 +761,7 @@ def plan_request(
         plan = plan_synthetic_generation(request, datasets=datasets, rates=rates, tokens=tokens)
     else:
         raise AuditError(f"kind {request.kind!r} cannot be planned")
-    plan["notes"] = [*plan["notes"], *_budget_notes(request, plan)]
+    _count_the_cap(request, plan)
     # a worker that has not loaded the model yet adds its load to expected_seconds (a warm worker's time)
     plan["time"]["model_load_seconds"] = rates.model_load_seconds if plan["calls"]["model"] else None
     return plan

@@ -5,11 +5,12 @@ on "the canary is in the context" (exactly (ε, 0)-DP). Its answers are determin
 time one body arrives it answers from stream (seed, body, k), so a fresh target with the same seed answers
 a fresh audit the same way, and a resumed audit that re-issues only the calls it lacks sees what an
 uninterrupted one would have. It records what reached it: each call's Authorization header and body, and
-can be taken down (503 with Retry-After) or rate limited (429 with Retry-After).
+can be taken down (503 with Retry-After), rate limited (429 with Retry-After) or slowed (`delay`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 from collections import Counter
@@ -38,6 +39,10 @@ class Target:
     retry_after: float = 0.0
     fail_first: int = 0  # answer the first this many calls 503 + Retry-After (then as usual)
     refused: int = 0  # calls answered 503
+    limited: int = 0  # answer the next this many calls 429 + Retry-After (then as usual)
+    limited_after: int | None = None  # answer every call 429 + Retry-After once this many were answered
+    throttled: int = 0  # calls answered 429
+    delay: float = 0.0  # seconds each answer takes (other calls are not held up)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def app(self) -> FastAPI:
@@ -48,8 +53,16 @@ class Target:
         async def answer(request: Request) -> JSONResponse:
             raw = await request.body()
             body = await request.json()
+            if self.delay:
+                await asyncio.sleep(self.delay)
             with self.lock:
                 self.authorization.append(request.headers.get("authorization"))
+                over = self.limited_after is not None and self.answered >= self.limited_after
+                if self.limited > 0 or over:
+                    self.limited -= self.limited > 0
+                    self.throttled += 1
+                    headers = {"Retry-After": f"{self.retry_after:g}"}
+                    return JSONResponse({"error": "slow down"}, status_code=429, headers=headers)
                 if self.down_after is not None and self.answered >= self.down_after:
                     self.down = True
                 if self.fail_first > 0:

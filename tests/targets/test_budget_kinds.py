@@ -16,7 +16,7 @@ import pytest
 from service.client import wait_for
 
 from app.audit.budget import BudgetExhausted
-from app.audit.kinds import iclinf, synthetic_generation
+from app.audit.kinds import iclinf, mia, synthetic_generation
 from app.audit.local import local_context
 from app.audit.runtime import RunContext
 from app.engines.protocol import EngineCounters, Prompt, TokenDistribution
@@ -182,3 +182,39 @@ def test_bound_takes_no_budget_and_the_default_budget_reaches_iclinf(app_client,
         assert with_default.json()["request"]["budget"]["max_calls"] == 2
         done = wait_for(client.get, with_default.json()["id"], timeout=300)
     assert done["state"] == "FAILED" and "budget: max_calls = 2" in done["error"]["message"]
+
+
+MIA_DIRECT = {
+    "kind": "mia",
+    "dataset": "dbpedia14",
+    "model": "toy",
+    "seed": 2,
+    "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 2},
+    "attack": {"name": "inquiry", "threat_model": "black_box"},
+    "estimator": "direct",
+    "trials": 5000,
+}
+
+
+def test_mia_max_tokens_keeps_the_trials_it_finished() -> None:
+    """A direct mia audit's prompts all go out with its first chunk of trials (CleanSource sends each once:
+    C1's 4 partitions, then C0's one other, 10 tokens each): max_tokens 45 is passed by C0's, and the audit
+    stops at the next report, keeping that chunk's 1,000 pairs, the full run's first 1,000, judged
+    inconclusive (budget) with what it spent. max_tokens 40 stops before C0's prompt: no pair, a failure."""
+    full = mia.run(mia.Request.model_validate(MIA_DIRECT), context())
+    result = mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 45}}), context())
+    assert result["stopped"] == {
+        "reason": "budget",
+        "cap": "max_tokens",
+        "message": "budget: max_tokens = 45 reached",
+        "trials": 1000,
+    }
+    assert result["trials"] == 1000 and result["verdict"] == "inconclusive"
+    assert result["spent"]["calls"] == result["distinct_prompts"] == full["distinct_prompts"] == 5
+    assert result["spent"]["tokens"] == 50
+    with pytest.raises(
+        BudgetExhausted, match=r"max_tokens = 40 reached before .* \(spent: calls 4, tokens 40\)"
+    ):
+        mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 40}}), context())
+    first = full["evidence"], result["evidence"]  # the first trials of each context: the same draws
+    assert first[0] == first[1]

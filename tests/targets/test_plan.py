@@ -189,7 +189,9 @@ def test_plan_of_a_bound_calls_nothing_and_its_trials_needed_resolve(app_client,
 
 
 def test_a_plan_over_its_budget_says_where_the_audit_would_stop(data_dir) -> None:
-    """The rehearsal runs whole (a stand-in's calls are no spend); the plan notes the cap it passes."""
+    """The rehearsal runs whole (a stand-in's calls are no spend); the plan counts the cap — at most 2 model
+    calls, an upper bound (a model's calls are checked a batch at a time), beside the full run's — and notes
+    that the audit, whose calls all come before its first trial, would fail naming it."""
     from app.audit.kinds import mia
     from app.audit.local import LocalDatasets
     from app.audit.plan import plan_request
@@ -198,10 +200,13 @@ def test_a_plan_over_its_budget_says_where_the_audit_would_stop(data_dir) -> Non
     plan = plan_request(
         mia.Request.model_validate(body | {"budget": {"max_calls": 2}}), datasets=LocalDatasets(data_dir)
     )
-    assert plan["calls"]["model"] > 2
+    assert plan["calls"]["model"] == 2 and plan["calls"]["exact"] is False
     assert [n for n in plan["notes"] if n.startswith("budget.max_calls = 2 is below the planned")]
+    assert [n for n in plan["notes"] if n.endswith("it would fail naming the cap")]
     free = plan_request(mia.Request.model_validate(body), datasets=LocalDatasets(data_dir))
-    assert free["calls"] == plan["calls"] and not [n for n in free["notes"] if n.startswith("budget")]
+    assert plan["calls"]["full_run"] == {"model": free["calls"]["model"], "endpoint": 0}
+    assert free["calls"]["model"] > 2 and free["calls"]["exact"] is True and "full_run" not in free["calls"]
+    assert not [n for n in free["notes"] if n.startswith("budget")]
 
 
 def test_endpoint_time_counts_the_calls_in_flight_and_the_rate_cap() -> None:

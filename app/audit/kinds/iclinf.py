@@ -21,7 +21,14 @@ from typing import Literal
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 
-from app.audit.budget import BudgetExhausted, BudgetSpec, MeteredEngine, stopped_verdict, with_budget
+from app.audit.budget import (
+    BudgetExhausted,
+    BudgetSpec,
+    MeteredEngine,
+    stopped,
+    stopped_verdict,
+    with_budget,
+)
 from app.audit.icl.iclinf import (
     CONTENT_FREE_INPUTS,
     calibrate,
@@ -256,8 +263,9 @@ def run(request: Request, ctx: RunContext) -> dict:
             ctx.progress("iclinf", (j + 1) / m, f"query {j + 1}/{m}")
     except BudgetExhausted as exc:  # a cap: keep the queries finished, a prefix of a uniform draw
         if done == 0:
-            raise
+            raise meter.unfinished(exc, "a query") from None
         stop = exc if done < m else None  # the report after the last query: nothing was left undone
+    meter.settle()
     losses, m = losses[:done], done
 
     summary = summarize(losses)
@@ -275,7 +283,7 @@ def run(request: Request, ctx: RunContext) -> dict:
     extra: dict = {}
     if stop is not None:
         extra = stopped_verdict(stop, f"{done} of {request.queries} queries")
-        extra["stopped"] = {"reason": "budget", "cap": stop.cap, "message": str(stop), "queries": done}
+        extra["stopped"] = stopped(stop, queries=done)
     if request.budget is not None:
         extra.update(meter.as_dict())
     return {

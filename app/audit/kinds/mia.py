@@ -32,7 +32,7 @@ from pydantic_core import PydanticCustomError
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
-from app.audit.budget import BudgetSpec, Meter, MeteredEngine, with_budget
+from app.audit.budget import BudgetExhausted, BudgetSpec, Meter, MeteredEngine, stopped, with_budget
 from app.audit.icl.contexts import NeighbouringContexts, build_contexts
 from app.audit.kinds.base import (
     PUBLIC_TEMPERATURE,
@@ -70,7 +70,13 @@ class EndpointSpec(BaseModel):
         description='Extra HTTP headers; a credential goes by reference: {"secret": "NAME"} (app/secrets.py).',
     )
     timeout_s: float = Field(default=10.0, gt=0, le=300)
-    retries: int = Field(default=2, ge=0, le=10, description="Retries on connection errors, 429, 5xx.")
+    retries: int = Field(
+        default=2,
+        ge=0,
+        le=10,
+        description="Retries on connection errors and 5xx. A 429 stretch is waited out (Retry-After "
+        "honoured) for as long as budget.max_seconds allows, or 300 s without one.",
+    )
     steps: list[StepSpec] = Field(
         default_factory=list,
         max_length=8,
@@ -267,8 +273,9 @@ class Request(AuditRequestBase):
     )
     budget: BudgetSpec | None = Field(
         default=None,
-        description="Caps on calls, tokens and seconds (app/audit/budget.py); a direct audit stopped by one is "
-        "judged on the trials it finished (inconclusive: budget, unless they show a violation).",
+        description="Caps on calls, tokens and seconds (app/audit/budget.py). Stopped by one, the audit is "
+        "judged on the C1/C0 trial pairs it finished (inconclusive: budget, unless they show a violation); "
+        "stopped before a trial on each side, it fails naming the cap.",
     )
     max_epsilon: float = Field(
         default=0.0,
@@ -567,19 +574,16 @@ def _bootstrap(setup: Setup, ctx: RunContext):
 
 def _direct(setup: Setup, ctx: RunContext):
     """`direct`: every trial a fresh mechanism call — a new clean statistic from the engine's (cached)
-    answer distributions, then the release — in chunks, no resampling."""
+    answer distributions, then the release — in chunks of C1/C0 pairs, no resampling."""
     from app.audit.stats.trials import MAX_CHUNK, run_trials
 
     request, mechanism, answers = setup.request, setup.mechanism, setup.query.answers
-    pool_in, pool_out = setup.seeds.rng("pool"), setup.seeds.rng("pool")  # same state: common numbers
-
-    def draw(prompts: list, pool: np.random.Generator):
-        return lambda size, rng: mechanism.collect(prompts, answers, setup.source, size, pool)
+    pools = setup.seeds.rng("pool"), setup.seeds.rng("pool")  # same state: common numbers
+    prompts = setup.prompts_in, setup.prompts_out
 
     ctx.progress("simulate", 0.0, f"{request.trials} mechanism calls per context")
     return run_trials(
-        draw(setup.prompts_in, pool_in),
-        draw(setup.prompts_out, pool_out),
+        lambda size: mechanism.collect_pair(prompts, answers, setup.source, size, pools),
         setup.release,
         n_trials=request.trials,
         rng_in=setup.seeds.rng("noise_in"),
@@ -596,17 +600,21 @@ def run(request: Request, ctx: RunContext) -> dict:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
     if request.target is not None:  # a deployed chat app is the model (app/audit/mechanisms/http_endpoint.py)
         ctx = dataclasses.replace(ctx, engines=TargetEngines(ctx, request.target))
+    meter = None
     if request.budget is not None:  # the spend is checked and shown at every progress report
         ctx, meter = with_budget(ctx, request.budget)
         ctx = dataclasses.replace(ctx, extra={**ctx.extra, "meter": meter})
-    if request.attack.name == "auto":
-        return judged(request, _run_auto(request, ctx))
-    module = attack_module(request.attack.name)
-    own_audit = getattr(module, "run_audit", None)
-    owns = getattr(module, "owns_audit", lambda _request: True)
-    # an attack over several canaries runs its own trials
-    own = own_audit is not None and owns(request)
-    return judged(request, own_audit(request, ctx) if own else _run_trials(request, ctx))
+    try:
+        if request.attack.name == "auto":
+            return judged(request, _run_auto(request, ctx))
+        module = attack_module(request.attack.name)
+        own_audit = getattr(module, "run_audit", None)
+        owns = getattr(module, "owns_audit", lambda _request: True)
+        # an attack over several canaries runs its own trials
+        own = own_audit is not None and owns(request)
+        return judged(request, own_audit(request, ctx) if own else _run_trials(request, ctx))
+    except BudgetExhausted as exc:  # stopped before a trial on each side: fail with the final spend
+        raise (meter.unfinished(exc, "a trial on each side") if meter is not None else exc) from None
 
 
 SUBJECTS = {
@@ -650,9 +658,9 @@ def judged(request: Request, result: dict) -> dict:
         blocked=blocked,
     )
     verdict = judgement.as_dict()
-    stopped = result.get("stopped")
-    if stopped and judgement.verdict != "violation":
-        reason = f"{stopped['message']}; judged on the {stopped['trials']} trials per context it finished"
+    stop = result.get("stopped")
+    if stop and judgement.verdict != "violation":
+        reason = f"{stop['message']}; judged on the {stop['trials']} trials per context it finished"
         verdict.update(
             verdict="inconclusive", verdict_reason=reason, headline=f"Inconclusive (budget): {reason}"
         )
@@ -727,21 +735,20 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
         claimed=theory.epsilon if theory is not None else None,
         seeds=setup.seeds,
     )
-    evidence = None
+    evidence, trials = None, None
     if request.estimator == "exact":
         exact = _exact(setup, ctx, auditor.threat_models)
+        setup.meter.settle()  # the calls are over: the bounds finish whatever the clock says
         bounds = {tm: auditor.judge(fields) for tm, fields in exact.items()}
     else:
         trials = ESTIMATORS[request.estimator](setup, ctx)
+        setup.meter.settle()
         bounds = _trial_bounds(setup, trials, ctx, auditor)
         evidence = _evidence(setup, trials)
 
     result: dict = {"estimator": request.estimator, **bounds}
-    if request.estimator != "exact" and trials.stopped is not None:
-        stop = trials.stopped
-        result["stopped"] = {"reason": "budget", "cap": stop.cap, "message": str(stop), "trials": trials.done}
-    if request.budget is not None:
-        result.update(setup.meter.as_dict())
+    if trials is not None and trials.stopped is not None:
+        result["stopped"] = stopped(trials.stopped, trials=trials.done)
     if theory is not None:
         result.update(theory.as_dict())
     else:
@@ -750,16 +757,17 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
     result["assumption"] = auditor.assumption
     result["confidence"] = {"stated": request.confidence, **auditor.confidence_split}
     result["theory_violation"] = result.get("calibration_valid") is False
-    result["llm_forward_passes"] = llm.counters.forward_passes - passes_before if llm is not None else None
     result.update(mechanism.result_extras())
     from app.audit.design import canary_signal
 
     result["signal"] = canary_signal(
         mechanism, setup.query, setup.prompts_in, setup.prompts_out, setup.source
     )
-    result["distinct_prompts"] = setup.source.distinct_prompts
-    result["llm_calls"] = request.llm_calls
-    result["trials"] = trials.done if request.estimator != "exact" else None
+    if mechanism.needs_llm:  # an endpoint's calls are its own (endpoint_calls): no model fields
+        result["llm_forward_passes"] = llm.counters.forward_passes - passes_before
+        result["distinct_prompts"] = setup.source.distinct_prompts
+        result["llm_calls"] = request.llm_calls
+    result["trials"] = trials.done if trials is not None else None
     result["canary"] = setup.contexts.canary.text
     result["mechanism"] = {
         "name": request.mechanism.name,
@@ -770,7 +778,9 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
     }
     result["evidence"] = evidence
     result["utility"] = None
-    if request.utility_queries:
+    if request.utility_queries and "stopped" in result:
+        result["utility"] = {"skipped": f"{result['stopped']['message']}: no utility calls after the stop"}
+    elif request.utility_queries:
         from app.audit.icl.utility import utility
 
         result["utility"] = utility(
@@ -781,6 +791,8 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
             request.utility_queries,
             setup.seeds.rng("utility"),
         )
+    if request.budget is not None:  # read last: the utility's calls are spent too
+        result.update(setup.meter.as_dict())
     if ctx.on_counters is not None and llm is not None:
         ctx.on_counters(llm.counters.as_dict())
     ctx.progress("bound", 1.0, "done")

@@ -28,7 +28,14 @@ from pydantic import ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE, rdp
-from app.audit.budget import BudgetExhausted, BudgetSpec, MeteredEngine, stopped_verdict, with_budget
+from app.audit.budget import (
+    BudgetExhausted,
+    BudgetSpec,
+    MeteredEngine,
+    stopped,
+    stopped_verdict,
+    with_budget,
+)
 from app.audit.icl.synthetic import SparseVectorTest, generate_private_sequence
 from app.audit.icl.templates import generation_prompt, public_generation_prompt
 from app.audit.kinds.base import (
@@ -279,8 +286,9 @@ def run(request: Request, ctx: RunContext) -> dict:
             private_mask.append(list(seq.private))
     except BudgetExhausted as exc:  # a cap: keep the texts finished (app/audit/budget.py)
         if not texts:
-            raise
+            raise meter.unfinished(exc, "a text") from None
         stop = exc
+    meter.settle()
     if svt is not None:
         curve += svt.rdp_curve(orders)
     theory_curve = [
@@ -303,7 +311,7 @@ def run(request: Request, ctx: RunContext) -> dict:
     verdict = judge_accounting(epsilon_empirical, params["epsilon"]).as_dict()
     if stop is not None:
         verdict = stopped_verdict(stop, f"{len(texts)} of {n} texts", verdict)
-        verdict["stopped"] = {"reason": "budget", "cap": stop.cap, "message": str(stop), "texts": len(texts)}
+        verdict["stopped"] = stopped(stop, texts=len(texts))
     if request.budget is not None:
         verdict.update(meter.as_dict())
     return {

@@ -313,6 +313,22 @@ class Mechanism(ABC):
     ) -> np.ndarray:
         """`n_calls` clean statistics of one context, one per mechanism call (the non-private 𝓜′)."""
 
+    def collect_pair(
+        self,
+        prompts: tuple[Sequence[Prompt], Sequence[Prompt]],
+        answers: Sequence[str],
+        source: CleanSource,
+        n_calls: int,
+        rngs: tuple[np.random.Generator, np.random.Generator],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`n_calls` clean statistics of C1 and of C0 (the `direct` estimator's trials): C1's, then C0's.
+        A mechanism whose every trial is a paid call (http_endpoint) interleaves them, so that a budget stop
+        keeps the pairs it finished (BudgetExhausted.partial)."""
+        return (
+            self.collect(prompts[0], answers, source, n_calls, rngs[0]),
+            self.collect(prompts[1], answers, source, n_calls, rngs[1]),
+        )
+
     @abstractmethod
     def release(self, clean: np.ndarray, rng: np.random.Generator) -> Release:
         """The private outputs of a batch of calls from their clean statistics (vectorized)."""

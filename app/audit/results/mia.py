@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from app.audit.results.base import (
     ASSUMPTION,
@@ -169,6 +169,10 @@ class Evidence(BaseModel):
     max_trials: int = Field(description="Trials kept per side.")
 
 
+ENDPOINT_ABSENT = ("llm_forward_passes", "distinct_prompts", "llm_calls")
+"""Model-call fields an endpoint audit's result leaves out."""
+
+
 class MiaAuditResult(ResultBase):
     """Whether a DP-ICL system keeps the ε it claims, measured by a membership-inference attack on a canary."""
 
@@ -262,6 +266,16 @@ class MiaAuditResult(ResultBase):
         description='attack "auto": the design and T its pilot chose (odd training rows, seed stream pilot), '
         "each candidate's pilot score, and the pilot's forward passes; the measurement used the even rows.",
     )
+
+    @model_serializer(mode="wrap")
+    def _no_model_fields_for_an_endpoint(self, handler: SerializerFunctionWrapHandler):
+        """An endpoint audit's calls are its own (`endpoint_calls`): the model-call fields are left out.
+        (No return annotation: the serialization schema stays the model's.)"""
+        data = handler(self)
+        if self.endpoint_calls is not None:
+            for key in ENDPOINT_ABSENT:
+                data.pop(key, None)
+        return data
 
     def verdicts(self) -> list[Verdict]:
         rows = []

@@ -30,8 +30,9 @@ import numpy as np
 from app.audit.budget import BudgetExhausted
 
 Release = Callable[[np.ndarray, np.random.Generator], tuple[np.ndarray, np.ndarray]]
-Draw = Callable[[int, np.random.Generator], np.ndarray]
-"""`draw(size, rng)` → `size` clean statistics of one context (rows)."""
+Draw = Callable[[int], tuple[np.ndarray, np.ndarray]]
+"""`draw(size)` → `size` clean statistics (rows) of C1 and of C0. A budget stop inside a draw raises
+BudgetExhausted with `partial` = the (C1, C0) rows of the trials it finished, both sides alike."""
 
 MEMORY_FLOATS = 4_000_000  # clean-statistic floats per chunk (~32 MB per array)
 FIRST_CHUNK = 1_000
@@ -54,8 +55,7 @@ class TrialScores:
 
 
 def run_trials(
-    draw_in: Draw,
-    draw_out: Draw,
+    draw: Draw,
     release: Release,
     *,
     n_trials: int,
@@ -64,41 +64,56 @@ def run_trials(
     max_chunk: int = MAX_CHUNK,
     progress: Callable[[float], None] | None = None,
 ) -> TrialScores:
-    """`n_trials` releases per context in chunks: each side draws its clean statistics and releases them.
+    """`n_trials` releases per context in chunks: each chunk draws both sides' clean statistics, then each
+    side releases its own with its own noise stream.
 
     The first chunk has at most `FIRST_CHUNK` trials; later ones hold ≈ `MEMORY_FLOATS` clean floats
-    (at least 1,000, at most `max_chunk`). `progress(fraction)` is called after every chunk.
+    (at least 1,000, at most `max_chunk`). `progress(fraction)` is called after every chunk. A budget stop
+    (app/audit/budget.py) keeps the trials finished, both sides alike — a stopped draw's `partial` pairs
+    too — and is returned in `stopped`; one before any trial is raised.
     """
     if n_trials < 1 or max_chunk < 1:
         raise ValueError("n_trials and max_chunk must be ≥ 1")
     decisions = {"in": np.empty(n_trials, dtype=bool), "out": np.empty(n_trials, dtype=bool)}
     scores = {"in": np.empty(n_trials), "out": np.empty(n_trials)}
     chunk, done = min(FIRST_CHUNK, max_chunk), 0
+    stop: BudgetExhausted | None = None
+
+    def keep(clean: tuple[np.ndarray, np.ndarray]) -> int:
+        size = len(clean[0])
+        for side, rows, rng in (("in", clean[0], rng_in), ("out", clean[1], rng_out)):
+            if size:
+                decision, score = release(rows, rng)
+                decisions[side][done : done + size] = decision
+                scores[side][done : done + size] = score
+        return size
+
     try:
         while done < n_trials:
             size = min(chunk, n_trials - done)
-            for side, draw, rng in (("in", draw_in, rng_in), ("out", draw_out, rng_out)):
-                clean = draw(size, rng)
-                decision, score = release(clean, rng)
-                decisions[side][done : done + size] = decision
-                scores[side][done : done + size] = score
-            width = max(1, int(np.prod(clean.shape[1:])))
+            try:
+                clean = draw(size)
+            except BudgetExhausted as exc:
+                if exc.partial is not None:
+                    done += keep(exc.partial)
+                raise
+            done += keep(clean)
+            width = max(1, int(np.prod(clean[0].shape[1:])))
             chunk = min(max_chunk, max(FIRST_CHUNK, MEMORY_FLOATS // width))
-            done += size
             if progress is not None:
                 progress(done / n_trials)
     except BudgetExhausted as exc:  # keep the finished trials, both sides alike (app/audit/budget.py)
-        if done < 2:
+        if done == 0:
             raise
-        cut = {k: v[:done] for k, v in decisions.items()}, {k: v[:done] for k, v in scores.items()}
-        return TrialScores(cut[0]["in"], cut[0]["out"], cut[1]["in"], cut[1]["out"], stopped=exc)
-    return TrialScores(decisions["in"], decisions["out"], scores["in"], scores["out"])
+        stop = exc if done < n_trials else None  # the report after the last trial: nothing left undone
+    cut = {k: v[:done] for k, v in decisions.items()}, {k: v[:done] for k, v in scores.items()}
+    return TrialScores(cut[0]["in"], cut[0]["out"], cut[1]["in"], cut[1]["out"], stopped=stop)
 
 
-def resample(clean: np.ndarray) -> Draw:
-    """A draw that picks rows of `clean` uniformly with replacement (003 Alg. 1 line 6)."""
+def resample(clean: np.ndarray, rng: np.random.Generator) -> Callable[[int], np.ndarray]:
+    """Rows of `clean` picked uniformly with replacement from `rng` (003 Alg. 1 line 6)."""
     clean = np.asarray(clean)
-    return lambda size, rng: clean[rng.integers(0, clean.shape[0], size=size)]
+    return lambda size: clean[rng.integers(0, clean.shape[0], size=size)]
 
 
 def bootstrap_trials(
@@ -126,9 +141,9 @@ def bootstrap_trials(
     if rngs is None:
         sequence = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
         rngs = tuple(np.random.default_rng(s) for s in sequence.spawn(2))
+    pick_in, pick_out = resample(clean_in, rngs[0]), resample(clean_out, rngs[1])
     return run_trials(
-        resample(clean_in),
-        resample(clean_out),
+        lambda size: (pick_in(size), pick_out(size)),
         release,
         n_trials=n_trials,
         rng_in=rngs[0],
