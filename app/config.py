@@ -165,11 +165,15 @@ class Settings(BaseSettings):
             "cap (a tenant may only lower it: `{}`, a null or a larger cap keeps the default's, at submit, "
             "at resume and in a sweep); stored with "
             "the audit at submit (`bound` calls nothing and takes no budget: one in its request is a "
-            "422). An audit at its cap stops with what it finished: a `direct` mia audit is judged on"
-            " its trials, an `iclinf` audit measured on its queries, a `synthetic_generation` audit "
+            "422). Every cap (max_calls, max_tokens, max_seconds, this default's or the request's) stops "
+            "an audit the same way, with what it finished: a mia audit is judged on the C1/C0 trial "
+            "pairs it finished (an endpoint's kept one by one as answered, so a stop wastes at most the "
+            "calls in flight), an `iclinf` audit measured on its queries, a `synthetic_generation` audit "
             "on its texts (`inconclusive`, reason budget, unless that already shows a violation; "
-            "`result.stopped`, `result.spent`); one that finished nothing, or any other mia audit, "
-            "fails naming the cap. Progress messages show the spend against the budget."
+            "`result.stopped`, `result.spent`); one that finished nothing (no pair: e.g. a bootstrap mia "
+            "audit stopped while collecting) fails naming the cap and what it spent. Under max_seconds a "
+            "stretch of endpoint 429s is waited out until the budget stops the audit; without it, for "
+            "300 s. Progress messages show the spend against the budget."
         ),
     )
     secrets_dir: Path | None = Field(
