@@ -157,6 +157,29 @@ class Settings(BaseSettings):
         "a write that would pass it is refused whole and the audit ends AUDIT_ERROR naming this setting. An "
         "endpoint audit holds at most 50 answers (or 4 MiB of them) in memory before they are stored.",
     )
+    plan_max_pairs: int = Field(
+        default=4000,
+        ge=1,
+        description="Most record–context pairs (`attack.canaries` × `attack.contexts`) a plan of an audit over "
+        "several canaries may rehearse; more is 422 at the larger of the two fields, with the numbers, before "
+        "any rehearsal (a plan's time grows in proportion: about 2 ms a pair on one core).",
+    )
+    plan_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=280,
+        description="A plan still computing this long after its worker started it is stopped there and answered "
+        "503 (Retry-After); a plan whose caller went away is stopped at once. The API waits at most 300 s for "
+        "a plan's turn, its worker's start and the plan, then stops it too.",
+    )
+    plan_workers: int = Field(
+        default=2,
+        ge=1,
+        description="Plan processes per API process with the embedded executor, each started at its first plan: a "
+        "tenant's plan (one at a time) holds one of them and the tenant served least recently takes the next "
+        "free one, so another tenant's plan does not wait for it. With Celery, plans go to the workers of the "
+        "`plans` queue.",
+    )
     default_budget: dict[str, float] | None = Field(
         default=None,
         description=(

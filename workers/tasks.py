@@ -59,6 +59,7 @@ def deliver_webhook(delivery_id: str, attempt: int) -> None:
 
 @celery_app.task(name=PLAN_TASK)
 def plan_audit(plan_id: str, tenant_id: str, body: dict, request_id: str | None = None) -> None:
-    """A plan of a checked request (app/jobs/plans.py), its answer pushed to Redis for the API process."""
+    """A plan of a checked request (app/jobs/plans.py), stopped at its timeout or when its caller goes away;
+    its answer pushed to Redis for the API process."""
     with bind(request_id=request_id):
         answer_plan(plan_id, tenant_id, body, sessions=_session_factory(), settings=get_settings())

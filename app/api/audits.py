@@ -419,7 +419,11 @@ async def plan_audit(
     and the trials needed to resolve the claim (app/audit/plan.py). The same body and checks as a submit;
     nothing is stored and nothing is called. The plan is computed by a worker, not this process
     (app/jobs/plans.py): 503 if none answers in time. One plan at a time per tenant (429 while one is
-    computed)."""
+    computed). A plan whose rehearsal would pass ICLAUDIT_PLAN_MAX_PAIRS is 422 before it starts; one still
+    computing after ICLAUDIT_PLAN_TIMEOUT_SECONDS, or whose caller went away, is stopped where it runs."""
+    import asyncio
+    import threading
+
     from anyio import to_thread
 
     from app.jobs import plans
@@ -428,13 +432,23 @@ async def plan_audit(
     with plan_slots.hold(tenant_id):
         settings = request.app.state.settings
         await run_in_session(request, plans.check_plan, tenant_id, body, settings)
+        gone = threading.Event()
+
+        async def watch() -> None:  # the caller hanging up stops its plan in the worker
+            while not await request.is_disconnected():
+                await asyncio.sleep(0.5)
+            gone.set()
+
+        watcher = asyncio.create_task(watch())
         try:
             answer = await to_thread.run_sync(
-                plans.planner(request.app).plan, tenant_id, body.model_dump(mode="json")
+                plans.planner(request.app).plan, tenant_id, body.model_dump(mode="json"), None, gone
             )
+            return plans.plan_of(answer)
         except plans.PlanUnavailable as exc:
             raise ApiError(503, f"{exc}; retry later.", headers={"Retry-After": "30"}) from None
-    return plans.plan_of(answer)
+        finally:
+            watcher.cancel()
 
 
 class ResumeChanges(BaseModel):

@@ -27,6 +27,7 @@ attack sees the claim's whole signal (η = 1; the run measures η), and the smal
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import math
@@ -47,6 +48,43 @@ SAMPLE_TRIALS = 50_000
 """The larger of the two trial counts the rehearsal is timed at (the smaller: 1/50 of it)."""
 
 
+class PlanStopped(Exception):
+    """The plan was stopped before it finished: its caller went away or its deadline passed."""
+
+
+_stop_check: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "iclaudit_plan_stop_check", default=None
+)
+
+
+def _checkpoint(*_args: Any, **_kwargs: Any) -> None:
+    """Raise PlanStopped when the plan being computed must stop (`plan_request(check=…)`): called at every
+    stand-in engine call and progress report of a rehearsal, so a plan stops within one record's work."""
+    check = _stop_check.get()
+    if check is not None:
+        check()
+
+
+def rehearsed_pairs(request: Any) -> tuple[int, str] | None:
+    """The plan's cost that grows without bound in the request, computed from it before any rehearsal: the
+    (record, context) pairs a rehearsal of an attack over several canaries collects (`canaries` × `contexts`,
+    each rehearsal collecting them all), and the field that asks for the more of them; None for a request
+    whose rehearsal is bounded whatever it asks (SAMPLE_TRIALS, ICLINF_SAMPLE, one generated sequence)."""
+    if request.kind != "mia":
+        return None
+    from app.audit.attacks.registry import attack_module
+
+    attack = request.attack
+    module = attack_module(attack.name)
+    own = getattr(module, "run_audit", None) is not None and getattr(module, "owns_audit", lambda _r: True)(
+        request
+    )
+    if not own and attack.name != "auto":
+        return None
+    field = "attack.contexts" if attack.contexts >= attack.canaries else "attack.canaries"
+    return attack.canaries * attack.contexts, field
+
+
 class _StandIn:
     """An engine that records what it is asked, running no model: the oracle's own answers for the
     oracle, else a distribution per prompt drawn from the prompt's hash (so contexts differ and the
@@ -64,6 +102,7 @@ class _StandIn:
         self.oracle = OracleEngine() if name == "oracle" else None
 
     def label_logprobs(self, prompts: Sequence[PromptLike], labels: Sequence[str]) -> np.ndarray:
+        _checkpoint()
         self.prompts.extend(prompts)
         self.counters.forward_passes += len(prompts)
         if self.oracle is not None:
@@ -80,6 +119,7 @@ class _StandIn:
         seed: int = 0,
         n: int = 1,
     ) -> list[list[Generation]]:
+        _checkpoint()
         self.prompts.extend(prompts)
         self.generated_tokens += len(prompts) * n * max_new_tokens  # an upper bound: no early stop
         if self.oracle is not None:
@@ -91,6 +131,7 @@ class _StandIn:
     def next_token_logprobs(self, prompts: Sequence[PromptLike], top_k: Any = "all") -> list[Any]:
         from app.engines.protocol import TokenDistribution
 
+        _checkpoint()
         self.prompts.extend(prompts)
         self.counters.forward_passes += len(prompts)
         if self.oracle is not None:
@@ -187,10 +228,12 @@ def _trials_needed(
     else:
         lo, hi = at, at
         while detectable(hi) > goal and hi < max_trials:
+            _checkpoint()
             lo, hi = hi, min(hi * 4, max_trials)
         if detectable(hi) > goal:
             return None
     while hi - lo > 1 and hi > 1.05 * lo:  # to 5 %, halving the ratio (not the gap)
+        _checkpoint()
         mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
         lo, hi = (lo, mid) if detectable(mid) <= goal else (mid, hi)
     return hi
@@ -200,13 +243,12 @@ def _power(request: Any, gaussian: bool, claimed: float | None, max_trials: int)
     """epsilon_detectable at the requested trials (η = 1) and the trials needed for `consistent`."""
     from app.audit.stats.auditor import THREAT_MODELS, assumption_for
     from app.audit.stats.bounds import per_test_confidence
-    from app.audit.stats.thresholds import SELECTION_PENALTY
-    from app.audit.stats.verdict import POWER_FACTOR, MembershipTest, epsilon_detectable, power_uniforms
+    from app.audit.stats.thresholds import SELECTION_PENALTY, bonferroni_tests
+    from app.audit.stats.verdict import POWER_FACTOR, MembershipTest, epsilon_detectable
 
     threshold = claimed if claimed is not None else request.max_epsilon
     models = THREAT_MODELS if request.attack.threat_model == "both" else (request.attack.threat_model,)
     confidence = per_test_confidence(request.confidence, len(models))
-    uniforms = power_uniforms(np.random.default_rng(0))
     if request.threshold_strategy == "in_sample":
         reason = "threshold_strategy in_sample makes every verdict inconclusive (an optimistic bound)"
         return {"epsilon_detectable": None, "trials_needed": None, "llm_calls_needed": None, "note": reason}
@@ -222,8 +264,8 @@ def _power(request: Any, gaussian: bool, claimed: float | None, max_trials: int)
         best = math.inf
         for tm in models:
             decision = tm == "black_box"
-            n = trials if decision or request.threshold_strategy != "split" else trials - round(trials / 2)
-            penalty = 1.0 if decision else SELECTION_PENALTY
+            strategy = None if decision else request.threshold_strategy
+            n = trials - round(trials / 2) if strategy == "split" else trials
             test = MembershipTest(
                 name=tm,
                 n_in=n,
@@ -233,9 +275,10 @@ def _power(request: Any, gaussian: bool, claimed: float | None, max_trials: int)
                 assumption=assumption_for(request.assumption, gaussian),
                 efficiency=1.0,
                 epsilon_lower=0.0,
-                selection_penalty=penalty,
+                selection_penalty=SELECTION_PENALTY if strategy == "split" else 1.0,
+                tests=bonferroni_tests(n) if strategy == "bonferroni" else 1,
             )
-            best = min(best, epsilon_detectable(test, threshold, uniforms))
+            best = min(best, epsilon_detectable(test, threshold))
         return best
 
     at_request = detectable(request.trials)
@@ -258,7 +301,7 @@ def _rehearse(request: Any, datasets: Any, trials: int) -> tuple[dict, _Engines,
 
     engines = _Engines(_model_name(request))
     timed = _unbudgeted(request, trials=trials, target=None)  # a target is never called
-    ctx = RunContext(engines=engines, datasets=datasets)
+    ctx = RunContext(progress=_checkpoint, engines=engines, datasets=datasets)
     module = attack_module(request.attack.name)
     own = getattr(module, "run_audit", None) is not None and getattr(module, "owns_audit", lambda _r: True)(
         timed
@@ -348,7 +391,8 @@ def plan_mia(
     notes: list[str] = []
     sim, model_calls = 0.0, 0
     setup = mia._setup(
-        request.model_copy(update={"target": None}), RunContext(engines=engines, datasets=datasets)
+        request.model_copy(update={"target": None}),
+        RunContext(progress=_checkpoint, engines=engines, datasets=datasets),
     )
     theory = setup.mechanism.theory
     claimed = theory.epsilon if theory is not None else None
@@ -588,8 +632,8 @@ def plan_bound(request: Any, *, max_trials: int = 8_000_000) -> dict:
     """A `bound` calls nothing: zeros, the bound's own computation timed, and the closed-form power of
     the membership test its counts (or held-out scores) make (η = 1), with the trials per side needed."""
     from app.audit.kinds import bound
-    from app.audit.stats.thresholds import SELECTION_PENALTY
-    from app.audit.stats.verdict import POWER_FACTOR, MembershipTest, epsilon_detectable, power_uniforms
+    from app.audit.stats.thresholds import SELECTION_PENALTY, bonferroni_tests
+    from app.audit.stats.verdict import POWER_FACTOR, MembershipTest, epsilon_detectable
 
     start = time.perf_counter()
     result = bound.run(request, RunContext())
@@ -602,7 +646,6 @@ def plan_bound(request: Any, *, max_trials: int = 8_000_000) -> dict:
         else (len(request.scores_in), len(request.scores_out))
     )
     threshold = request.epsilon if request.epsilon is not None else request.max_epsilon
-    uniforms = power_uniforms(np.random.default_rng(0))
     split = result.get("threshold_strategy") == "split"
 
     def detectable_at(n_in: int, n_out: int) -> float:
@@ -616,8 +659,9 @@ def plan_bound(request: Any, *, max_trials: int = 8_000_000) -> dict:
             efficiency=1.0,
             epsilon_lower=0.0,
             selection_penalty=SELECTION_PENALTY if split else 1.0,
+            tests=bonferroni_tests(max(1, n_out)) if result.get("threshold_strategy") == "bonferroni" else 1,
         )
-        return epsilon_detectable(test, threshold, uniforms)
+        return epsilon_detectable(test, threshold)
 
     def detectable(per_side: int) -> float:  # per side as given; the test holds the same share of them
         return detectable_at(round(per_side * held_in / given_in), round(per_side * held_out / given_out))
@@ -661,7 +705,9 @@ def plan_iclinf(
     m = min(request.queries, ICLINF_SAMPLE)
     engines = _Engines(request.model)
     start = time.perf_counter()
-    iclinf.run(_unbudgeted(request, queries=m), RunContext(engines=engines, datasets=datasets))
+    iclinf.run(
+        _unbudgeted(request, queries=m), RunContext(progress=_checkpoint, engines=engines, datasets=datasets)
+    )
     scale = request.queries / m
     sim = (time.perf_counter() - start) * scale
     sent = engines.stand_in.prompts
@@ -711,7 +757,7 @@ def plan_synthetic_generation(
     )
     engines = _Engines(request.model)
     start = time.perf_counter()
-    sg.run(one, RunContext(engines=engines, datasets=datasets))
+    sg.run(one, RunContext(progress=_checkpoint, engines=engines, datasets=datasets))
     sim = (time.perf_counter() - start) * n
     per_step = synthetic_prompts_per_step(s, request.variant)
     steps = n * t_max
@@ -749,8 +795,25 @@ def plan_request(
     rates: Rates = Rates(),
     tokens: Callable[[PromptLike], int] | None = None,
     max_trials: int = 8_000_000,
+    check: Callable[[], None] | None = None,
 ) -> dict:
-    """The plan of a request of any kind (the module docstring)."""
+    """The plan of a request of any kind (the module docstring). `check` is called at every step of the
+    rehearsals and raises (PlanStopped) to stop the plan: its caller went away, its deadline passed."""
+    token = _stop_check.set(check)
+    try:
+        return _plan_request(request, datasets=datasets, rates=rates, tokens=tokens, max_trials=max_trials)
+    finally:
+        _stop_check.reset(token)
+
+
+def _plan_request(
+    request: Any,
+    *,
+    datasets: Any,
+    rates: Rates,
+    tokens: Callable[[PromptLike], int] | None,
+    max_trials: int,
+) -> dict:
     if request.kind == "mia":
         plan = plan_mia(request, datasets=datasets, rates=rates, tokens=tokens, max_trials=max_trials)
     elif request.kind == "bound":

@@ -25,7 +25,10 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -38,7 +41,11 @@ from app.db.models import Audit, AuditState
 log = logging.getLogger(__name__)
 
 PLAN_WAIT_SECONDS = 300
-"""How long the API waits for a worker to answer a plan (then 503)."""
+"""How long the API waits for a worker to answer a plan (then 503, and the plan is stopped)."""
+PLAN_GRACE_SECONDS = 10.0
+"""How long a plan process has to stop a plan past its deadline (or after its caller went away) before it
+is killed."""
+PLAN_STOP_KEY = "iclaudit:plan-stop:"
 PLAN_TASK = "iclaudit.plan_audit"
 PLAN_QUEUE = "plans"
 PLAN_KEY = "iclaudit:plan:"
@@ -107,12 +114,18 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
 
 
 def compute_plan(
-    *, session_factory: sessionmaker[Session], tenant_id: str, body: dict, settings: Settings
+    *,
+    session_factory: sessionmaker[Session],
+    tenant_id: str,
+    body: dict,
+    settings: Settings,
+    check: Callable[[], None] | None = None,
 ) -> dict:
-    """The plan of a checked request body, in a worker: {"plan": …}, or {"rejected": message} when the
-    run itself would refuse it (app.audit.runtime.AuditError)."""
+    """The plan of a checked request body, in a worker: {"plan": …}, {"rejected": message} when the run
+    itself would refuse it (app.audit.runtime.AuditError), or {"stopped": reason} when `check` stopped it
+    (app.audit.plan.PlanStopped: its caller went away, its deadline passed)."""
     from app.audit.kinds.registry import kind_module
-    from app.audit.plan import model_tokens, plan_request
+    from app.audit.plan import PlanStopped, model_tokens, plan_request
     from app.audit.runtime import AuditError
     from app.jobs.providers import TenantDatasets
 
@@ -129,18 +142,43 @@ def compute_plan(
     try:
         tokens = None if endpoint or request.kind == "bound" else model_tokens(request.model)
         plan = plan_request(
-            request, datasets=datasets, rates=rates, tokens=tokens, max_trials=settings.max_trials
+            request,
+            datasets=datasets,
+            rates=rates,
+            tokens=tokens,
+            max_trials=settings.max_trials,
+            check=check,
         )
     except AuditError as exc:
         return {"rejected": f"this request cannot be planned: {exc}"}
+    except PlanStopped as exc:
+        return {"stopped": str(exc)}
     return {"plan": plan}
 
 
+def stop_check(deadline: float, stop: Callable[[], bool], timeout: float) -> Callable[[], None]:
+    """A plan's `check`: PlanStopped once the wall clock passes `deadline` (time.time()) or `stop()` says its
+    caller went away."""
+    from app.audit.plan import PlanStopped
+
+    def check() -> None:
+        if time.time() > deadline:
+            raise PlanStopped(
+                f"the plan did not finish within {timeout:g} s (ICLAUDIT_PLAN_TIMEOUT_SECONDS) and was stopped"
+            )
+        if stop():
+            raise PlanStopped("its caller went away; the plan was stopped")
+
+    return check
+
+
 def _plan_child(
-    conn: Connection, lifeline: Connection, settings: Settings, level: int, environ: dict
+    conn: Connection, lifeline: Connection, stop: Any, settings: Settings, level: int, environ: dict
 ) -> None:
-    """The plan process: `(plan_id, request_id, tenant_id, body)` in, `("planned", (plan_id, answer))` out
-    (`("log", record)` for its log lines, as the audit processes send theirs); None stops it."""
+    """A plan process: `(plan_id, request_id, tenant_id, body)` in, `("started", plan_id)` when it starts
+    and `("planned", (plan_id, answer))` out (`("log", record)` for its log lines, as the audit processes
+    send theirs); None stops it. A plan stops ICLAUDIT_PLAN_TIMEOUT_SECONDS after it started, or when the
+    API process sets `stop` (its caller went away)."""
     from app.jobs.pool import child_setup
 
     send = child_setup(conn, lifeline, level, environ)
@@ -159,10 +197,17 @@ def _plan_child(
             if message is None:
                 return
             plan_id, request_id, tenant_id, body = message
+            send(("started", plan_id))
+            deadline = time.time() + settings.plan_timeout_seconds
+            check = stop_check(deadline, stop.is_set, settings.plan_timeout_seconds)
             with observability.bind(request_id=request_id):
                 try:
                     answer = compute_plan(
-                        session_factory=sessions, tenant_id=tenant_id, body=body, settings=settings
+                        session_factory=sessions,
+                        tenant_id=tenant_id,
+                        body=body,
+                        settings=settings,
+                        check=check,
                     )
                 except Exception as exc:
                     log.exception("plan %s failed", plan_id)
@@ -172,38 +217,51 @@ def _plan_child(
         engine.dispose()
 
 
-class InlinePlanner:
-    """The embedded executor's plan process (the module docstring), started at the first plan and again
-    after it died; plans wait their tenant's turn in a FairQueue and run one at a time."""
+@dataclass
+class _Plan:
+    """One plan waiting for, or held by, a plan process."""
 
-    def __init__(self, settings: Settings) -> None:
-        from app.jobs.executors import FairQueue
+    request_id: str | None
+    tenant_id: str
+    body: dict
+    done: concurrent.futures.Future[dict] = field(default_factory=concurrent.futures.Future)
+    gone: threading.Event = field(default_factory=threading.Event)  # its caller went away
 
+
+class _PlanProcess:
+    """One plan process (`_plan_child`) and the slot thread's side of it: started at its first plan and
+    again after it died or was killed."""
+
+    def __init__(self, settings: Settings, index: int) -> None:
         self._settings = settings
-        self._queue = FairQueue()
-        self._stopping = threading.Event()
+        self._index = index
         self._answers: dict[str, dict] = {}
+        self._started: dict[str, float] = {}  # plan id → when the process started computing it (monotonic)
         self._changed = threading.Condition()
         self._process: Any = None
         self._conn: Connection | None = None
         self._lifeline: Connection | None = None
+        self._stop: Any = None
         self._alive = False
+        self._life = threading.Lock()  # a start and a stop (the slot thread's, close's) one at a time
         self.pid: int | None = None
-        """The plan process's id once started (tests stop it to show where plans are computed)."""
-        self._slot = threading.Thread(target=self._work, name="plan-slot", daemon=True)
-        self._slot.start()
 
     def _start(self) -> None:
+        with self._life:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
         from app.jobs.pool import context
 
         ctx = context()
         self._conn, child = ctx.Pipe(duplex=True)
         lifeline, self._lifeline = ctx.Pipe(duplex=False)
+        self._stop = ctx.Event()
         level = min(logging.getLogger().getEffectiveLevel(), logging.INFO)
         self._process = ctx.Process(
             target=_plan_child,
-            args=(child, lifeline, self._settings, level, dict(os.environ)),
-            name="iclaudit-plans",
+            args=(child, lifeline, self._stop, self._settings, level, dict(os.environ)),
+            name=f"iclaudit-plans-{self._index}",
             daemon=True,
         )
         self._process.start()
@@ -223,6 +281,9 @@ class InlinePlanner:
                 logger = logging.getLogger(payload.name)
                 if logger.isEnabledFor(payload.levelno):
                     logger.handle(payload)
+            elif kind == "started":
+                with self._changed:
+                    self._started[payload] = time.monotonic()
             elif kind == "planned":
                 with self._changed:
                     self._answers[payload[0]] = payload[1]
@@ -231,48 +292,45 @@ class InlinePlanner:
             self._alive = False
             self._changed.notify_all()
 
-    def _compute(self, plan_id: str, request_id: str | None, tenant_id: str, body: dict) -> dict | None:
-        """Send one plan to the process (started if need be) and wait for its answer; None if it died."""
+    def compute(self, plan: _Plan) -> dict | None:
+        """Send one plan to the process (started if need be) and wait for its answer; None if it died. The
+        process stops the plan itself at its deadline, or when told here that its caller went away (or that
+        the deadline passed PLAN_GRACE_SECONDS ago); one that has not answered PLAN_GRACE_SECONDS after that is
+        killed (a step of the rehearsal that never checks)."""
         if self._process is None or not self._alive or not self._process.is_alive():
-            self._stop_process(timeout=0)
+            self.stop(timeout=0)
             self._start()
+        plan_id = uuid.uuid4().hex
+        self._stop.clear()
         try:
-            self._conn.send((plan_id, request_id, tenant_id, body))  # type: ignore[union-attr]
+            self._conn.send((plan_id, plan.request_id, plan.tenant_id, plan.body))  # type: ignore[union-attr]
         except OSError:
             return None
+        stopped_at: float | None = None
+        limit = self._settings.plan_timeout_seconds + PLAN_GRACE_SECONDS
         with self._changed:
             while plan_id not in self._answers and self._alive:
-                self._changed.wait(1.0)
-            return self._answers.pop(plan_id, None)
+                self._changed.wait(0.25)
+                began = self._started.get(plan_id)
+                late = began is not None and time.monotonic() - began > limit
+                if stopped_at is None and (plan.gone.is_set() or late):
+                    self._stop.set()
+                    stopped_at = time.monotonic()
+                if stopped_at is not None and time.monotonic() - stopped_at > PLAN_GRACE_SECONDS:
+                    break
+            answer = self._answers.pop(plan_id, None)
+            self._started.pop(plan_id, None)
+        if answer is None and stopped_at is not None:
+            log.warning("plan process %s did not stop its plan; killed", self.pid)
+            self.stop(timeout=0)
+            return {"stopped": "the plan was stopped (its caller went away or its deadline passed)"}
+        return answer
 
-    def _work(self) -> None:
-        while (item := self._queue.get(self._stopping)) is not None:
-            request_id, tenant_id, body, done = item
-            if not done.set_running_or_notify_cancel():
-                continue  # its caller stopped waiting
-            try:
-                answer = self._compute(uuid.uuid4().hex, request_id, tenant_id, body)
-            except Exception as exc:
-                done.set_exception(exc)
-                continue
-            if answer is None:
-                done.set_exception(PlanUnavailable("the plan process died computing this plan"))
-            else:
-                done.set_result(answer)
+    def stop(self, timeout: float) -> None:
+        with self._life:
+            self._stop_locked(timeout)
 
-    def plan(self, tenant_id: str, body: dict, timeout: float | None = None) -> dict:
-        """The worker's answer to one plan (blocks the calling thread, not the event loop), waiting up to
-        `timeout` seconds (PLAN_WAIT_SECONDS)."""
-        timeout = PLAN_WAIT_SECONDS if timeout is None else timeout
-        done: concurrent.futures.Future[dict] = concurrent.futures.Future()
-        self._queue.put(tenant_id, (observability.request_id.get(), tenant_id, body, done))
-        try:
-            return done.result(timeout)
-        except concurrent.futures.TimeoutError:
-            done.cancel()
-            raise PlanUnavailable(f"no worker answered the plan within {timeout:.0f} s") from None
-
-    def _stop_process(self, timeout: float) -> None:
+    def _stop_locked(self, timeout: float) -> None:
         if self._process is None:
             return
         with contextlib.suppress(OSError):
@@ -285,15 +343,95 @@ class InlinePlanner:
             if conn is not None:
                 conn.close()
         self._process = self._conn = self._lifeline = None
+        with self._changed:
+            self._alive = False  # a plan being waited for fails now instead of at its process's end
+            self._changed.notify_all()
+
+
+class InlinePlanner:
+    """The embedded executor's plan processes (the module docstring): ICLAUDIT_PLAN_WORKERS of them, each
+    fed by a slot thread from one FairQueue (the tenant served least recently first), so a tenant's plan
+    (one at a time: PlanSlots) holds at most one process and another tenant's plan takes the next free one.
+    Each plan stops at its deadline (ICLAUDIT_PLAN_TIMEOUT_SECONDS) or when its caller goes away."""
+
+    def __init__(self, settings: Settings) -> None:
+        from app.jobs.executors import FairQueue
+
+        self._settings = settings
+        self._queue = FairQueue()
+        self._stopping = threading.Event()
+        self._processes = [_PlanProcess(settings, i) for i in range(settings.plan_workers)]
+        self._slots = [
+            threading.Thread(target=self._work, args=(process,), name=f"plan-slot-{i}", daemon=True)
+            for i, process in enumerate(self._processes)
+        ]
+        for slot in self._slots:
+            slot.start()
+
+    @property
+    def pids(self) -> list[int]:
+        """The started plan processes' ids (tests stop them to show where plans are computed)."""
+        return [p.pid for p in self._processes if p.pid is not None]
+
+    @property
+    def pid(self) -> int | None:
+        """The first plan process's id, once started."""
+        return self._processes[0].pid
+
+    def _work(self, process: _PlanProcess) -> None:
+        while (plan := self._queue.get(self._stopping)) is not None:
+            if plan.gone.is_set() or not plan.done.set_running_or_notify_cancel():
+                continue  # its caller stopped waiting
+            try:
+                answer = process.compute(plan)
+            except Exception as exc:
+                plan.done.set_exception(exc)
+                continue
+            if answer is None:
+                plan.done.set_exception(PlanUnavailable("the plan process died computing this plan"))
+            else:
+                plan.done.set_result(answer)
+
+    def plan(
+        self, tenant_id: str, body: dict, timeout: float | None = None, gone: threading.Event | None = None
+    ) -> dict:
+        """The worker's answer to one plan (blocks the calling thread, not the event loop), waiting up to
+        `timeout` seconds (`plan_wait`); `gone` set by the caller (its client went away) stops it."""
+        timeout = plan_wait(self._settings) if timeout is None else timeout
+        plan = _Plan(observability.request_id.get(), tenant_id, body, gone=gone or threading.Event())
+        self._queue.put(tenant_id, plan)
+        waited = time.monotonic() + timeout
+        while True:
+            try:
+                return plan.done.result(0.25)
+            except concurrent.futures.TimeoutError:
+                pass
+            if plan.gone.is_set():
+                plan.done.cancel()  # dropped where it waits; stopped where it runs
+                raise PlanUnavailable("its caller went away; the plan was stopped")
+            if time.monotonic() > waited:
+                plan.gone.set()
+                plan.done.cancel()
+                raise PlanUnavailable(f"no worker answered the plan within {timeout:.0f} s; it was stopped")
 
     def close(self) -> None:
         self._stopping.set()
         self._queue.wake_all()
-        with self._changed:
-            self._alive = False  # a plan being waited for fails now instead of at its process's end
-            self._changed.notify_all()
-        self._slot.join(10)
-        self._stop_process(timeout=10)
+        for process in self._processes:
+            with process._changed:
+                process._alive = False  # a plan being waited for fails now instead of at its process's end
+                process._changed.notify_all()
+        for slot in self._slots:
+            slot.join(10)
+        for process in self._processes:
+            process.stop(timeout=10)
+
+
+def plan_wait(settings: Settings) -> float:
+    """How long the API waits for a plan's answer: PLAN_WAIT_SECONDS, for its turn, a plan process's start
+    and the plan (whose own computation stops at ICLAUDIT_PLAN_TIMEOUT_SECONDS); then 503, and the plan is
+    stopped wherever it is."""
+    return PLAN_WAIT_SECONDS
 
 
 class CeleryPlanner:
@@ -304,14 +442,18 @@ class CeleryPlanner:
 
         self._celery = create_celery(settings)
         self._broker_url = settings.broker_url
+        self._settings = settings
 
-    def plan(self, tenant_id: str, body: dict, timeout: float | None = None) -> dict:
+    def plan(
+        self, tenant_id: str, body: dict, timeout: float | None = None, gone: threading.Event | None = None
+    ) -> dict:
         import redis
         from kombu.exceptions import OperationalError
 
-        timeout = PLAN_WAIT_SECONDS if timeout is None else timeout
+        timeout = plan_wait(self._settings) if timeout is None else timeout
         plan_id = uuid.uuid4().hex
         request_id = observability.request_id.get()
+        got = None
         try:  # a broker down is a 503 like no worker answering, not a 500 (schemathesis, issue 20 L1)
             self._celery.send_task(
                 PLAN_TASK,
@@ -320,12 +462,14 @@ class CeleryPlanner:
                 queue=PLAN_QUEUE,
                 expires=timeout,  # a plan nobody waits for any more is not computed
             )
-            # the socket waits longer than the BLPOP, which answers None at its own timeout
-            client = redis.Redis.from_url(
-                self._broker_url, socket_connect_timeout=5, socket_timeout=timeout + 10
-            )
+            client = redis.Redis.from_url(self._broker_url, socket_connect_timeout=5, socket_timeout=15)
             try:
-                got = client.blpop([PLAN_KEY + plan_id], timeout=max(1, round(timeout)))
+                waited = time.monotonic() + timeout
+                while got is None and time.monotonic() < waited:
+                    if gone is not None and gone.is_set():  # the worker's check reads this key
+                        client.set(PLAN_STOP_KEY + plan_id, "1", ex=PLAN_WAIT_SECONDS)
+                        raise PlanUnavailable("its caller went away; the plan was stopped")
+                    got = client.blpop([PLAN_KEY + plan_id], timeout=1)
             finally:
                 client.close()
         except (OperationalError, redis.exceptions.ConnectionError) as exc:
@@ -339,18 +483,37 @@ class CeleryPlanner:
 
 
 def answer_plan(
-    plan_id: str, tenant_id: str, body: dict, *, sessions: sessionmaker[Session], settings: Settings
+    plan_id: str,
+    tenant_id: str,
+    body: dict,
+    *,
+    sessions: sessionmaker[Session],
+    settings: Settings,
 ) -> None:
-    """A Celery worker's side of a plan: compute it and push the answer for the waiting API process."""
+    """A Celery worker's side of a plan: compute it (stopped ICLAUDIT_PLAN_TIMEOUT_SECONDS after it starts,
+    or once the API process set the plan's stop key: its caller went away) and push the answer for the
+    waiting API process."""
     import redis
 
-    try:
-        answer = compute_plan(session_factory=sessions, tenant_id=tenant_id, body=body, settings=settings)
-    except Exception as exc:
-        log.exception("plan %s failed", plan_id)
-        answer = {"error": type(exc).__name__}
     client = redis.Redis.from_url(settings.broker_url, socket_connect_timeout=5)
+    asked = {"at": 0.0, "stop": False}
+
+    def stop() -> bool:  # the stop key, read at most once a second
+        if not asked["stop"] and time.monotonic() - asked["at"] >= 1.0:
+            asked["at"] = time.monotonic()
+            with contextlib.suppress(redis.exceptions.RedisError):
+                asked["stop"] = bool(client.exists(PLAN_STOP_KEY + plan_id))
+        return asked["stop"]
+
+    check = stop_check(time.time() + settings.plan_timeout_seconds, stop, settings.plan_timeout_seconds)
     try:
+        try:
+            answer = compute_plan(
+                session_factory=sessions, tenant_id=tenant_id, body=body, settings=settings, check=check
+            )
+        except Exception as exc:
+            log.exception("plan %s failed", plan_id)
+            answer = {"error": type(exc).__name__}
         client.rpush(PLAN_KEY + plan_id, json.dumps(answer))
         client.expire(PLAN_KEY + plan_id, PLAN_WAIT_SECONDS)
     finally:
@@ -384,6 +547,28 @@ def check_plan(session: Session, tenant_id: str, request: Any, settings: Setting
     from app.jobs.service import check_request
 
     check_request(session, tenant_id=tenant_id, request=request, settings=settings, quota=False)
+    check_plan_cost(request, settings)
+
+
+def check_plan_cost(request: Any, settings: Settings) -> None:
+    """A plan whose rehearsal would pass ICLAUDIT_PLAN_MAX_PAIRS record–context pairs is refused before any
+    rehearsal (422 with the numbers, at the field that asks for the more of them)."""
+    from app.audit.plan import rehearsed_pairs
+    from app.jobs.service import Rejected
+
+    cost = rehearsed_pairs(request)
+    if cost is None or cost[0] <= settings.plan_max_pairs:
+        return
+    pairs, field = cost
+    attack = request.attack
+    raise Rejected(
+        f"$.{field}",
+        f"{field}: a plan rehearses every record in every context: attack.canaries × attack.contexts = "
+        f"{attack.canaries:,} × {attack.contexts:,} = {pairs:,} pairs, above this service's {settings.plan_max_pairs:,} "
+        "for a plan (ICLAUDIT_PLAN_MAX_PAIRS). Plan fewer (its calls and time grow in proportion) or submit "
+        "the audit itself.",
+        "SERVER_LIMIT",
+    )
 
 
 def plan_of(answer: dict) -> dict:
@@ -392,6 +577,8 @@ def plan_of(answer: dict) -> dict:
 
     if "rejected" in answer:
         raise Rejected("$", answer["rejected"])
+    if "stopped" in answer:
+        raise PlanUnavailable(answer["stopped"])
     if "plan" not in answer:
         raise RuntimeError(f"the plan failed in the worker ({answer.get('error')})")
     return answer["plan"]  # type: ignore[no-any-return]

@@ -17,7 +17,8 @@ REFUSALS: dict[str, str] = {
     "SECRET_NOT_SET": "A header's secret reference names a secret not set for (or not granted to) this tenant.",
     "SECRET_INVALID": "A header's secret is set but its value cannot be sent in a header (the operator's to fix).",
     "SERVER_LIMIT": "Above a limit this server is configured with (ICLAUDIT_MAX_TRIALS, "
-    "ICLAUDIT_MAX_LLM_CALLS, ICLAUDIT_SWEEP_MAX_AUDITS, ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS).",
+    "ICLAUDIT_MAX_LLM_CALLS, ICLAUDIT_SWEEP_MAX_AUDITS, ICLAUDIT_SCHEDULE_MIN_INTERVAL_SECONDS, "
+    "ICLAUDIT_TARGET_MAX_BODY_BYTES, ICLAUDIT_PLAN_MAX_PAIRS).",
     "GRID_POINT_RULE": "A sweep's point (base with each grid key's value set) breaks a rule of its kind across "
     "fields, though base and each value meet their own schemas.",
     "CRON_NEVER_FIRES": "A well-formed cron that no date matches (e.g. 0 0 31 2 *).",

@@ -75,7 +75,7 @@ def test_a_plan_is_computed_in_the_plan_process_while_healthz_and_polls_answer(
 
     monkeypatch.setattr(app.audit.plan, "plan_request", here)
     bound = json.loads((EXAMPLES / "bound-counts.json").read_text())
-    with app_client() as client:
+    with app_client(plan_workers=1) as client:  # one plan process: the one stopped below
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         audit_id = client.post("/v1/audits", json=bound).json()["id"]
         assert client.post("/v1/audits/plan", json=bound).status_code == 200  # starts the plan process

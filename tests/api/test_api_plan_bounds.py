@@ -1,0 +1,108 @@
+"""Plans are bounded and cancellable: a plan's cost (record–context pairs to rehearse) is computed from the
+request and refused past ICLAUDIT_PLAN_MAX_PAIRS before any rehearsal; a plan stops where it runs at its
+deadline or when its caller hangs up; and another tenant's plan is answered while one computes."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from service.servers import serve_in_thread
+
+from app.api.connections import plan_slots
+from app.main import create_app
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BOUND = json.loads((EXAMPLES / "bound-counts.json").read_text())
+
+
+def likelihood(canaries: int, contexts: int) -> dict:
+    body = json.loads((EXAMPLES / "likelihood-oracle-records.json").read_text())
+    body["attack"] |= {"canaries": canaries, "contexts": contexts}
+    return body
+
+
+def test_the_reported_plan_is_refused_before_any_rehearsal(client) -> None:
+    start = time.monotonic()
+    refused = client.post("/v1/audits/plan", json=likelihood(500, 1000))
+    assert refused.status_code == 422, refused.text
+    error = refused.json()["error"]
+    assert (error["reason"], error["details"][0]["path"]) == ("SERVER_LIMIT", "$.attack.contexts"), error
+    assert "500 × 1,000 = 500,000 pairs, above this service's 4,000" in error["message"]
+    assert "ICLAUDIT_PLAN_MAX_PAIRS" in error["message"]
+    assert time.monotonic() - start < 10
+    assert getattr(client.app.state, "planner", None) is None  # no worker was asked
+    many = client.post("/v1/audits/plan", json=likelihood(2000, 10))
+    assert many.status_code == 422 and many.json()["error"]["details"][0]["path"] == "$.attack.canaries"
+
+
+def _plan_in_thread(client, body: dict, key: str) -> tuple[threading.Thread, list]:
+    answers: list = []
+
+    def ask() -> None:
+        started = time.monotonic()
+        answer = client.post("/v1/audits/plan", json=body, headers={"Authorization": f"Bearer {key}"})
+        answers.append((answer.status_code, answer.json(), time.monotonic() - started))
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not len(plan_slots) and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return thread, answers
+
+
+def test_another_tenants_plan_is_answered_while_one_computes_and_a_plan_stops_at_its_deadline(
+    app_client, make_key
+) -> None:
+    with app_client(plan_timeout_seconds=20) as client:
+        alice, bob, carol = make_key("alice"), make_key("bob"), make_key("carol")
+        warm = [_plan_in_thread(client, BOUND, key)[0] for key in (bob, carol)]  # both plan processes start
+        for thread in warm:
+            thread.join(300)
+        pids = client.app.state.planner.pids
+        assert len(pids) == 2
+        slow, answers = _plan_in_thread(client, likelihood(40, 100), alice)  # 4,000 pairs: the most allowed
+        time.sleep(1.0)
+        other = client.post("/v1/audits/plan", json=BOUND, headers={"Authorization": f"Bearer {bob}"})
+        assert other.status_code == 200, other.text
+        assert slow.is_alive(), "alice's plan ended before bob's was answered"  # bob did not wait for it
+        slow.join(300)
+        ((status, body, _took),) = answers
+        assert status == 503, body
+        message = body["error"]["message"]
+        assert "did not finish within 20 s (ICLAUDIT_PLAN_TIMEOUT_SECONDS) and was stopped" in message
+        again = client.post("/v1/audits/plan", json=BOUND, headers={"Authorization": f"Bearer {alice}"})
+        assert again.status_code == 200  # the plan stopped itself: its process lives on and plans again
+        assert client.app.state.planner.pids == pids
+
+
+def test_a_plan_stops_when_its_caller_hangs_up(settings, make_key) -> None:
+    alice, bob = make_key("alice"), make_key("bob")
+    app = create_app(settings.model_copy(update={"plan_workers": 1, "plan_timeout_seconds": 120}))
+    with serve_in_thread(app, "the API") as url:
+        warm = httpx.post(
+            f"{url}/v1/audits/plan", json=BOUND, headers={"Authorization": f"Bearer {bob}"}, timeout=60
+        )
+        assert warm.status_code == 200, warm.text  # the one plan process is started
+        with pytest.raises(httpx.ReadTimeout):  # alice gives up after 2 s and closes her connection
+            httpx.post(
+                f"{url}/v1/audits/plan",
+                json=likelihood(40, 100),
+                headers={"Authorization": f"Bearer {alice}"},
+                timeout=httpx.Timeout(60, read=2),
+            )
+        started = time.monotonic()
+        other = httpx.post(
+            f"{url}/v1/audits/plan", json=BOUND, headers={"Authorization": f"Bearer {bob}"}, timeout=60
+        )
+        waited = time.monotonic() - started
+        assert other.status_code == 200, other.text
+        # alice's plan alone takes 20 s or more (minutes on a loaded machine); bob's, behind it in the one plan
+        # process, waited only for it to stop
+        assert waited < 15, f"bob's plan waited {waited:.1f} s"
+        assert app.state.planner.pids == [app.state.planner.pid]  # stopped, not killed
