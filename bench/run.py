@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-SUITES = ("stats", "engines", "iclinf", "api", "integrations", "abuse", "endpoint")
+SUITES = ("stats", "engines", "iclinf", "api", "integrations", "abuse", "endpoint", "memory")
 # run only when named: `api_load` is the load part of `api` alone (bench/suites/api_load.py; e.g.
 # ICLAUDIT_BENCH_STACKS=postgres_celery python bench/run.py api_load)
 ONLY_NAMED = ("api_load",)

@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from app.config import Settings
+from app.config import Settings, get_settings
 from app.db.retry import is_transient, short_reason
 from app.jobs.writes import WriteCounts
 from app.observability import ContextFilter, bind
@@ -52,8 +52,14 @@ PRELOAD = [
     "transformers.utils.logging",
 ]
 """Imported once by the forkserver, so each worker process starts with them (~7 s of imports on a busy
-2-core machine); torch is not (the engines import it when a model is loaded; forking after torch started
-its threads is unsafe)."""
+2-core machine) and shares their memory with the others."""
+
+MODEL_PRELOAD = ["torch", "app.engines.transformers_engine", "transformers.models.llama.modeling_llama"]
+"""Also preloaded when the workers preload the default model (ICLAUDIT_PRELOAD_MODELS), which imports them
+anyway: torch and transformers take ~220 MB in a process that imports its own (the packaged model is a
+llama). Importing torch starts no thread (its intra-op pool starts at the first operator, which the
+forkserver never runs), so forking after it is safe. The weights themselves are shared through a
+memory-mapped file (app/engines/shared_weights.py)."""
 
 _context: multiprocessing.context.BaseContext | None = None
 _context_lock = threading.Lock()
@@ -65,7 +71,7 @@ def context() -> multiprocessing.context.BaseContext:
     with _context_lock:
         if _context is None:
             ctx = multiprocessing.get_context("forkserver")
-            ctx.set_forkserver_preload(PRELOAD)
+            ctx.set_forkserver_preload(PRELOAD + (MODEL_PRELOAD if get_settings().preload_models else []))
             _context = ctx
         return _context
 
