@@ -35,9 +35,10 @@ class Settings(BaseSettings):
         ge=1,
         json_schema_extra={"default_doc": "the cores"},
         description="Worker processes of the embedded executor (default: the cores): that many audits run at "
-        "once, outside the API process. Each process loads its own copy of the models it uses, once (1.2–1.7 GB "
-        "resident for the packaged model, docs/results/quickstart.md; a few GB for a 1B model): budget memory "
-        "per process.",
+        "once, outside the API process. They share a model's weights (a memory-mapped file) and, when models "
+        "are preloaded, torch's memory; each worker beyond the first adds about 0.35–0.4 GB (proportional set "
+        "size) with the packaged model while auditing (docs/results/memory.md), more for a larger model: budget "
+        "memory per process.",
     )
     engine_threads: int | None = Field(
         default=None,
