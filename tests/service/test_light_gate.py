@@ -297,10 +297,10 @@ def test_the_light_commands_and_their_exit_codes(light: Light, served: Served, t
 QUIET_PASS_CPU_S = 0.03
 """CPU seconds of `python -c pass` on this machine when it is quiet (0.02–0.04 s measured)."""
 START_BUDGET_S = 0.5
-MARGIN = 2.0
+MARGIN = 2.5
 """A busy machine inflates big imports' CPU time (cache misses) far more than the bare interpreter's: at a
-load average of 19 on 2 cores `python -c pass` took 0.02 s of CPU as when quiet, `iclaudit status` 0.70 s
-(light) and 0.77 s (full). The import check below is the exact guard; this bound catches a start that
+load average of 19 on 2 cores `python -c pass` took 0.02 s of CPU as when quiet, `iclaudit status` 0.70–0.79 s
+(light) and 0.77–0.91 s (full). The import check below is the exact guard; this bound catches a start that
 loads the numerics again (the server's typed models, numpy and scipy: seconds of CPU)."""
 
 
