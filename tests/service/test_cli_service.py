@@ -444,6 +444,10 @@ def test_list_shows_whole_ids_and_commands_take_an_unambiguous_prefix(cli: CliRu
     short = unique_prefix(target)
     status = cli.invoke(app, ["status", short, "--url", url])
     assert status.exit_code == 0 and status.stdout.startswith(target), status.output
+    deadline = time.monotonic() + 300  # a result exists once the audit ended (the machine may be busy)
+    while httpx.get(f"{url}/v1/audits/{target}", timeout=30).json()["state"] in ("PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, "the bound audit did not end in 300 s"
+        time.sleep(0.5)
     result = cli.invoke(app, ["result", short.upper(), "--url", url])  # as copied: case does not matter
     assert result.exit_code == 0 and json.loads(result.stdout)["kind"] == "bound"
 
