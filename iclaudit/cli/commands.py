@@ -329,12 +329,19 @@ def result_table(result: Any, title: str, explain: bool | None = None, *, headli
     for key in VERDICT_FIELDS:
         if key in top and key in shown:
             add(key, *top[key], value_style=style if key in ("verdict", "headline") else "")
-    details = [row for row in rows if row[0] not in VERDICT_FIELDS]
+    details = [row for row in rows if row[0] not in VERDICT_FIELDS and not row[0].startswith("evidence.")]
     if top and details:
         table.add_section()
         table.add_row(Text("details", style="bold"), "", *([""] if explain else []))
     for key, value, meaning in details:
         add(key, value, meaning)
+    from iclaudit.cli.evidence import evidence_table
+
+    evidence = evidence_table(getattr(result, "evidence", None))
+    if evidence is not None:
+        table.add_row(
+            "evidence", evidence, *([Text("sampled trials: C1 (record in) beside C0")] if explain else [])
+        )
     return table
 
 
