@@ -905,8 +905,8 @@ def _records(
         from rich.table import Table
 
         table = Table(title=f"records of audit {audit_id} ({sum(r['flagged'] for r in rows)} flagged)")
-        for column in RECORD_COLUMNS:
-            table.add_column(column)
+        for column in RECORD_COLUMNS:  # a record's id and hash stay whole (what a reader looks up)
+            table.add_column(column, no_wrap=column in ("record_id", "record_hash"))
         for row in rows:
             cells = [row.get(c) for c in RECORD_COLUMNS]
             table.add_row(
