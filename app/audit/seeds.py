@@ -15,7 +15,8 @@ the end keeps every existing stream (and so every recorded result) as it was.
 - `threshold`: the split of the scores into selection and held-out halves (thresholds.Split);
 - `utility`: the held-out utility queries;
 - `generations`: the integer seed passed to the engine for sampled generations (ESA, KSA);
-- `power`: the uniforms of the verdict's power model (app/audit/stats/verdict.py, `epsilon_detectable`);
+- `power`: reserved (the verdict's power model once drew from it; it is now computed exactly), kept so the
+  streams after it stay as they were;
 - `pilot`: `attack: auto`'s pilot contexts and partitions (app/audit/design.py), never read by the measurement.
 """
 

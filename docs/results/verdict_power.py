@@ -1,27 +1,32 @@
-"""What a pass is worth: the four-outcome verdict and its power by seeded simulation → the section
+"""What a pass is worth: how often systems whose true ε is k × their claim get each verdict → the section
 "What a pass is worth" of docs/results/soundness.md (between its begin/end markers).
 
     HF_HUB_OFFLINE=1 ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/verdict_power.py
 
-Three checks, seeds 5000 and up, every audit `app.audit.local.run_request` on a request built here:
-1. null: oracle private voting exactly at its claim (analytic σ, T = 4, the examples' settings), 200 audits
-   per ε ∈ {1, 4, 8}: `violation` and `inconclusive` each ≤ 5 %;
-2. power: every planted bug (app/audit/mechanisms/bugs.py) in its setting, 100 audits each: `violation`
-   in ≥ 95 %;
-3. calibration of `epsilon_detectable`: in three settings, audits of a correct mechanism at the claim
-   predict (app.audit.stats.verdict.detection_rate, from each audit's own η and trials) how often a mechanism
-   whose true ε is k × the claim is flagged; audits of such mechanisms (honest at k × claim, judged
-   against the claim) measure it. Predicted and measured agree within 10 points.
-`--quick` runs a tenth of the audits and prints, without writing the doc.
+Every audit is the service's own kind run on a request built here (seeds 5000 and up, 40 per cell unless
+--audits says otherwise), on systems whose true ε is known:
+- Gaussian scores through `bound`: N(μ(k·claim), 1) against N(0, 1), a perfect score attack, at 1,000,
+  5,000 and 10,000 per side, assumption gdp and none, threshold strategy split and bonferroni;
+- oracle private voting with `bug: noise_scale` at the factor that makes its release exactly k × its claim
+  (bugs.factor_for_multiple), white box at 2,000, black box at 3,000 and both at 6,000 trials;
+- randomized response, exactly (k·claim, 0)-DP, its counts through `bound` (assumption none);
+- a rare one-sided leak: the canary's answer in a fraction p of answers when present, never otherwise (no
+  (ε, δ) holds at any ε), its counts through `bound`.
+Targets (app/audit/stats/verdict.py's rule): at k ≥ 1.5 `consistent` in ≤ 20 % of every cell, at k ≥ 2 in
+≤ 5 %; at k ≤ 1 violations within the stated 5 %; the oracle at its claim with enough trials `consistent`
+in ≥ 90 %. `--quick` runs 8 audits a cell and prints, without writing the doc; `--jobs` sets processes.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
+import math
+import os
 import re
 import sys
 import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -30,258 +35,206 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
+from app.audit.accounting.gdp import mu_for_epsilon  # noqa: E402
 from app.audit.kinds import bound as bound_kind  # noqa: E402
 from app.audit.kinds import mia  # noqa: E402
-from app.audit.local import local_context  # noqa: E402
-from app.audit.mechanisms.bugs import BUGS  # noqa: E402
-from app.audit.runtime import RunContext, no_progress  # noqa: E402
-from app.audit.seeds import SeedTree  # noqa: E402
-from app.audit.stats.verdict import detection_rate, membership_test, power_uniforms  # noqa: E402
+from app.audit.mechanisms.base import calibrate  # noqa: E402
+from app.audit.mechanisms.bugs import factor_for_multiple  # noqa: E402
+from app.audit.runtime import RunContext  # noqa: E402
+from app.audit.stats.verdict import DETECT_PROBABILITY, POWER_FACTOR  # noqa: E402
 
 DOC = ROOT / "docs" / "results" / "soundness.md"
 BEGIN, END = "<!-- verdict_power.py: begin -->", "<!-- verdict_power.py: end -->"
 SEED0 = 5000
-ORACLE = {
-    "kind": "mia",
-    "dataset": "ag_news",
-    "model": "oracle",
-    "mechanism": {
+CLAIM, DELTA = 1.0, 1e-5
+KS = (0.5, 1.0, 1.5, 2.0, 3.0)
+LEAK_RATES = (0.005, 0.02, 0.1)
+ORACLE_TRIALS = {"white_box": 2_000, "black_box": 3_000, "both": 6_000}
+
+
+def gaussian(seed: int, k: float, n: int, assumption: str, strategy: str) -> dict:
+    rng = np.random.default_rng([seed, 29])
+    body = {
+        "kind": "bound",
+        "seed": seed,
+        "scores_in": (rng.normal(size=n) + mu_for_epsilon(k * CLAIM, DELTA)).tolist(),
+        "scores_out": rng.normal(size=n).tolist(),
+        "assumption": assumption,
+        "threshold_strategy": strategy,
+        "epsilon": CLAIM,
+    }
+    return bound_kind.run(bound_kind.Request.model_validate(body), RunContext())
+
+
+def counts(seed: int, tpr: float, fpr: float, n: int) -> dict:
+    rng = np.random.default_rng([seed, 30])
+    tp, fp = int(rng.binomial(n, tpr)), int(rng.binomial(n, fpr))
+    body = {
+        "kind": "bound",
+        "seed": seed,
+        "counts": {"tp": tp, "fn": n - tp, "fp": fp, "tn": n - fp},
+        "assumption": "none",
+        "epsilon": CLAIM,
+    }
+    return bound_kind.run(bound_kind.Request.model_validate(body), RunContext())
+
+
+def oracle(seed: int, k: float, threat_model: str) -> dict:
+    mechanism = {
         "name": "private_voting",
         "partitions": 4,
         "shots_per_partition": 2,
         "calibration": "analytic",
-    },
-    "delta": 1e-5,
-    "attack": {"name": "inquiry", "threat_model": "both"},
-}
-NULL_TRIALS = 400_000
-BUG_TRIALS = 100_000
-KS = (1.0, 1.5, 2.0, 3.0)
+    }
+    if k != 1.0:
+        theory = calibrate(CLAIM, DELTA, math.sqrt(2), "analytic")
+        mechanism |= {"bug": "noise_scale", "bug_factor": factor_for_multiple(theory, k)}
+    body = {
+        "kind": "mia",
+        "dataset": "ag_news",
+        "model": "oracle",
+        "seed": seed,
+        "mechanism": mechanism,
+        "epsilon": CLAIM,
+        "delta": DELTA,
+        "attack": {"name": "inquiry", "threat_model": threat_model},
+        "trials": ORACLE_TRIALS[threat_model],
+    }
+    from app.audit.local import local_context
+    from app.audit.runtime import no_progress
+
+    return mia.run(mia.Request.model_validate(body), local_context(progress=no_progress))
 
 
-def upper(k: int, n: int) -> float:
-    """One-sided 95 % Clopper-Pearson upper bound on a rate from k of n."""
-    return 1.0 if k >= n else float(stats.beta.ppf(0.95, k + 1, n - k))
+def run_one(job: tuple) -> tuple[tuple, str]:
+    cell, seed = job
+    family, k, *rest = cell
+    if family == "gaussian":
+        r = gaussian(seed, k, *rest)
+    elif family == "rr":
+        e = math.exp(k * CLAIM)
+        r = counts(seed, e / (1 + e), 1 / (1 + e), rest[0])
+    elif family == "rare":
+        r = counts(seed, k, 0.0, rest[0])
+    else:
+        r = oracle(seed, k, rest[0])
+    return cell, r["verdict"]
 
 
-def lower(k: int, n: int) -> float:
-    """One-sided 95 % Clopper-Pearson lower bound on a rate from k of n."""
-    return 0.0 if k <= 0 else float(stats.beta.ppf(0.05, k, n - k + 1))
+def cells() -> list[tuple]:
+    out: list[tuple] = []
+    for n in (1_000, 5_000, 10_000):
+        for assumption in ("gdp", "none"):
+            for strategy in ("split", "bonferroni"):
+                out += [("gaussian", k, n, assumption, strategy) for k in KS]
+    for tm in ORACLE_TRIALS:
+        out += [("oracle", k, tm) for k in KS]
+    for n in (1_000, 10_000):
+        out += [("rr", k, n) for k in KS]
+        out += [("rare", p, n) for p in LEAK_RATES]
+    return out
 
 
-def oracle(ctx, seed: int, **fields) -> dict:
-    body = copy.deepcopy(ORACLE) | {"seed": seed}
-    for key, value in fields.items():
-        body[key] = body[key] | value if isinstance(value, dict) and key in body else value
-    return mia.run(mia.Request.model_validate(body), ctx)
+def label(cell: tuple) -> tuple[str, str]:
+    family, k, *rest = cell
+    if family == "gaussian":
+        n, assumption, strategy = rest
+        return f"Gaussian scores, `bound` {assumption}, {strategy}, {n:,} per side", f"{k:g}"
+    if family == "oracle":
+        return f"oracle private voting, {rest[0]}, {ORACLE_TRIALS[rest[0]]:,} trials", f"{k:g}"
+    if family == "rr":
+        return f"randomized response (counts, `bound` none), {rest[0]:,} per side", f"{k:g}"
+    return f"rare one-sided leak (counts, `bound` none), {rest[0]:,} per side", f"p = {k:g}"
 
 
-def null_cell(ctx, n: int, epsilon: float) -> dict:
-    counts = {o: 0 for o in ("violation", "leak", "inconclusive", "consistent")}
-    detectable = []
-    for seed in range(SEED0, SEED0 + n):
-        r = oracle(ctx, seed, epsilon=epsilon, trials=NULL_TRIALS)
-        counts[r["verdict"]] += 1
-        if r.get("epsilon_detectable") is not None:
-            detectable.append(r["epsilon_detectable"] / epsilon)
-    return {"n": n, **counts, "ratio": float(np.median(detectable)) if detectable else float("nan")}
+def upper(x: int, n: int) -> float:
+    """One-sided 95 % Clopper-Pearson upper bound on a rate from x of n."""
+    return 1.0 if x >= n else float(stats.beta.ppf(0.95, x + 1, n - x))
 
 
-def bug_cell(ctx, n: int, name: str) -> dict:
-    bug = BUGS[name]
-    flagged = sum(
-        oracle(
-            ctx,
-            seed,
-            trials=BUG_TRIALS,
-            epsilon=bug.setting["epsilon"],
-            mechanism={**bug.setting["mechanism"], "bug": name},
-        )["verdict"]
-        == "violation"
-        for seed in range(SEED0, SEED0 + n)
-    )
-    return {"n": n, "flagged": flagged}
-
-
-# Setting → (runner(seed, epsilon_true) → result, threat model, claim, label)
-def _oracle_setting(ctx, threat_model: str, trials: int, claim: float):
-    def runner(seed: int, epsilon_true: float) -> dict:
-        return oracle(ctx, seed, epsilon=epsilon_true, trials=trials, attack={"threat_model": threat_model})
-
-    return (
-        runner,
-        threat_model,
-        claim,
-        f"oracle private voting, {threat_model}, {trials:,} trials, claim ε = {claim:g}",
-    )
-
-
-def _gaussian_setting(n_scores: int, claim: float):
-    """A Gaussian mechanism audited through the `bound` kind: scores N(μ(ε'), 1) in, N(0, 1) out."""
-    from app.audit.accounting.gdp import mu_for_epsilon
-
-    def runner(seed: int, epsilon_true: float) -> dict:
-        rng = np.random.default_rng([seed, 77])
-        mu = mu_for_epsilon(epsilon_true, 1e-5)
-        body = {
-            "kind": "bound",
-            "seed": seed,
-            "scores_in": (rng.normal(size=n_scores) + mu).tolist(),
-            "scores_out": rng.normal(size=n_scores).tolist(),
-            "assumption": "gdp",
-            "epsilon": claim,
-        }
-        r = bound_kind.run(bound_kind.Request.model_validate(body), RunContext())
-        return {"bound": r, "mu_theory": mu_for_epsilon(claim, 1e-5)}
-
-    return (
-        runner,
-        "bound",
-        claim,
-        f"Gaussian scores through `bound` (gdp, split), {n_scores:,} per side, claim ε = {claim:g}",
-    )
-
-
-def predicted_and_measured(runner, name: str, claim: float, n: int) -> list[tuple[float, float, float]]:
-    """Per k: (mean predicted detection rate from the audits at the claim, measured flag rate at k·claim,
-    measured standard error)."""
-    at_claim = [runner(seed, claim) for seed in range(SEED0, SEED0 + n)]
-    rows = []
-    for k in KS:
-        predicted = []
-        for seed, r in zip(range(SEED0, SEED0 + n), at_claim, strict=True):
-            test = membership_test(
-                name,
-                r[name],
-                delta=1e-5,
-                confidence=0.95,
-                claimed=claim,
-                mu_true=r.get("mu_theory"),
-            )
-            uniforms = power_uniforms(SeedTree.from_seed(seed).rng("power"))
-            predicted.append(detection_rate(test, k * claim, claim, uniforms))
-        if k == 1.0:
-            flags = [bool(r[name]["epsilon_lower"] > claim) for r in at_claim]
-        else:
-            flags = [
-                (runner(seed, k * claim)[name].get("epsilon_lower") or 0.0) > claim
-                for seed in range(SEED0 + 10_000, SEED0 + 10_000 + n)
-            ]
-        rate = float(np.mean(flags))
-        rows.append((float(np.mean(predicted)), rate, float(np.sqrt(rate * (1 - rate) / n))))
-    return rows
+def meets(cell: tuple, c: Counter, n: int) -> str:
+    family, k = cell[0], cell[1]
+    consistent, violation = c["consistent"] / n, c["violation"] / n
+    if family == "rare":
+        return "✓" if consistent <= 0.05 else "✗"
+    if k >= 2 and consistent > 0.05:
+        return "✗"
+    if k >= 1.5 and consistent > 0.20:
+        return "✗"
+    if k <= 1 and violation > 0.05 and upper(c["violation"], n) > 0.05 and c["violation"] > 0.1 * n:
+        return "✗"
+    return "✓"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a tenth of the audits; print, do not write")
-    parser.add_argument("--only", choices=("null", "bugs", "power"), help="one check (with --quick)")
+    parser.add_argument("--quick", action="store_true", help="at most 8 audits a cell; print, do not write")
+    parser.add_argument("--audits", type=int, default=40)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    if args.only and not args.quick:
-        parser.error("--only runs part of the doc: use it with --quick")
-    scale = 10 if args.quick else 1
-    ctx = local_context(progress=no_progress)
+    n = min(args.audits, 8) if args.quick else args.audits
     started = time.time()
-
-    null_rows = [
-        "| claimed ε | audits | violation | inconclusive | consistent | 95 % upper (violation / inconclusive) | median ε_detectable / claim |",
+    jobs = [(cell, seed) for cell in cells() for seed in range(SEED0, SEED0 + n)]
+    tallies: dict[tuple, Counter] = {cell: Counter() for cell in cells()}
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for i, (cell, verdict) in enumerate(pool.map(run_one, jobs, chunksize=4), 1):
+            tallies[cell][verdict] += 1
+            if i % 200 == 0:
+                print(f"{i}/{len(jobs)} audits, {(time.time() - started) / 60:.1f} min", flush=True)
+    rows = [
+        "| system | k (true ε / claim) | audits | consistent | inconclusive | violation | target |",
         "|---|---|---|---|---|---|---|",
     ]
-    for eps in (1.0, 4.0, 8.0) if args.only in (None, "null") else ():
-        c = null_cell(ctx, 200 // scale, eps)
-        null_rows.append(
-            f"| {eps:g} | {c['n']} | {c['violation']} | {c['inconclusive']} | {c['consistent']} | "
-            f"{upper(c['violation'], c['n']):.1%} / {upper(c['inconclusive'], c['n']):.1%} | {c['ratio']:.3f} |"
+    for cell in cells():
+        c = tallies[cell]
+        what, k = label(cell)
+        rows.append(
+            f"| {what} | {k} | {n} | {c['consistent']} | {c['inconclusive']} | {c['violation']} | "
+            f"{meets(cell, c, n)} |"
         )
-        print(null_rows[-1], flush=True)
-
-    bug_rows = ["| bug | setting | audits | violation | 95 % lower |", "|---|---|---|---|---|"]
-    for name, bug in BUGS.items() if args.only in (None, "bugs") else ():
-        c = bug_cell(ctx, 100 // scale, name)
-        setting = f"ε = {bug.setting['epsilon']:g}, {bug.setting['mechanism']}"
-        bug_rows.append(
-            f"| `{name}` | {setting} | {c['n']} | {c['flagged']} | {lower(c['flagged'], c['n']):.1%} |"
-        )
-        print(bug_rows[-1], flush=True)
-
-    settings = [
-        _oracle_setting(ctx, "white_box", 2_000, 1.0),
-        _oracle_setting(ctx, "black_box", 3_000, 1.0),
-        _gaussian_setting(1_000, 1.0),
-    ]
-    if args.only not in (None, "power"):
-        settings = []
-    power_rows = [
-        "| setting | k (true ε = k × claim) | predicted | measured (± s.e.) | gap |",
-        "|---|---|---|---|---|",
-    ]
-    worst = 0.0
-    for runner, name, claim, label in settings:
-        for k, (pred, meas, se) in zip(
-            KS, predicted_and_measured(runner, name, claim, 200 // scale), strict=True
-        ):
-            worst = max(worst, abs(pred - meas))
-            power_rows.append(
-                f"| {label} | {k:g} | {pred:.1%} | {meas:.1%} (± {se:.1%}) | {abs(pred - meas):.1%} |"
-            )
-            print(power_rows[-1], flush=True)
+        print(rows[-1], flush=True)
     minutes = (time.time() - started) / 60
-    section = render(null_rows, bug_rows, power_rows, worst, minutes)
+    section = render(rows, n, minutes)
     if args.quick:
         print(section)
         return 0
     text = DOC.read_text()
-    if BEGIN in text:
-        text = re.sub(re.escape(BEGIN) + ".*" + re.escape(END), lambda _m: section, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    text = re.sub(re.escape(BEGIN) + ".*" + re.escape(END), lambda _m: section, text, flags=re.S)
     DOC.write_text(text)
     print(f"wrote {DOC} ({minutes:.1f} min)")
     return 0
 
 
-def render(null_rows, bug_rows, power_rows, worst: float, minutes: float) -> str:
+def render(rows: list[str], n: int, minutes: float) -> str:
     nl = "\n"
     return f"""{BEGIN}
 ## What a pass is worth: the four-outcome verdict and its power
 
-Made by `docs/results/verdict_power.py` ({minutes:.0f} min on 2 cores; seeds {SEED0} and up). The rule
-(app/audit/stats/verdict.py): `violation` when a bound exceeds the claimed ε, `leak` when nothing is claimed
-and a bound exceeds `max_epsilon`; otherwise `consistent` only when the audit's power,
-`epsilon_detectable` — the smallest true ε it flags with probability ≥ ½ — is at most 2 × the claim
-(or `max_epsilon`), and `inconclusive` when it is not, when the threshold was chosen in-sample, or when no
-partition held the canary.
+Made by `docs/results/verdict_power.py` ({minutes:.0f} min on 2 cores; {n} audits a cell, seeds {SEED0} and
+up; claim ε = {CLAIM:g}, δ = {DELTA:g}). The rule (app/audit/stats/verdict.py): `violation` when a bound
+exceeds the claimed ε; otherwise `consistent` only when the audit's power, `epsilon_detectable` — the
+smallest true ε it flags with probability ≥ {DETECT_PROBABILITY:g} — is at most {POWER_FACTOR:g} × the
+claim, and `inconclusive` when it is not.
 
-**The argument.** `violation`/`leak` keep the bound's confidence: a mechanism within its claim is flagged
-with probability ≤ 1 − γ whatever the power model says (the bound holds at γ; the tests of one verdict
-share γ by Bonferroni). The power model only moves audits between `inconclusive` and `consistent`: it
-replaces the audited system by a Gaussian mechanism of true ε' (GDP μ(ε') at δ), seen by the attack with
-its measured efficiency η = μ̂/μ_true ∈ [0, 2] (μ̂ = √2·Φ⁻¹(AUC) for a score, Φ⁻¹(TPR) − Φ⁻¹(FPR) for a decision, μ_true the
-mechanism's own GDP μ), at the operating point with the largest expected bound, and draws the counts
-TP ~ Bin(n_in, TPR), FP ~ Bin(n_out, FPR) ({2000} draws on the audit's own `power` seed stream), judging
-each exactly as the verdict does. A signal-free attack (η = 0) or trials whose perfect outcome cannot
-exceed the threshold give ε_detectable = ∞. Assumptions named: the attack's ROC is Gaussian-shaped and
-its efficiency does not change with ε'; the threshold is the best one (a split search loses a little),
-so ε_detectable is, if anything, optimistic — the check below measures by how much.
+**The argument.** `violation` keeps the bound's confidence whatever the power model says. The power model
+only moves audits between `inconclusive` and `consistent`, and it must not be something the system under
+test can buy: the attack's efficiency η is either the mechanism's design (the exact population μ of the
+attack against the mechanism *as calibrated*, for private voting: `power.efficiency_source: design`) or a
+one-sided lower confidence bound on the attack's measured μ̂ (`measured`), and never above 1. A system
+leaking k × its claim then lends the attack at most a perfect attack's power, so a `consistent` means: a
+Gaussian-shaped system at {POWER_FACTOR:g} × the claim would have been flagged with probability
+≥ {DETECT_PROBABILITY:g}. One-sided leaks (mass at FPR 0) are named apart (`leak_rate_detectable`).
 
-### A correct mechanism exactly at its claim (oracle private voting, analytic σ, T = 4, {NULL_TRIALS:,} trials per context)
+Targets: at k ≥ 1.5 `consistent` in ≤ 20 % of every cell, at k ≥ 2 in ≤ 5 %; at k ≤ 1 violations within
+the stated 5 %; the oracle at its claim with enough trials `consistent` in ≥ 90 %. ✓ marks a cell within
+its target (a cell at k = 1 is also ✓ when its violations are within sampling error of 5 %).
 
-The oracle's signal is perfect, so a sound and powerful audit is neither a violation nor inconclusive.
+{nl.join(rows)}
 
-{nl.join(null_rows)}
-
-### Every planted bug ({BUG_TRIALS:,} trials per context, each bug in the setting where it breaks DP)
-
-{nl.join(bug_rows)}
-
-### Is `epsilon_detectable` right? Predicted against measured detection rates
-
-For each setting, audits of the correct mechanism at the claim predict, from their own η and trials, the
-rate at which a mechanism of true ε = k × claim is flagged (mean over the audits); audits of mechanisms
-honestly calibrated at k × claim, judged against the claim, measure it (other seeds). Worst gap:
-**{worst:.1%}** (goal ≤ 10 points).
-
-{nl.join(power_rows)}
+Reading it: `consistent` now costs trials. The perfect score attack at claim 1 needs about 10,000 per side
+(split, gdp) to be `consistent` at its claim; oracle private voting, whose efficiency is known from its
+design, about 6,000 trials with both threat models. Counts alone (randomized response, the rare leak) are
+judged by their measured efficiency, a lower confidence bound from one operating point.
 {END}"""
 
 

@@ -18,17 +18,18 @@ def bound_request(**changes: Any) -> dict[str, Any]:
 
 # `bound` requests (counts in, no model) whose verdict is each of the four outcomes (app/audit/stats/verdict.py):
 # the example claims nothing and shows ε ≥ 0.40 (leak); a claim of 0.05 is below that (violation); 25
-# trials per side cannot certify a claim of 2 even when perfectly separated (inconclusive); randomized
-# response at exactly ε = 1 measured over 100,000 trials per side, claiming 1, is seen and found within it
-# (consistent).
+# trials per side cannot certify a claim of 2 even when perfectly separated (inconclusive); a Gaussian
+# mechanism at exactly ε = 1, its operating point at FPR 0.3 measured over 100,000 trials per side, claiming
+# 1 under gdp, is seen and found within it (consistent).
 VERDICT_REQUESTS: dict[str, dict[str, Any]] = {
     "violation": {**kind_module("bound").EXAMPLE, "epsilon": 0.05},
     "leak": dict(kind_module("bound").EXAMPLE),
     "inconclusive": {"kind": "bound", "counts": {"tp": 25, "fn": 0, "fp": 0, "tn": 25}, "epsilon": 2},
     "consistent": {
         "kind": "bound",
-        "counts": {"tp": 73_100, "fn": 26_900, "fp": 26_900, "tn": 73_100},
+        "counts": {"tp": 39_884, "fn": 60_116, "fp": 30_000, "tn": 70_000},
         "epsilon": 1,
+        "assumption": "gdp",
     },
 }
 

@@ -195,6 +195,8 @@ class PrivateSequence:
     text: str
     private: tuple[bool, ...]
     step_curves: tuple[np.ndarray, ...]
+    accounted_curves: tuple[np.ndarray, ...] = ()
+    """The same steps' curves at the accounted (clip, τ), where a planted bug released at others."""
 
 
 def generate_private_sequence(
@@ -212,6 +214,7 @@ def generate_private_sequence(
     svt: SparseVectorTest | None = None,
     prefix_ids: tuple[int, ...] = (),
     batch_size: int | None = None,
+    released: tuple[float, float] | None = None,
 ) -> PrivateSequence:
     """Alg. 1 repeated for up to T_max tokens on the batch `prompts`, with the Eq. 7 curve of every step.
 
@@ -222,6 +225,9 @@ def generate_private_sequence(
     start to continue, public); the text returned is what follows them. `batch_size`: the fixed denominator s
     of the aggregate and of the SVT query (default len(prompts)); a remove-one neighbour's run passes its
     s − 1 prompts and s (module docstring). Its `step_curves` measure the neighbours of the prompts given.
+    `released`: the (clip, τ) the release really samples with when a planted bug differs from the accounted
+    ones; `step_curves` are then what the release spent and `accounted_curves` what (clip, τ) allow on the
+    same steps.
     """
     s = _batch_size(len(prompts), batch_size)
     if (svt is None) != (public_prompt is None):
@@ -229,6 +235,7 @@ def generate_private_sequence(
     generated: list[int] = []
     private: list[bool] = []
     curves: list[np.ndarray] = []
+    accounted: list[np.ndarray] = []
     zero = np.zeros(len(orders))
     for t in range(max_new_tokens):
         if svt is not None and svt.exhausted:
@@ -244,10 +251,14 @@ def generate_private_sequence(
             use_private = svt.test(*svt_distances(logprobs, public, s), rng)
         if use_private:
             step = step_distributions(clip_logits(logprobs, clip), temperature, s)
-            curves.append(step_privacy_curve(step, orders))
+            accounted.append(step_privacy_curve(step, orders))
+            if released is not None:
+                step = step_distributions(clip_logits(logprobs, released[0]), released[1], s)
+            curves.append(step_privacy_curve(step, orders) if released is not None else accounted[-1])
             token = int(rng.choice(step.log_p.shape[0], p=_probabilities(step.log_p)))
         else:
             curves.append(zero)
+            accounted.append(zero)
             log_pub = log_softmax(public / svt.public_temperature)
             token = int(rng.choice(log_pub.shape[0], p=_probabilities(log_pub)))
         private.append(use_private)
@@ -256,7 +267,9 @@ def generate_private_sequence(
         if token in stop_token_ids:
             break
         generated.append(token)
-    return PrivateSequence(tuple(generated), engine.decode(generated), tuple(private), tuple(curves))
+    return PrivateSequence(
+        tuple(generated), engine.decode(generated), tuple(private), tuple(curves), tuple(accounted)
+    )
 
 
 def _probabilities(log_p: np.ndarray) -> np.ndarray:

@@ -24,10 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import RunContext
-from app.audit.seeds import SeedTree
 from app.audit.stats.bounds import Assumption, Counts, gdp_bound_from_counts
 from app.audit.stats.thresholds import bound_from_scores, strategy_from_name
-from app.audit.stats.verdict import judge, membership_test, power_uniforms
+from app.audit.stats.verdict import judge, membership_test
 
 MAX_SCORES = 2_000_000
 
@@ -109,7 +108,13 @@ class Request(AuditRequestBase):
         description="How the score threshold is chosen: split (default, unbiased), in_sample (003's "
         "choice; biased upward), bonferroni (union bound over candidate thresholds).",
     )
-    confidence: float = Field(default=0.95, gt=0, lt=1, description="Joint confidence γ of the lower bound.")
+    confidence: float = Field(
+        default=0.95,
+        ge=0.5,
+        lt=1,
+        description="Joint confidence γ of the lower bound, in [0.5, 1): below ½ a bound errs more often than it "
+        "holds.",
+    )
     delta: float = Field(
         default=1e-5, ge=MIN_DELTA, lt=1, description="δ of both bounds (μ_lower is converted to ε at δ)."
     )
@@ -164,17 +169,20 @@ def run(request: Request, ctx: RunContext) -> dict:
             **common,
         )
     result = bound.as_dict()
+    if request.counts is None:
+        result["scored"] = {"in": len(request.scores_in), "out": len(request.scores_out)}
+        result["above_every_out"] = sum(s > max(request.scores_out) for s in request.scores_in)
     result["epsilon_claimed"] = request.epsilon
     result["max_epsilon"] = request.max_epsilon if request.epsilon is None else None
+    threshold = request.epsilon if request.epsilon is not None else request.max_epsilon
     test = membership_test(
-        "bound", result, delta=request.delta, confidence=request.confidence, claimed=request.epsilon
+        "bound", result, delta=request.delta, confidence=request.confidence, threshold=threshold
     )
     judgement = judge(
         [test],
         claimed=request.epsilon,
         max_epsilon=request.max_epsilon,
         confidence=request.confidence,
-        uniforms=power_uniforms(SeedTree.from_seed(request.seed).rng("power")),
         auc=result.get("auc"),
     )
     result.update(judgement.as_dict())

@@ -47,7 +47,7 @@ from app.audit.kinds.mia_schema import add_rules
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
 from app.audit.mechanisms.http_endpoint import ChatTargetSpec, HeaderValue, StepSpec, TargetEngines
-from app.audit.mechanisms.registry import MECHANISMS, build_mechanism
+from app.audit.mechanisms.registry import MECHANISMS, build_mechanism, check_bug
 from app.audit.runtime import AuditError, NoSolution, RunContext
 from app.audit.seeds import SeedTree
 from app.audit.stats.auditor import THREAT_MODELS, Auditor
@@ -138,6 +138,13 @@ class MechanismSpec(BaseModel):
         default=None, gt=0, description="L2 sensitivity; default √2 (votes) or 2/T (ESA, 003 Lemma A.1)."
     )
     bug: str | None = Field(default=None, description=f"A planted bug: {', '.join(BUGS)}.")
+    bug_factor: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="bug noise_scale: the release's noise standard deviation is bug_factor × the calibrated σ "
+        "(0.5: the mechanism leaks as if σ were halved).",
+    )
     defense_level: int = Field(default=1, ge=1, le=3, description="prompt_defense: 002 B.1 level.")
     max_words: int = Field(
         default=4,
@@ -241,11 +248,12 @@ class Request(AuditRequestBase):
         description="The system under audit, required: its `name` picks the mechanism (no default, so a "
         "request never audits classic private voting by accident)."
     )
-    epsilon: float = Field(
+    epsilon: float | None = Field(
         default=1.0,
         ge=MIN_EPSILON,
         le=MAX_EPSILON,
-        description="The claimed ε (ignored by none/prompt_defense).",
+        description="The claimed ε. A mechanism that claims none (none, prompt_defense) stores no ε: null, "
+        "whatever the request says.",
     )
     delta: float = Field(default=1e-5, ge=MIN_DELTA, lt=1, description="The claimed δ.")
     attack: AttackSpec = Field(default_factory=AttackSpec)
@@ -254,9 +262,9 @@ class Request(AuditRequestBase):
     estimator: Literal["bootstrap", "exact", "direct"] = "bootstrap"
     confidence: float = Field(
         default=0.95,
-        gt=0,
+        ge=0.5,
         lt=1,
-        description="Confidence of the verdict; split over the threat models' tests (Bonferroni).",
+        description="Confidence of the verdict, in [0.5, 1); split over the threat models' tests (Bonferroni).",
     )
     threshold_strategy: Literal["split", "in_sample", "bonferroni"] = "split"
     assumption: Literal["auto", "gdp", "none"] = Field(
@@ -305,6 +313,10 @@ class Request(AuditRequestBase):
         if not self.dataset:
             raise ValueError("dataset: a mia audit needs a dataset (the exemplar pool)")
         mechanism = MECHANISMS[self.mechanism.name]
+        if not mechanism.claims:
+            self.epsilon = None  # leakage only: no claim is stored, shown or judged against
+        elif self.epsilon is None:
+            raise ValueError(f"epsilon: {mechanism.name} claims an ε; give one (null only without a claim)")
         module = attack_module(self.attack.name)
         if hasattr(module, "check_request"):  # an attack's own rules (e.g. likelihood)
             try:
@@ -335,8 +347,12 @@ class Request(AuditRequestBase):
                 f"{mechanism.name} supports {', '.join(sorted(mechanism.estimators))}"
             )
             raise ValueError(f"estimator: {self.estimator} is not available: {why}")
-        if self.mechanism.bug and not mechanism.plants_bugs:
-            raise ValueError("mechanism.bug: planted bugs exist for private_voting only")
+        try:
+            check_bug(self.mechanism.bug, mechanism)
+        except AuditError as e:
+            raise ValueError(str(e)) from None
+        if (self.mechanism.bug == "noise_scale") != (self.mechanism.bug_factor is not None):
+            raise ValueError("mechanism.bug_factor: give it with bug noise_scale, and only then")
         if self.estimator == "exact" and self.mechanism.bug:
             raise ValueError(
                 "estimator: exact assumes the documented noise and cannot see a planted bug; use bootstrap"
@@ -480,6 +496,29 @@ def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
         dataset=dataset,
         meter=meter,
     )
+
+
+def _design_mus(setup: Setup, threat_models: tuple[str, ...]) -> dict[str, float]:
+    """Each threat model's exact population μ against private voting *as designed* — its calibrated σ, not
+    the σ a planted bug really adds — from the engine's label distributions (stats/exact.py): the attack's
+    efficiency at the claim, which the system under test cannot raise (stats/verdict.py). Empty for every
+    other mechanism (its efficiency is measured)."""
+    from app.audit.stats.exact import exact_vote_audit
+
+    mechanism, theory = setup.mechanism, setup.mechanism.theory
+    if mechanism.name != "private_voting" or theory is None or not theory.sigma:
+        return {}
+    answers = setup.query.answers
+    exact = exact_vote_audit(
+        mechanism.label_probs(setup.prompts_in, answers, setup.source),  # type: ignore[attr-defined]
+        mechanism.label_probs(setup.prompts_out, answers, setup.source),  # type: ignore[attr-defined]
+        sigma=theory.sigma,
+        target=setup.target.positive,
+        other=setup.target.negative,
+        delta=theory.delta,
+    )
+    mus = {"black_box": exact.mu_black_box, "white_box": exact.mu_white_box}
+    return {tm: float(mus[tm]) for tm in threat_models if math.isfinite(mus[tm])}
 
 
 def _exact(setup: Setup, ctx: RunContext, threat_models: tuple[str, ...]) -> dict[str, dict]:
@@ -627,7 +666,7 @@ SUBJECTS = {
 def judged(request: Request, result: dict) -> dict:
     """The result with its verdict (app/audit/stats/verdict.py): `violation` against a claim, `leak` above
     `max_epsilon` without one, `inconclusive` without the power to see either, else `consistent`."""
-    from app.audit.stats.verdict import judge, membership_test, power_uniforms
+    from app.audit.stats.verdict import judge, membership_test
 
     claimed = result.get("epsilon_theory")
     tests = [
@@ -636,8 +675,7 @@ def judged(request: Request, result: dict) -> dict:
             bound,
             delta=request.delta,
             confidence=request.confidence,
-            claimed=claimed,
-            mu_true=result.get("mu_theory"),
+            threshold=claimed if claimed is not None else request.max_epsilon,
         )
         for name in THREAT_MODELS
         if (bound := result.get(name))
@@ -652,7 +690,6 @@ def judged(request: Request, result: dict) -> dict:
         claimed=claimed,
         max_epsilon=request.max_epsilon,
         confidence=request.confidence,
-        uniforms=power_uniforms(SeedTree.from_seed(request.seed).rng("power")),
         subject=SUBJECTS.get(request.mechanism.name, "The mechanism"),
         auc=max(aucs) if aucs else None,
         blocked=blocked,
@@ -746,6 +783,8 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
         bounds = _trial_bounds(setup, trials, ctx, auditor)
         evidence = _evidence(setup, trials)
 
+    for tm, mu in _design_mus(setup, auditor.threat_models).items():
+        bounds[tm]["mu_design"] = mu
     result: dict = {"estimator": request.estimator, **bounds}
     if trials is not None and trials.stopped is not None:
         result["stopped"] = stopped(trials.stopped, trials=trials.done)

@@ -121,6 +121,14 @@ class Request(AuditRequestBase):
         le=512_000,
         description="svt: r, private tokens allowed in all (default N_gen·T_max).",
     )
+    bug: Literal["temperature_scale", "clip_scale"] | None = Field(
+        default=None,
+        description="A planted mis-calibration (the bug zoo): the release samples at bug_factor × τ "
+        "(temperature_scale) or clips at bug_factor × c (clip_scale) while the accounting keeps τ and c.",
+    )
+    bug_factor: float | None = Field(
+        default=None, gt=0, le=100, description="The planted bug's factor (required with bug, and only then)."
+    )
     budget: BudgetSpec | None = Field(
         default=None,
         description="Caps on model calls (prompts sent: s a token, one more with svt), tokens and seconds "
@@ -146,6 +154,8 @@ class Request(AuditRequestBase):
                 "with target_epsilon leave exactly one of temperature, clip, batch_size null (the one to solve); "
                 f"null now: {missing or 'none'}"
             )
+        if (self.bug is None) != (self.bug_factor is None):
+            raise ValueError("bug_factor: give it with bug, and only then")
         try:  # an infeasible target (no temperature/clip/batch size reaches it) is refused at submit
             theory(self)
         except ValueError as exc:  # arithmetic no schema states: the 422 says NO_SOLUTION
@@ -252,6 +262,12 @@ def run(request: Request, ctx: RunContext) -> dict:
     n, t_max = request.sequences, request.max_new_tokens
     texts: list[str] = []
     curve = np.zeros(len(orders))
+    accounted = np.zeros(len(orders))  # what (τ, c, s) allow on the same steps (≠ curve only with a bug)
+    released = None
+    if request.bug == "temperature_scale":
+        released = (params["clip"], params["temperature"] * float(request.bug_factor))  # type: ignore[arg-type]
+    elif request.bug == "clip_scale":
+        released = (params["clip"] * float(request.bug_factor), params["temperature"])  # type: ignore[arg-type]
     step_losses: list[list[float]] = []
     private_mask: list[list[bool]] = []
     at_alpha = orders.index(alpha)
@@ -278,10 +294,13 @@ def run(request: Request, ctx: RunContext) -> dict:
                 on_token=on_token,
                 public_prompt=public_generation_prompt(request.label) if svt is not None else None,
                 svt=svt,
+                released=released,
             )
             texts.append(seq.text)
             for step in seq.step_curves:
                 curve += step
+            for step in seq.accounted_curves:
+                accounted += step
             step_losses.append([float(step[at_alpha]) for step in seq.step_curves])
             private_mask.append(list(seq.private))
     except BudgetExhausted as exc:  # a cap: keep the texts finished (app/audit/budget.py)
@@ -291,6 +310,7 @@ def run(request: Request, ctx: RunContext) -> dict:
     meter.settle()
     if svt is not None:
         curve += svt.rdp_curve(orders)
+        accounted += svt.rdp_curve(orders)
     theory_curve = [
         rdp.synthetic_generation_rdp(
             a,
@@ -308,7 +328,11 @@ def run(request: Request, ctx: RunContext) -> dict:
     forward_passes = raw_engine.counters.forward_passes - passes_before
     if ctx.on_counters is not None:
         ctx.on_counters({"forward_passes": forward_passes})
-    verdict = judge_accounting(epsilon_empirical, params["epsilon"]).as_dict()
+    epsilon_accounted, _ = rdp.rdp_curve_epsilon(orders, accounted, request.delta)
+    overspent = bool(np.any(curve > accounted * (1 + 1e-9) + 1e-12))
+    verdict = judge_accounting(
+        epsilon_empirical, params["epsilon"], accounted=epsilon_accounted, overspent=overspent
+    ).as_dict()
     if stop is not None:
         verdict = stopped_verdict(stop, f"{len(texts)} of {n} texts", verdict)
         verdict["stopped"] = stopped(stop, texts=len(texts))
@@ -332,6 +356,7 @@ def run(request: Request, ctx: RunContext) -> dict:
         "epsilon_theory": params["epsilon"],
         "alpha": alpha,
         "epsilon_empirical": epsilon_empirical,
+        "epsilon_accounted_batch": epsilon_accounted,
         "alpha_empirical": alpha_empirical,
         "orders": [float(a) for a in orders],
         "rdp_empirical": [float(v) for v in curve],

@@ -243,6 +243,8 @@ class Mechanism(ABC):
     white_box_available: ClassVar[bool] = True
     gaussian: ClassVar[bool] = False
     plants_bugs: ClassVar[bool] = False  # accepts `bug` (mechanisms/bugs.py)
+    scales_noise: ClassVar[bool] = False  # accepts `bug: noise_scale` (a Gaussian mechanism with a σ)
+    claims: ClassVar[bool] = True  # claims an (ε, δ); False: leakage only, the request's ε is no claim
     estimators: ClassVar[frozenset[str]] = frozenset({"bootstrap", "direct"})
     estimators_note: ClassVar[str] = ""  # why only those, for the request's error message
     call_batch: ClassVar[int | None] = None  # `direct` trials per chunk when calls are slow (http)
@@ -253,6 +255,7 @@ class Mechanism(ABC):
         self.n_partitions = partitions
         self.partitioning = partitioning
         self.theory = theory
+        self.noise_factor = 1.0  # `bug: noise_scale`: the release's σ is noise_factor × the calibrated σ
         # whether every partitioning drawn so far (`partition`) put the canary in C1's partitions
         self.canary_included = True
 
@@ -265,6 +268,12 @@ class Mechanism(ABC):
     def context_size(cls, spec: Any) -> int:
         """Exemplars in each neighbouring context: T partitions × shots per partition (default)."""
         return spec.partitions * spec.shots_per_partition
+
+    @property
+    def noise_sigma(self) -> float:
+        """The standard deviation the release really adds: the calibrated σ × `noise_factor`."""
+        assert self.theory is not None and self.theory.sigma is not None
+        return self.theory.sigma * self.noise_factor
 
     def result_extras(self) -> dict:
         """Mechanism-specific fields of the audit result (e.g. the endpoint's call count)."""

@@ -14,6 +14,7 @@ in that region; the tests and docs/results/soundness.py flag each bug there in �
 | `sigma_as_variance` | std √σ | σ > 1: classic ε < 6.85, analytic ε < 6.57 (above, √σ > σ adds more noise) |
 | `fixed_noise_seed` | one noise draw for every call | wherever the canary moves the clean votes (white-box: the release is deterministic; the black-box decision only when the fixed draw sits at the argmax boundary) |
 | `canary_in_every_partition` | the audited record in all T partitions | T > 1 |
+| `noise_scale` | noise std `bug_factor` × σ (also ESA and KSA) | factor < 1: a Gaussian mechanism of μ_theory / factor, so a system at k × its claim is one request away |
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ BUGS: dict[str, Bug] = {
         "wherever the canary moves the clean votes (the release is deterministic)",
         {"epsilon": 1.0, "mechanism": {**_T4, "calibration": "classic"}},
     ),
+    "noise_scale": Bug(
+        "noise standard deviation bug_factor × σ instead of σ",
+        "bug_factor < 1: the release is μ_theory / bug_factor-GDP (ε(μ_theory / factor) at δ)",
+        {"epsilon": 1.0, "mechanism": {**_T4, "calibration": "analytic", "bug_factor": 0.5}},
+    ),
     "canary_in_every_partition": Bug(
         "partitions not disjoint: the audited record is in every partition",
         "T > 1",
@@ -72,8 +78,22 @@ BUGS: dict[str, Bug] = {
 _FIXED_SEED = 12345
 
 
-def noise_std(theory: Theory, bug: str | None, partitions: int) -> float:
+SCALES_NOISE = "noise_scale"
+"""The one bug every Gaussian mechanism (private voting, ESA, KSA) accepts."""
+
+
+def factor_for_multiple(theory: Theory, k: float) -> float:
+    """The `bug_factor` that makes a mechanism calibrated at ε leak exactly k·ε at δ: its release is then
+    (μ_theory / factor)-GDP, so factor = μ_theory / μ(k·ε)."""
+    from app.audit.accounting.gdp import mu_for_epsilon
+
+    return theory.mu / mu_for_epsilon(k * theory.epsilon, theory.delta)
+
+
+def noise_std(theory: Theory, bug: str | None, partitions: int, factor: float | None = None) -> float:
     """The standard deviation the (possibly buggy) release really uses."""
+    if bug == SCALES_NOISE:
+        return theory.sigma * (factor if factor is not None else 1.0)
     if bug == "noise_divided_by_t":
         return theory.sigma / partitions
     if bug == "sensitivity_one":

@@ -27,6 +27,7 @@ class ESA(Mechanism):
     name = "esa"
     needs_embedder = True
     gaussian = True
+    scales_noise = True
 
     @classmethod
     def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> ESA:
@@ -98,7 +99,7 @@ class ESA(Mechanism):
         return emb[rows].mean(axis=0)
 
     def release(self, clean: np.ndarray, rng: np.random.Generator) -> Release:
-        noisy = clean + rng.normal(0.0, self.theory.sigma, size=clean.shape)
+        noisy = clean + rng.normal(0.0, self.noise_sigma, size=clean.shape)
         answer = np.argmin(_sq_dist(noisy, self.candidate_embeddings), axis=1)
         return Release(answer=answer, white_box=noisy)
 

@@ -49,6 +49,7 @@ def keywords(text: str, max_words: int | None = None) -> list[str]:
 class KSA(Mechanism):
     name = "ksa"
     gaussian = True
+    scales_noise = True
 
     @classmethod
     def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> KSA:
@@ -124,7 +125,7 @@ class KSA(Mechanism):
 
     def release(self, clean: np.ndarray, rng: np.random.Generator) -> Release:
         """c̃ = c + N(0, σ²); `answer` (m, k): the indices of the k largest noisy counts."""
-        noisy = clean + rng.normal(0.0, self.theory.sigma, size=clean.shape)
+        noisy = clean + rng.normal(0.0, self.noise_sigma, size=clean.shape)
         k = min(self.n_keywords, noisy.shape[1])
         top = np.argpartition(-noisy, k - 1, axis=1)[:, :k]
         return Release(answer=top, white_box=noisy)

@@ -17,6 +17,7 @@ class PlainICL(PrivateVoting):
     name = "none"
     gaussian = False
     plants_bugs = False
+    claims = False  # no noise: a request's ε is no claim (prompt_defense, a subclass, neither)
     estimators = frozenset({"bootstrap", "direct"})
 
     @classmethod

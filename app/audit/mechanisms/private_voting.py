@@ -43,6 +43,7 @@ class PrivateVoting(Mechanism):
     name = "private_voting"
     gaussian = True
     plants_bugs = True
+    scales_noise = True
     estimators = frozenset({"bootstrap", "direct", "exact"})
 
     @classmethod
@@ -56,6 +57,7 @@ class PrivateVoting(Mechanism):
             temperature=spec.temperature,
             partitioning=spec.partitioning,
             bug=spec.bug,
+            bug_factor=spec.bug_factor,
         )
 
     def __init__(
@@ -66,11 +68,12 @@ class PrivateVoting(Mechanism):
         temperature: float = 1.0,
         partitioning: str = "disjoint",
         bug: str | None = None,
+        bug_factor: float | None = None,
     ) -> None:
         super().__init__(partitions=partitions, partitioning=partitioning, theory=theory)
         self.temperature = temperature
         self.bug = bug
-        self.std = 0.0 if theory is None else bugs.noise_std(theory, bug, partitions)
+        self.std = 0.0 if theory is None else bugs.noise_std(theory, bug, partitions, bug_factor)
 
     def blocks(self, n: int, canary_position: int, rng: np.random.Generator) -> list[np.ndarray]:
         blocks = super().blocks(n, canary_position, rng)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.audit.mechanisms.base import Mechanism
+from app.audit.mechanisms.bugs import SCALES_NOISE
 from app.audit.mechanisms.esa import ESA
 from app.audit.mechanisms.http_endpoint import HttpEndpoint
 from app.audit.mechanisms.ksa import KSA
@@ -28,6 +29,19 @@ def build_mechanism(spec: Any, *, epsilon: float, delta: float) -> Mechanism:
         raise AuditError(
             f"mechanism.name: unknown mechanism {spec.name!r}; choose one of {', '.join(MECHANISMS)}"
         )
-    if spec.bug and not cls.plants_bugs:
+    check_bug(spec.bug, cls)
+    mechanism = cls.from_spec(spec, epsilon=epsilon, delta=delta)
+    if spec.bug == SCALES_NOISE:
+        mechanism.noise_factor = float(spec.bug_factor)
+    return mechanism
+
+
+def check_bug(bug: str | None, cls: type[Mechanism]) -> None:
+    """A planted bug the mechanism accepts: noise_scale on every Gaussian mechanism, the rest on private
+    voting only."""
+    if bug is None:
+        return
+    if bug == SCALES_NOISE and not cls.scales_noise:
+        raise AuditError("mechanism.bug: noise_scale applies to private_voting, esa and ksa only")
+    if bug != SCALES_NOISE and not cls.plants_bugs:
         raise AuditError("mechanism.bug: planted bugs exist for private_voting only")
-    return cls.from_spec(spec, epsilon=epsilon, delta=delta)

@@ -44,11 +44,21 @@ class ResultBase(BaseModel):
     epsilon_detectable: float | None = Field(
         default=None,
         description="The audit's power: the smallest true ε that this audit (its trials, confidence, bound "
-        "and its attack's measured signal) flags with probability ≥ ½. Null when unbounded (no ε ≤ 100) or "
-        "when the verdict did not need it. `consistent` needs it ≤ 2 × the claim (or max_epsilon).",
+        "and its attack's efficiency from the mechanism's design or a lower confidence bound, never above 1) "
+        "flags with probability ≥ 0.8. Null when unbounded (no ε ≤ 100) or when the verdict did not need it. "
+        "`consistent` needs it ≤ 1.5 × the claim (or max_epsilon).",
     )
     epsilon_detectable_unbounded: bool | None = Field(
-        default=None, description="True when no true ε up to 100 would be flagged with probability ≥ ½."
+        default=None, description="True when no true ε up to 100 would be flagged with probability ≥ 0.8."
+    )
+    power: dict[str, Any] | None = Field(
+        default=None,
+        description="The verdict's power (app/audit/stats/verdict.py): detect_probability and factor (the rule's "
+        "constants), threshold, assumption (the power model's), efficiency and efficiency_source (design: the "
+        "mechanism as calibrated; measured: a lower confidence bound on the attack's μ, capped at 1), detection "
+        "(the probability of a flag at 1.25, 1.5 and 2 × the threshold), epsilon_detectable and "
+        "leak_rate_detectable (the smallest rate of a one-sided leak, the canary's answer only when present, "
+        "flagged with probability ≥ 0.8). Null when a bound already decided the verdict.",
     )
     stopped: dict[str, Any] | None = Field(
         default=None,

@@ -96,7 +96,10 @@ class Auditor:
             delta=self.delta,
             assumption=self.assumption,
         )
-        return self.judge(_fields(bound))
+        fields = _fields(bound)
+        fields["scored"] = {"in": int(scores_in.size), "out": int(scores_out.size)}
+        fields["above_every_out"] = int(np.count_nonzero(scores_in > np.max(scores_out)))
+        return self.judge(fields)
 
     def judge(self, fields: dict) -> dict:
         """`fields` with the assumption, the per-test confidence, `epsilon_lower` (∞ reported as

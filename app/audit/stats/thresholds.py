@@ -221,9 +221,18 @@ def _wilson_upper(k: np.ndarray, n: int, z: float) -> np.ndarray:
     return np.clip((centre + spread) / (1 + z * z / n), 1e-300, 1.0)
 
 
+def _bonferroni_ranks(n_out: int, m: int) -> np.ndarray:
+    return np.unique(np.rint(np.geomspace(1, n_out, num=min(m, n_out))).astype(np.int64))
+
+
+def bonferroni_tests(n_out: int, m: int = Bonferroni.max_thresholds) -> int:
+    """How many candidates the Bonferroni strategy corrects over with n_out C0 scores (at most: tied
+    scores can merge two), so a power model at α / this is never more optimistic than the audit."""
+    return int(_bonferroni_ranks(n_out, m).size)
+
+
 def _bonferroni_candidates(sorted_out: np.ndarray, m: int) -> np.ndarray:
-    ranks = np.unique(np.rint(np.geomspace(1, sorted_out.size, num=min(m, sorted_out.size))).astype(np.int64))
-    return np.unique(sorted_out[sorted_out.size - ranks])
+    return np.unique(sorted_out[sorted_out.size - _bonferroni_ranks(sorted_out.size, m)])
 
 
 def _counts_at_many(

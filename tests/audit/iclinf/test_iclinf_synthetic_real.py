@@ -147,3 +147,29 @@ def test_validation_names_the_field(body, field):
 def test_example_is_valid():
     request = synthetic_generation.Request.model_validate(synthetic_generation.EXAMPLE)
     assert synthetic_generation.theory(request)["epsilon"] <= 1.0
+
+
+@pytest.mark.parametrize(("bug", "factor"), [(None, None), ("temperature_scale", 0.5), ("clip_scale", 4.0)])
+def test_a_release_that_spends_more_than_its_parameters_is_a_violation(real_ctx, bug, factor):
+    """The claim, not only the batch: sampling at τ/2 or clipping at 4c while accounting for (τ, c) is a
+    violation on every seed (the release outspends its accounted parameters on the same steps), although
+    this batch's own ε may be within the claim; the honest release never is (10 seeds each)."""
+    body = {
+        "model": "smollm2-135m-instruct",
+        "batch_size": 3,
+        "clip": 10.0,
+        "target_epsilon": 5.0,
+        "sequences": 1,
+        "max_new_tokens": 3,
+        "bug": bug,
+        "bug_factor": factor,
+    }
+    verdicts = []
+    for seed in range(5000, 5010):
+        r = synthetic_generation.run(synthetic_generation.Request(**body, seed=seed), real_ctx)
+        verdicts.append(r["verdict"])
+        assert r["epsilon_detectable"] is None and r["epsilon_accounted_batch"] <= r["epsilon_theory"]
+    if bug is None:
+        assert "violation" not in verdicts
+    else:
+        assert verdicts.count("violation") >= 9, verdicts
