@@ -2,8 +2,9 @@
 the charts as PNG data URIs, no script and no link that loads anything — so it opens offline, from a file, and
 prints to PDF (print CSS: A4, no split figures or rows, colours kept).
 
-It holds the headline, the request, the method in plain words with references, the results and charts, the
-per-record table and the evidence sample, the reproduction lines, and the software version and commit."""
+It holds the headline, the results and charts, the per-record table and the evidence sample, the method in plain
+words with references, the request (folded, its null fields left out) with the reproduction lines, and the
+software version and commit."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ CSS = """
   --bad:#a4161a; --bad-bg:#fbe5e6; --warn:#7a4a00; --warn-bg:#fff1d6; --ok:#17663a; --ok-bg:#e3f4ea; }
 * { box-sizing: border-box; }
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Arial, sans-serif; color: var(--fg);
-  margin: 0 auto; max-width: 60rem; padding: 1.5rem; line-height: 1.45; font-size: 15px; }
+  margin: 0 auto; max-width: 60rem; padding: 1.5rem; line-height: 1.45; font-size: 15px; overflow-wrap: break-word; }
 h1 { font-size: 1.5rem; margin: 0 0 0.3rem; overflow-wrap: anywhere; }
 h2 { font-size: 1.2rem; margin: 1.6rem 0 0.5rem; border-bottom: 1px solid var(--line); padding-bottom: 0.2rem; }
 h3 { font-size: 1.05rem; margin: 1rem 0 0.4rem; }
@@ -93,7 +94,7 @@ pre { background: var(--panel); border: 1px solid var(--line); border-radius: 4p
   white-space: pre-wrap; overflow-wrap: anywhere; }
 table { border-collapse: collapse; width: 100%; margin: 0.4rem 0 0.8rem; }
 th, td { text-align: left; padding: 0.3rem 0.5rem; border-bottom: 1px solid var(--line); vertical-align: top;
-  overflow-wrap: anywhere; }
+  overflow-wrap: break-word; }
 th { background: var(--panel); }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .headline { border: 1px solid var(--line); border-left: 6px solid var(--muted); border-radius: 6px;
@@ -107,11 +108,20 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 0.8rem 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 4px; }
 figcaption { font-size: 0.85rem; color: var(--muted); }
-.c1c0 { display: grid; grid-template-columns: 1fr 1fr; gap: 1rem; }
+.c1c0 { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 18rem), 1fr)); gap: 1rem; }
 blockquote { margin: 0.3rem 0; padding: 0.4rem 0.8rem; border-left: 4px solid var(--accent); background: var(--panel); }
 ol.refs li { margin-bottom: 0.3rem; }
 footer { margin-top: 2rem; font-size: 0.85rem; color: var(--muted); border-top: 1px solid var(--line); padding-top: 0.5rem; }
 @page { size: A4; margin: 14mm 12mm; }
+/* A narrow screen: a table of many columns becomes one block per row, each value named by its column, so no
+   column is squeezed until its words break (nor does the page scroll sideways). */
+@media screen and (max-width: 40rem) {
+  table.wide, table.wide tbody, table.wide tr, table.wide td { display: block; }
+  table.wide thead { position: absolute; left: -9999px; }
+  table.wide tr { border-bottom: 1px solid var(--line); padding: 0.3rem 0; }
+  table.wide td { border: 0; padding: 0.05rem 0.5rem; text-align: left; }
+  table.wide td::before { content: attr(data-label) ": "; font-weight: 600; }
+}
 @media print {
   body { max-width: none; padding: 0; font-size: 10.5pt; }
   * { -webkit-print-color-adjust: exact; print-color-adjust: exact; }
@@ -217,17 +227,22 @@ def _evidence_chart(evidence: dict) -> str | None:
 
 
 def _table(head: list[str], rows: list[list[Any]], table_id: str, numeric_from: int = 1) -> str:
+    """A table; one of more than three columns is `wide`: on a narrow screen each row becomes a block of values,
+    each named by its column (`data-label`)."""
     ths = "".join(f"<th>{_e(h)}</th>" for h in head)
     body = "".join(
         "<tr>"
         + "".join(
-            f'<td class="num">{_e(c)}</td>' if i >= numeric_from else f"<td>{_e(c)}</td>"
+            f'<td data-label="{_e(head[i] if i < len(head) else "")}"'
+            + (' class="num"' if i >= numeric_from else "")
+            + f">{_e(c)}</td>"
             for i, c in enumerate(row)
         )
         + "</tr>"
         for row in rows
     )
-    return f'<table id="{table_id}"><thead><tr>{ths}</tr></thead><tbody>{body}</tbody></table>'
+    wide = ' class="wide"' if len(head) > 3 else ""
+    return f'<table id="{table_id}"{wide}><thead><tr>{ths}</tr></thead><tbody>{body}</tbody></table>'
 
 
 def _results(kind: str, result: dict) -> str:
@@ -336,11 +351,20 @@ def _evidence(evidence: dict | None) -> str:
     return "".join(parts)
 
 
+def compact(value: Any) -> Any:
+    """A JSON value without its null members (recursively): a request as a person reads it. The stored request
+    holds every field; a null one is at its default, so the compact request is the same request."""
+    if isinstance(value, dict):
+        return {k: compact(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [compact(v) for v in value]
+    return value
+
+
 def _reproduce(audit: dict, base_url: str) -> str:
-    one_line = json.dumps(audit["request"], separators=(",", ":"))
     curl = (
         f'curl -s -X POST {base_url}/v1/audits -H "Authorization: Bearer $ICLAUDIT_API_KEY" '
-        f"-H 'Content-Type: application/json' -d '{one_line.replace(chr(39), chr(39) + chr(92) + chr(39) * 2)}'"
+        "-H 'Content-Type: application/json' -d @request.json"
     )
     return (
         "<p>The request is seeded: submitting it again gives the same result. Save the request above as "
@@ -431,13 +455,6 @@ def render(
 {f'<p id="report-reason">Why: {_e(reason)}</p>' if reason and reason not in headline else ""}
 </section>
 {_privacy(audit, redacted, base_url)}
-<h2>The request</h2>
-{f'<p id="report-dataset">Dataset: <strong>{_e(dataset)}</strong> (id <span class="mono">{_e(request.get("dataset"))}</span>)</p>' if dataset else ""}
-<pre id="report-request">{_e(json.dumps(request, indent=2))}</pre>
-<h2>The method</h2>
-<p id="report-method">{_e(method)}</p>
-<h3>References</h3>
-<ol class="refs" id="report-references">{"".join(f"<li>[{_e(k)}] {_e(REFERENCES[k])}</li>" for k in refs)}</ol>
 <h2>Results</h2>
 {_results(kind, result)}
 <h3>Charts</h3>
@@ -445,7 +462,14 @@ def render(
 <h2>Per record</h2>
 {_records(result)}
 {_evidence(result.get("evidence"))}
-<h2>How to reproduce it</h2>
+<h2>The method</h2>
+<p id="report-method">{_e(method)}</p>
+<h3>References</h3>
+<ol class="refs" id="report-references">{"".join(f"<li>[{_e(k)}] {_e(REFERENCES[k])}</li>" for k in refs)}</ol>
+<h2>The request and how to reproduce it</h2>
+{f'<p id="report-dataset">Dataset: <strong>{_e(dataset)}</strong> (id <span class="mono">{_e(request.get("dataset"))}</span>)</p>' if dataset else ""}
+<details id="report-request-fold"><summary>The request (JSON; the fields left at their default are not shown)</summary>
+<pre id="report-request">{_e(json.dumps(compact(request), indent=2))}</pre></details>
 {_reproduce(audit, base_url)}
 <footer id="report-software">iclaudit {_e(sw["version"])} · commit <span class="mono">{_e(sw["commit"])}</span> ·
 a self-contained file: nothing in it loads from the network.</footer>

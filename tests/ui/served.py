@@ -32,6 +32,21 @@ CHROMIUM_ARGS = [
 ]
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _example(name: str, **changes: Any) -> dict[str, Any]:
+    return {**json.loads((EXAMPLES / name).read_text()), **changes}
+
+
+# A real request for each outcome of the verdict, on the oracle engine (about a second each).
+VERDICT_REQUESTS = {
+    "leak": _example("likelihood-oracle-records.json"),
+    "consistent": _example("mia-oracle-eps1.json"),
+    "violation": _example("mia-oracle-bug-noise-divided-by-t.json"),
+    "inconclusive": _example("mia-oracle-eps1.json", trials=25, epsilon=2),
+}
+
 # Worker processes of the browser tests' server (ICLAUDIT_INLINE_WORKERS): a test that must keep an audit PENDING
 # holds that many at the gate.
 INLINE_WORKERS = 2

@@ -10,16 +10,13 @@ noise-divided-by-t.json, inconclusive = mia-oracle-eps1 with 25 trials per side 
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
-from ui.served import Served, offline_context
+from ui.served import VERDICT_REQUESTS, Served, offline_context
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 OUTCOMES = ("violation", "leak", "inconclusive", "consistent")
 WIDTHS = (1400, 390)
 # The badges' text colours (app/ui/static/css/app.css: --bad, --warn, --ok), as Chromium computes them.
@@ -27,16 +24,7 @@ RED, AMBER, GREEN = "rgb(164, 22, 26)", "rgb(122, 74, 0)", "rgb(23, 102, 58)"
 COLOUR = {"violation": RED, "leak": RED, "inconclusive": AMBER, "consistent": GREEN}
 
 
-def _example(name: str, **changes: Any) -> dict[str, Any]:
-    return {**json.loads((EXAMPLES / name).read_text()), **changes}
-
-
-REQUESTS = {
-    "leak": _example("likelihood-oracle-records.json"),
-    "consistent": _example("mia-oracle-eps1.json"),
-    "violation": _example("mia-oracle-bug-noise-divided-by-t.json"),
-    "inconclusive": _example("mia-oracle-eps1.json", trials=25, epsilon=2),
-}
+REQUESTS = VERDICT_REQUESTS
 
 
 @pytest.fixture(scope="module")

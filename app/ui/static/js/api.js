@@ -141,11 +141,35 @@ export function el(tag, attrs = {}, ...children) {
     else if (k === "style") node.style.cssText = v; // CSSOM, which a Content-Security-Policy allows
     else node.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const child of children.flat(Infinity)) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
+  node.append(...nodes(children));
   return node;
+}
+
+/** Children as el() takes them (nested arrays, strings; null, undefined and false left out) → DOM nodes. */
+function nodes(children) {
+  return children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false)
+    .map((c) => (c instanceof Node ? c : document.createTextNode(String(c))));
+}
+
+/** Replace `node`'s children as el() builds them: a child left out is never printed as "null". */
+export function fill(node, ...children) {
+  node.replaceChildren(...nodes(children));
+  return node;
+}
+
+/**
+ * Text that may wrap after "_", "/", ":" or "=", or a "." before a letter (a <wbr> there): a long identifier such
+ * as black_box.epsilon_lower breaks between its parts, never inside a word (nor inside a number).
+ */
+export function soft(text) {
+  return String(text).split(/(?<=[_/:=]|\.(?=\p{L}))/u).flatMap((part, i) => (i ? [el("wbr"), part] : [part]));
+}
+
+/** A JSON value without its null members (recursively): a request as a person reads it, defaults left out. */
+export function compact(value) {
+  if (Array.isArray(value)) return value.map(compact);
+  if (value === null || typeof value !== "object") return value;
+  return Object.fromEntries(Object.entries(value).filter(([, v]) => v !== null && v !== undefined).map(([k, v]) => [k, compact(v)]));
 }
 
 /** A number for people: 4 significant digits, ∞ for an unbounded estimate, — for none. Never "None". */
@@ -183,6 +207,20 @@ export function claimedEpsilon(audit) {
   if (audit.epsilon_claimed !== undefined) return audit.epsilon_claimed;
   const r = audit.request || {};
   return r.epsilon ?? r.target_epsilon ?? null;
+}
+
+/**
+ * The ε the verdict measured, for a cell: its largest lower bound, ∞ when the data admit no finite bound, — until
+ * the audit succeeded; "not measured" for an inconclusive audit that shows no bound above 0 (a 0 beside
+ * "inconclusive" reads as "no leak", which such an audit could not have seen).
+ */
+export function measuredEpsilon(audit) {
+  if (audit.state !== "SUCCEEDED") return "—";
+  const value = audit.verdict ? audit.verdict.epsilon_lower ?? null : null;
+  const res = audit.result || {};
+  const unbounded = value === null && ["black_box", "white_box"].some((t) => res[t] && (res[t].epsilon_lower_unbounded || res[t].epsilon_empirical_unbounded));
+  if (verdictOf(audit) === "inconclusive" && !unbounded && !(value > 0)) return "not measured";
+  return fmt(value, { unbounded });
 }
 
 /** The four outcomes of a verdict (app/audit/verdict.py), in the order the filter offers them. */
@@ -252,7 +290,7 @@ let datasetLabelsLoading = null;
 export function datasetName(id) {
   if (!id) return "—";
   if (!datasetLabelsLoading) datasetLabelsLoading = loadDatasetLabels();
-  return el("span", { class: "dataset-name", "data-dataset-id": id, title: id }, datasetLabels.get(id) || id);
+  return el("span", { class: "dataset-name", "data-dataset-id": id, title: id }, soft(datasetLabels.get(id) || id));
 }
 
 async function loadDatasetLabels() {

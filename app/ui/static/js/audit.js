@@ -3,7 +3,7 @@
 // line each on what it is), tables and interactive charts, downloads (JSON, CSV, PNG), and how to reproduce
 // it (iclaudit submit, curl).
 import {
-  api, ApiError, claimedEpsilon, datasetName, download, el, flatten, fmt, initPage, outcomeBadge, progressBar, stateBadge,
+  api, ApiError, claimedEpsilon, compact, datasetName, download, el, fill, flatten, fmt, initPage, outcomeBadge, progressBar, soft, stateBadge,
   TERMINAL, toCsv, verdictBadge, verdictOf, watch, when,
 } from "./api.js";
 import { barChart, lineChart, rocChart, seriesBars } from "./charts.js";
@@ -33,7 +33,10 @@ function table(caption, head, body, id, { narrow = [] } = {}) {
   return el("div", { class: "table-wrap" }, el("table", { id },
     el("caption", {}, caption),
     el("thead", {}, el("tr", {}, head.map((h, i) => el("th", { scope: "col", class: cls(i, i ? "num" : null) }, h)))),
-    el("tbody", {}, body.map((r) => el("tr", {}, r.map((c, i) => (i ? el("td", { class: cls(i, "num") }, c) : el("th", { scope: "row" }, c))))))));
+    el("tbody", {}, body.map((r) => el("tr", {}, r.map((c, i) => {
+      const text = typeof c === "string" ? soft(c) : c; // a dotted field name wraps at its dots, never inside a word
+      return i ? el("td", { class: cls(i, "num") }, text) : el("th", { scope: "row" }, text);
+    }))))));
 }
 
 function kv(pairs) {
@@ -80,21 +83,25 @@ function renderSummary(a) {
   }
 }
 
+/**
+ * The request, folded under the result: its fields without the nulls (defaults left out, the same request), a
+ * download, and how to submit it again with the CLI or curl.
+ */
 function renderRequest(a) {
-  const body = JSON.stringify(a.request, null, 2);
-  const oneLine = JSON.stringify(a.request);
+  const body = JSON.stringify(compact(a.request), null, 2);
   const origin = location.origin;
   const auth = document.querySelector("#who button") ? " -H \"Authorization: Bearer $ICLAUDIT_API_KEY\"" : "";
-  const curl = `curl -s -X POST ${origin}/v1/audits${auth} -H 'Content-Type: application/json' -d '${oneLine.replaceAll("'", "'\\''")}'`;
+  const curl = `curl -s -X POST ${origin}/v1/audits${auth} -H 'Content-Type: application/json' -d @request.json`;
   const cli = `iclaudit submit request.json --watch --url ${origin}`;
   requestBox.replaceChildren(
     el("h2", { id: "request-h" }, "Request and how to reproduce it"),
     el("p", {}, "The request is seeded: submitting it again gives the same result."),
-    el("pre", { class: "block", id: "request-json" }, body),
+    el("details", { id: "request-fold" }, el("summary", {}, "The request (JSON; fields left at their default are not shown)"),
+      el("pre", { class: "block", id: "request-json" }, body)),
     el("div", { class: "actions" },
-      el("button", { type: "button", onclick: () => download(`request-${a.id}.json`, body + "\n", "application/json") }, "Download request.json"),
+      el("button", { type: "button", onclick: () => download("request.json", body + "\n", "application/json") }, "Download request.json"),
       el("a", { class: "button", href: `/ui/submit?from=${encodeURIComponent(a.id)}` }, "Edit as a new audit")),
-    el("h3", {}, "With the CLI (save the request as request.json)"),
+    el("h3", {}, "With the CLI (the request saved as request.json)"),
     el("pre", { class: "block", id: "reproduce-cli" }, cli),
     el("h3", {}, "With curl"),
     el("pre", { class: "block", id: "reproduce-curl" }, curl),
@@ -117,7 +124,7 @@ function renderVerdict(a) {
   verdictPanel.dataset.verdict = outcome || "none";
   // The reason goes under the headline, unless the headline already says it word for word (inconclusive's does).
   const reason = res.verdict_reason && !headline.includes(res.verdict_reason) ? res.verdict_reason : null;
-  verdictPanel.replaceChildren(
+  fill(verdictPanel,
     el("p", {}, outcomeBadge(outcome, { id: "verdict-badge" }), " ", el("span", { class: "headline-text", id: "headline" }, headline)),
     reason ? el("p", { class: "why", id: "verdict-reason" }, "Why: ", reason) : null,
   );
@@ -507,7 +514,7 @@ async function renderResult(a) {
     const r = await api(`${path}/result.png`, { raw: true });
     download(`audit-${a.id}.png`, r.data);
   });
-  resultBox.replaceChildren(
+  fill(resultBox,
     el("h2", { id: "result-h" }, "Result"),
     ...warnings(res),
     ...(render ? render(a, res) : []),
@@ -529,7 +536,7 @@ async function renderResult(a) {
   );
   api(`${path}/result.png`, { raw: true }).then((r) => { img.src = URL.createObjectURL(r.data); img.hidden = false; }).catch(() => {});
   const records = await renderRecords(a);
-  if (records.length) resultBox.append(...records);
+  if (records.length) resultBox.append(el("div", { id: "records-section" }, records));
 }
 
 let requestShown = false;

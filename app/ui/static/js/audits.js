@@ -2,7 +2,7 @@
 // progress (no reloads), cancel; each audit's name (its `name` label) and labels, the ε it measured and its
 // verdict; a sweep's children grouped under one row of their sweep; a selection of 2–4 audits to compare.
 import {
-  api, claimedEpsilon, datasetName, el, fmt, initPage, OUTCOMES, progressBar, stateBadge, TERMINAL, verdictBadge, verdictOf, watch, when,
+  api, claimedEpsilon, datasetName, el, fmt, initPage, measuredEpsilon, OUTCOMES, progressBar, soft, stateBadge, TERMINAL, verdictBadge, verdictOf, watch, when,
 } from "./api.js";
 
 const STATES = ["PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"];
@@ -112,16 +112,6 @@ function nameCell(audit) {
   return out;
 }
 
-/** The ε the verdict measured (the largest lower bound it used), from the summary's verdict digest. */
-function measured(audit) {
-  if (audit.state !== "SUCCEEDED") return "—";
-  const v = audit.verdict || {};
-  const value = v.epsilon_lower ?? null;
-  const res = audit.result || {};
-  const unbounded = value === null && ["black_box", "white_box"].some((t) => res[t] && (res[t].epsilon_lower_unbounded || res[t].epsilon_empirical_unbounded));
-  return fmt(value, { unbounded });
-}
-
 function row(audit) {
   const r = audit.request || {};
   const mech = r.mechanism ? r.mechanism.name + (r.mechanism.bug ? ` (bug: ${r.mechanism.bug})` : "") : "—";
@@ -143,7 +133,7 @@ function row(audit) {
     el("td", {}, audit.kind),
     el("td", { class: "hide-narrow" }, datasetName(r.dataset)),
     el("td", { class: "hide-narrow" }, r.model ?? "—"),
-    el("td", { class: "hide-narrow" }, mech),
+    el("td", { class: "hide-narrow" }, soft(mech)),
     el("td", { class: "num hide-narrow" }, fmt(claimedEpsilon(audit))),
     measuredCell,
     stateCell,
@@ -155,7 +145,7 @@ function row(audit) {
     stateCell.replaceChildren(stateBadge(a.state));
     progress.update(a);
     verdictCell.replaceChildren(verdictBadge(a));
-    measuredCell.textContent = measured(a);
+    measuredCell.textContent = measuredEpsilon(a);
     const active = !TERMINAL.includes(a.state);
     const existing = actionCell.querySelector("button");
     if (active && !existing) {

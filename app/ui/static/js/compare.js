@@ -1,6 +1,6 @@
 // Compare page (/ui/compare?ids=a,b,…): 2–4 audits side by side — a headline row each, the requests diffed
 // (fields that differ first and marked), the results in columns, and the ROC points and GDP curves overlaid.
-import { api, claimedEpsilon, datasetName, el, flatten, fmt, initPage, outcomeBadge, stateBadge, verdictOf } from "./api.js";
+import { api, claimedEpsilon, datasetName, el, flatten, fmt, initPage, measuredEpsilon, outcomeBadge, soft, stateBadge, verdictOf } from "./api.js";
 import { COLORS, rocChart } from "./charts.js";
 
 const main = initPage();
@@ -27,26 +27,18 @@ function fieldTable(id, caption, audits, objects, { only = null } = {}) {
   const head = el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "field"),
     audits.map((a, i) => el("th", { scope: "col", style: `border-top: 4px solid ${COLORS[i % COLORS.length]}` }, nameOf(a)))));
   const line = (r, differs) => el("tr", { "data-field": r.k, "data-differs": differs ? "true" : "false", class: differs ? "differs" : null },
-    el("th", { scope: "row" }, r.k), r.values.map((v) => el("td", { class: typeof v === "number" ? "num" : null }, v === undefined ? "(absent)" : fmt(v))));
-  return el("div", { class: "table-wrap" }, el("table", { id, class: "compare" },
+    el("th", { scope: "row" }, soft(r.k)), r.values.map((v) => el("td", { class: typeof v === "number" ? "num" : null }, v === undefined ? "(absent)" : soft(fmt(v)))));
+  return el("div", { class: "table-wrap" }, el("table", { id, class: "compare", style: `--audits: ${audits.length}` },
     el("caption", {}, caption, el("span", { class: "muted" }, ` — ${differ.length} field${differ.length === 1 ? "" : "s"} differ, ${alike.length} the same`)),
     head,
     el("tbody", {}, differ.map((r) => line(r, true))),
     alike.length ? el("tbody", { class: "alike" }, alike.map((r) => line(r, false))) : null));
 }
 
-/** The measured ε (the verdict's lower bound), or ∞ when the data admit no finite bound. */
-function measured(a) {
-  if (a.state !== "SUCCEEDED") return "—";
-  const res = a.result || {};
-  const unbounded = ["black_box", "white_box"].some((t) => res[t] && res[t].epsilon_lower === null && (res[t].epsilon_lower_unbounded || res[t].epsilon_empirical_unbounded));
-  return fmt(a.verdict ? a.verdict.epsilon_lower : null, { unbounded });
-}
-
 function headline(audits) {
   const cell = (f) => audits.map((a) => el("td", {}, f(a)));
   const row = (label, f) => el("tr", {}, el("th", { scope: "row" }, label), cell(f));
-  return el("div", { class: "table-wrap" }, el("table", { id: "compare-summary", class: "compare" },
+  return el("div", { class: "table-wrap" }, el("table", { id: "compare-summary", class: "compare", style: `--audits: ${audits.length}` },
     el("caption", {}, "The audits"),
     el("thead", {}, el("tr", {}, el("th", { scope: "col" }, ""),
       audits.map((a, i) => el("th", { scope: "col", style: `border-top: 4px solid ${COLORS[i % COLORS.length]}` },
@@ -58,7 +50,7 @@ function headline(audits) {
       row("state", (a) => stateBadge(a.state)),
       row("verdict", (a) => (a.state === "SUCCEEDED" ? outcomeBadge(verdictOf(a)) : "—")),
       row("ε claimed", (a) => fmt(claimedEpsilon(a))),
-      row("ε measured (lower bound)", measured),
+      row("ε measured (lower bound)", measuredEpsilon),
       row("ε detectable (power)", (a) => fmt(a.result ? a.result.epsilon_detectable : null, { unbounded: !!(a.result && a.result.epsilon_detectable_unbounded) })),
       row("headline", (a) => (a.result && a.result.headline) || "—"))));
 }

@@ -1,7 +1,7 @@
 // Datasets page: upload a JSONL, CSV or JSON file (POST /v1/datasets, multipart) with a progress bar — sent with
 // XMLHttpRequest, whose upload events report the bytes sent (fetch has none) — then the tenant's uploaded
 // datasets and the built-in ones.
-import { api, ApiError, el, fmt, getKey, initPage, login, when } from "./api.js";
+import { api, ApiError, el, fill, fmt, getKey, initPage, login, soft, when } from "./api.js";
 
 const main = initPage();
 const file = el("input", { id: "upload-file", name: "file", type: "file", accept: ".jsonl,.csv,.json,application/json,text/csv", required: true });
@@ -108,19 +108,21 @@ async function renderList() {
     return;
   }
   const mine = data.datasets || data.items || [];
-  listBox.replaceChildren(
+  fill(listBox,
     el("h2", { id: "datasets-h" }, "Your datasets"),
     mine.length ? el("div", { class: "table-wrap" }, el("table", { id: "datasets" },
       el("caption", {}, "Uploaded, newest first"),
-      el("thead", {}, el("tr", {}, ["id", "name", "format", "task", "labels", "train", "test", "size", "uploaded"].map((h) => el("th", { scope: "col" }, h)))),
+      // Below 720 px the format, labels, size and date columns hide, so the others keep whole words.
+      el("thead", {}, el("tr", {}, ["id", "name", "format", "task", "labels", "train", "test", "size", "uploaded"]
+        .map((h, i) => el("th", { scope: "col", class: [2, 4, 7, 8].includes(i) ? "hide-narrow" : null }, h)))),
       el("tbody", {}, mine.map((d) => el("tr", { "data-id": d.id },
-        el("td", { class: "mono" }, d.id), el("td", {}, d.name), el("td", {}, d.format), el("td", {}, d.task),
-        el("td", {}, (d.labels || []).join(", ") || "—"), el("td", { class: "num" }, fmt(d.n_train)), el("td", { class: "num" }, fmt(d.n_test)),
-        el("td", { class: "num" }, mib(d.size_bytes)), el("td", {}, when(d.created_at)))))))
+        el("td", { class: "mono", title: d.id }, d.id.slice(0, 8)), el("td", {}, d.name), el("td", { class: "hide-narrow" }, d.format), el("td", {}, d.task),
+        el("td", { class: "hide-narrow" }, (d.labels || []).join(", ") || "—"), el("td", { class: "num" }, fmt(d.n_train)), el("td", { class: "num" }, fmt(d.n_test)),
+        el("td", { class: "num hide-narrow" }, mib(d.size_bytes)), el("td", { class: "hide-narrow" }, when(d.created_at)))))))
       : el("p", { class: "muted", id: "datasets-none" }, "None yet: upload one above."),
     Array.isArray(data.builtins) ? [el("h2", {}, "Built in"), el("div", { class: "table-wrap" }, el("table", { id: "builtins" },
       el("thead", {}, el("tr", {}, ["name", "available", "source or reason"].map((h) => el("th", { scope: "col" }, h)))),
-      el("tbody", {}, data.builtins.map((b) => el("tr", {}, el("td", { class: "mono" }, b.name), el("td", {}, b.available ? "yes" : "no"),
+      el("tbody", {}, data.builtins.map((b) => el("tr", {}, el("td", { class: "mono" }, soft(b.name)), el("td", {}, b.available ? "yes" : "no"),
         el("td", {}, b.available ? b.source ?? "—" : b.reason ?? "—"))))))] : null);
 }
 

@@ -2,7 +2,7 @@
 // listed beside the editor, each naming its field and selecting that field's line in the request.
 // "Plan" asks POST /v1/audits/plan for the same body and shows what the audit would cost and could
 // resolve (calls, tokens, expected time, detectable ε, trials needed) without running it.
-import { api, ApiError, el, fmt, initPage } from "./api.js";
+import { api, ApiError, compact, el, fmt, initPage } from "./api.js";
 
 const main = initPage();
 const params = new URLSearchParams(location.search);
@@ -193,7 +193,7 @@ async function showDatasets() {
 if (params.get("from")) {
   try {
     const { data: a } = await api(`/v1/audits/${encodeURIComponent(params.get("from"))}`);
-    setBody(a.request);
+    setBody(compact(a.request));
     status.textContent = `The request of audit ${a.id}; edit and submit.`;
   } catch (error) {
     status.textContent = error.message;

@@ -86,12 +86,12 @@ function renderResult(res) {
   const table = el("table", { id: "sweep-grid" },
     el("caption", {}, "Every point (cells shaded by ε lower bound / ε theory; red: above the claim)"),
     el("thead", {}, el("tr", {}, keys.map((k) => el("th", { scope: "col" }, k)),
-      el("th", { scope: "col", class: "num" }, "ε lower bound (mean)"), el("th", { scope: "col", class: "num" }, "ε theory"),
+      el("th", { scope: "col", class: "num" }, "ε lower bound (mean)"), el("th", { scope: "col", class: "num hide-narrow" }, "ε theory"),
       el("th", { scope: "col" }, "verdict"), el("th", { scope: "col" }, "audits"))),
     el("tbody", {}, pts.map((p) => el("tr", {},
       keys.map((k) => el("td", {}, fmt(p.point[k]))),
       el("td", { class: "num", style: heat(p.mean, p.theory) ? `background:${heat(p.mean, p.theory)}` : null }, fmt(p.mean)),
-      el("td", { class: "num" }, fmt(p.theory)),
+      el("td", { class: "num hide-narrow" }, fmt(p.theory)),
       el("td", {}, outcomeBadge(p.outcome), p.outcomes.length ? el("span", { class: "muted" }, ` ${p.outcomes.map(([o, n]) => `${n} ${o}`).join(", ")}`) : null),
       el("td", {}, p.rows.map((r, i) => [i ? ", " : "", el("a", { href: `/ui/audits/${encodeURIComponent(r.audit_id)}` }, `seed ${r.seed}`)]))))));
   out.push(el("div", { class: "table-wrap" }, table));
@@ -113,10 +113,10 @@ async function showList() {
   }
   main.append(el("div", { class: "table-wrap" }, el("table", { id: "sweeps" },
     el("caption", {}, "Your sweeps, newest first"),
-    el("thead", {}, el("tr", {}, ["Sweep", "Created", "Kind", "Grid", "Audits", "State"].map((h) => el("th", { scope: "col" }, h)))),
+    el("thead", {}, el("tr", {}, ["Sweep", "Created", "Kind", "Grid", "Audits", "State"].map((h, i) => el("th", { scope: "col", class: i === 1 || i === 2 ? "hide-narrow" : null }, h)))),
     el("tbody", {}, list.sweeps.map((s) => el("tr", {},
       el("td", {}, el("a", { class: "mono", href: `/ui/sweeps?id=${encodeURIComponent(s.id)}` }, s.id.slice(0, 12))),
-      el("td", {}, when(s.created_at)), el("td", {}, s.base.kind),
+      el("td", { class: "hide-narrow" }, when(s.created_at)), el("td", { class: "hide-narrow" }, s.base.kind),
       el("td", {}, Object.entries(s.grid).map(([k, v]) => `${k}: ${v.join(", ")}`).join("; ")),
       el("td", { class: "num" }, String(s.progress.total)), el("td", {}, stateBadge(s.state))))))));
 }
