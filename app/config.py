@@ -36,7 +36,7 @@ class Settings(BaseSettings):
         json_schema_extra={"default_doc": "the cores"},
         description="Worker processes of the embedded executor (default: the cores): that many audits run at "
         "once, outside the API process. They share a model's weights (a memory-mapped file) and, when models "
-        "are preloaded, torch's memory; each worker beyond the first adds about 0.35–0.4 GB (proportional set "
+        "are preloaded, torch's memory; each worker beyond the first adds about 0.3 GB (proportional set "
         "size) with the packaged model while auditing (docs/results/memory.md), more for a larger model: budget "
         "memory per process.",
     )

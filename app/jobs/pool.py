@@ -19,6 +19,7 @@ is RUNNING with a heartbeat that goes stale, so the sweep re-runs it (architectu
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import multiprocessing
 import os
@@ -119,6 +120,7 @@ def child_setup(
     reaches the whole process group, and the API stops its children itself, a running audit back to
     PENDING), die with the API (`lifeline`), run below the API's priority (later threads inherit it), and
     log through `conn` as ("log", record). Returns the locked `send` over `conn`."""
+    gc.freeze()  # what the forkserver imported lives as long as this process: collections leave it shared
     os.environ.clear()
     os.environ.update(environ)
     from app.config import get_settings
