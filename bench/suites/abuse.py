@@ -13,6 +13,13 @@ audit's length (its own run time), or for M4 how long its webhook delivery took 
   /v1/audits?view=full over 20 stored audits of ~0.5 MB, back to back.
 - M3: 100 queued `mia` audits of the attacker (oracle, 150k trials each, about a second).
 - M4: 32 deliveries to the attacker's receiver answering after 3 s (tests/service/internal_server.py).
+- R1 reply flood: endpoint audits (4 calls in flight) against a target whose every reply streams 400 MB
+  (chunked, and with a Content-Length saying so), and a webhook to a receiver that does the same, 2 senders.
+- R2 template blow-up: a 1.8 MB body template of `{context}` × 180,000 (422 at submit), and one of
+  `{context}` × 1,000 that passes the submit's floor but not the real records (AUDIT_ERROR before sending).
+- R3 plan flood: the reported plan (`canaries` 500 × `contexts` 1000: 422) and the largest allowed (40 × 100,
+  4,000 pairs) back to back, 2 senders; the well-behaved tenant's own plan is timed against it alone.
+Rows also give the database's growth (the SQLite file and its WAL) over the attack.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from service.internal_server import internal_server  # noqa: E402 - the tests' s
 from service.servers import free_port, wait_for_port  # noqa: E402
 
 SECONDS = float(os.environ.get("ICLAUDIT_BENCH_ATTACK_SECONDS", "15"))
+FLOOD = 400 * 2**20  # bytes each reply of the flooding target and receiver would send
 BOUND = kind_module("bound").EXAMPLE
 ONE_AUDIT = {**api_load.MIA, "trials": 150_000, "llm_calls": 200}
 
@@ -110,9 +118,96 @@ async def _repeat(stop: asyncio.Event, senders: int, send: Callable[[], Awaitabl
     await asyncio.gather(*(loop() for _ in range(senders)))
 
 
+def _flood_main(port: int) -> None:
+    """The flooding target and webhook receiver (its own process): every reply streams FLOOD bytes."""
+    import uvicorn
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, StreamingResponse
+
+    app = FastAPI()
+    chunk = b"x" * 2**16
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(FLOOD // len(chunk)):
+            yield chunk
+
+    @app.post("/chunked")
+    @app.post("/hooks/flood")
+    async def chunked() -> StreamingResponse:
+        return StreamingResponse(chunks(), media_type="application/json")
+
+    @app.post("/sized")
+    async def sized() -> StreamingResponse:
+        return StreamingResponse(
+            chunks(), media_type="application/json", headers={"Content-Length": str(FLOOD)}
+        )
+
+    @app.post("/ok")
+    async def ok() -> JSONResponse:
+        return JSONResponse({"choices": [{"text": "1"}]})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def _endpoint_audit(url: str, **endpoint: object) -> dict:
+    return {
+        "kind": "mia",
+        "dataset": "dbpedia14",
+        "seed": 3,
+        "estimator": "direct",
+        "trials": 50,
+        "mechanism": {
+            "name": "http_endpoint",
+            "partitions": 4,
+            "shots_per_partition": 2,
+            "endpoint": {"url": url, "answer_path": "$.choices[0].text", "retries": 0, **endpoint},
+        },
+        "attack": {"name": "canary_prompt", "threat_model": "black_box"},
+    }
+
+
+def _likelihood(canaries: int, contexts: int) -> dict:
+    return {
+        "kind": "mia",
+        "dataset": "synthetic_records",
+        "model": "oracle",
+        "seed": 1,
+        "mechanism": {"name": "none", "shots_per_partition": 2},
+        "attack": {
+            "name": "likelihood",
+            "threat_model": "white_box",
+            "canaries": canaries,
+            "contexts": contexts,
+        },
+    }
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _db_mb(workdir: Path | None) -> float:
+    if workdir is None:
+        return 0.0
+    return sum(p.stat().st_size for p in workdir.glob("iclaudit.db*")) / 2**20
+
+
 class Bench:
-    def __init__(self, base: str, pid: int, keys: dict[str, str], hooks_port: int, hits: list[str]) -> None:
+    def __init__(
+        self,
+        base: str,
+        pid: int,
+        keys: dict[str, str],
+        hooks_port: int,
+        hits: list[str],
+        flood_port: int = 0,
+        workdir: Path | None = None,
+    ) -> None:
         self.base, self.pid, self.keys, self.hooks_port, self.hits = base, pid, keys, hooks_port, hits
+        self.flood_port, self.workdir = flood_port, workdir
 
     def client(self, tenant: str) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
@@ -234,7 +329,61 @@ class Bench:
             async with api.delete(f"{self.base}/v1/webhooks/{hook}") as response:
                 await response.read()
 
+    async def r1(self, stop: asyncio.Event) -> None:
+        flood = f"http://127.0.0.1:{self.flood_port}"
+        async with self.client("attacker") as api:
+            async with api.post(f"{self.base}/v1/webhooks", json={"url": f"{flood}/hooks/flood"}) as response:
+                hook = (await response.json())["id"]
+
+            async def send() -> None:
+                for path in ("chunked", "sized"):
+                    body = _endpoint_audit(f"{flood}/{path}", max_concurrency=4)
+                    async with api.post(f"{self.base}/v1/audits", json=body) as response:
+                        await response.read()
+                async with api.post(f"{self.base}/v1/audits", json=BOUND) as response:  # a delivery each
+                    await response.read()
+                await asyncio.sleep(0.5)
+
+            await _repeat(stop, 2, send)
+            async with api.delete(f"{self.base}/v1/webhooks/{hook}") as response:
+                await response.read()
+
+    async def r2(self, stop: asyncio.Event) -> None:
+        ok = f"http://127.0.0.1:{self.flood_port}/ok"
+        blown = _endpoint_audit(ok, body={"prompt": "{context} " * 180_000})  # 1.8 MB: 422 at submit
+        late = _endpoint_audit(ok, body={"prompt": "{context} " * 1_000})  # AUDIT_ERROR before sending
+        async with self.client("attacker") as api:
+
+            async def send() -> None:
+                for body in (blown, late):
+                    async with api.post(f"{self.base}/v1/audits", json=body) as response:
+                        await response.read()
+                await asyncio.sleep(0.25)
+
+            await _repeat(stop, 2, send)
+
+    async def r3(self, stop: asyncio.Event) -> None:
+        async with self.client("attacker") as api:
+
+            async def send() -> None:
+                for body in (_likelihood(500, 1000), _likelihood(40, 100)):
+                    async with api.post(f"{self.base}/v1/audits/plan", json=body) as response:
+                        await response.read()
+
+            await _repeat(stop, 2, send)
+
     # --- the well-behaved tenant ---------------------------------------------------------------------------
+
+    async def good_plan(self) -> float:
+        """Seconds the well-behaved tenant's plan of its own audit takes to answer (200)."""
+        async with aiohttp.ClientSession(
+            headers={"Authorization": f"Bearer {self.keys['good']}"}, timeout=aiohttp.ClientTimeout(total=300)
+        ) as api:
+            start = time.monotonic()
+            async with api.post(f"{self.base}/v1/audits/plan", json=ONE_AUDIT) as response:
+                await response.read()
+                assert response.status == 200, response.status
+            return round(time.monotonic() - start, 2)
 
     async def good_audit(self, webhook: bool) -> dict[str, float]:
         """The well-behaved tenant's audit, submitted now: its wait to start and run time, or (webhook) how
@@ -282,8 +431,15 @@ class Bench:
                 peak = max(peak, _rss_mb(self.pid))
                 await asyncio.sleep(0.2)
 
+        if name == "R3":
+            await self.good_plan()  # its plan process started
+        plan_alone = await self.good_plan() if name == "R3" else None
+        db_before = _db_mb(self.workdir)
+
         async def delayed_audit() -> dict[str, float]:
             await asyncio.sleep(2.0)
+            if plan_alone is not None:
+                return {"plan_s": await self.good_plan(), "plan_alone_s": plan_alone}
             return await self.good_audit(webhook=name == "M4")
 
         sampler = asyncio.create_task(sample())
@@ -293,7 +449,16 @@ class Bench:
         ready, ends = spawn.Event(), spawn.Event()
         attacker = spawn.Process(
             target=_attack_child,
-            args=(self.base, self.pid, self.keys, self.hooks_port, attack.__name__, ready, ends),
+            args=(
+                self.base,
+                self.pid,
+                self.keys,
+                self.hooks_port,
+                self.flood_port,
+                attack.__name__,
+                ready,
+                ends,
+            ),
         )
         attacker.start()
         await asyncio.get_running_loop().run_in_executor(None, ready.wait, 60)
@@ -324,6 +489,7 @@ class Bench:
             "healthz_max_ms": round(float(health_ms.max()), 1),
             "healthz_errors": health.errors,
             "rss_growth_mb": round(peak - before, 1),
+            "db_growth_mb": round(_db_mb(self.workdir) - db_before, 2),
             "rss_before_mb": round(before, 1),
             **{f"audit_{k}": v for k, v in audit.items()},
             "machine_load_1m": round(os.getloadavg()[0], 1),
@@ -339,6 +505,7 @@ def _attack_child(
     pid: int,
     keys: dict[str, str],
     hooks_port: int,
+    flood_port: int,
     method: str,
     ready: multiprocessing.synchronize.Event,
     ends: multiprocessing.synchronize.Event,
@@ -347,7 +514,8 @@ def _attack_child(
 
     async def main() -> None:
         stop = asyncio.Event()
-        task = asyncio.create_task(getattr(Bench(base, pid, keys, hooks_port, []), method)(stop))
+        bench = Bench(base, pid, keys, hooks_port, [], flood_port)
+        task = asyncio.create_task(getattr(bench, method)(stop))
         ready.set()
         await asyncio.get_running_loop().run_in_executor(None, ends.wait)
         stop.set()
@@ -358,7 +526,9 @@ def _attack_child(
 
 
 async def _run(bench: Bench) -> list[dict]:
-    await bench.h4_setup()
+    chosen = os.environ.get("ICLAUDIT_BENCH_ATTACKS")  # e.g. "H1,M3" for a check of a few
+    if not chosen or "H4" in chosen:
+        await bench.h4_setup()
     attacks = {
         "H1": bench.h1,
         "H2": bench.h2,
@@ -367,8 +537,10 @@ async def _run(bench: Bench) -> list[dict]:
         "H4 list": bench.h4_list,
         "M3": bench.m3,
         "M4": bench.m4,
+        "R1": bench.r1,
+        "R2": bench.r2,
+        "R3": bench.r3,
     }
-    chosen = os.environ.get("ICLAUDIT_BENCH_ATTACKS")  # e.g. "H1,M3" for a check of a few
     rows = []
     for name, attack in attacks.items():
         if chosen and name.split()[0] not in chosen.split(",") and name not in chosen.split(","):
@@ -393,14 +565,17 @@ def _keys(url: str, tenants: tuple[str, ...]) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _server(workdir: Path, hooks_port: int) -> Iterator[tuple[str, int]]:
+def _server(workdir: Path, hooks_port: int, flood_port: int) -> Iterator[tuple[str, int]]:
     env = {
         "ICLAUDIT_STATE_DIR": str(workdir),
         "ICLAUDIT_DATA_DIR": str(ROOT.parent / "shared" / "datasets"),
         "ICLAUDIT_AUTH_ENABLED": "true",
         "ICLAUDIT_DEFAULT_MODEL": "oracle",
         "HF_HUB_OFFLINE": "1",
-        "ICLAUDIT_WEBHOOK_ALLOWLIST": f'["http://127.0.0.1:{hooks_port}/hooks"]',
+        "ICLAUDIT_WEBHOOK_ALLOWLIST": (
+            f'["http://127.0.0.1:{hooks_port}/hooks", "http://127.0.0.1:{flood_port}/hooks"]'
+        ),
+        "ICLAUDIT_ENDPOINT_ALLOWLIST": f'["http://127.0.0.1:{flood_port}/"]',
         "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",
     }
     port = free_port()
@@ -419,5 +594,17 @@ def run() -> Iterator[dict]:
     ):
         workdir = Path(tmp)
         keys = _keys(f"sqlite:///{workdir / 'iclaudit.db'}", ("good", "attacker"))
-        with _server(workdir, hooks_port) as (base, pid):
-            yield from asyncio.run(_run(Bench(base, pid, keys, hooks_port, hits)))
+        flood_port = free_port()
+        flood = multiprocessing.get_context("spawn").Process(
+            target=_flood_main, args=(flood_port,), daemon=True
+        )
+        flood.start()
+        try:
+            deadline = time.monotonic() + 60
+            while not _listening(flood_port) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            with _server(workdir, hooks_port, flood_port) as (base, pid):
+                yield from asyncio.run(_run(Bench(base, pid, keys, hooks_port, hits, flood_port, workdir)))
+        finally:
+            flood.kill()
+            flood.join(10)

@@ -57,31 +57,38 @@ def vs_bare(rows: list[dict]) -> str:
 
 
 def abuse(rows: list[dict]) -> str:
-    """One row per attack of bench/suites/abuse.py, against the issue's limits."""
+    """One row per attack of bench/suites/abuse.py, against the issue's limits: the reply, template and plan
+    floods (R1-R3) are held to RSS ≤ 100 MB and database growth ≤ 32 MiB (ICLAUDIT_TARGET_MAX_STORED_BYTES)."""
     out = [
-        "| attack | well-behaved p99 ms | its errors | /healthz p99 / max ms | RSS growth MB "
+        "| attack | well-behaved p99 ms | its errors | /healthz p99 / max ms | RSS growth MB | DB growth MB "
         "| its audit: waited / one audit's length s | load avg | met (p99 ≤ 250, 0 errors, /healthz ≤ 250, "
-        "RSS ≤ 200 MB, wait ≤ one audit) |",
-        "|" + "---|" * 8,
+        "RSS ≤ 200 MB (R: 100), DB ≤ 32 MiB, wait ≤ one audit) |",
+        "|" + "---|" * 9,
     ]
     for r in rows:
         name = r["name"].split("/", 1)[1].replace("_", " ")
         if "audit_delivery_s" in r:
             audit = f"webhook delivered {r['audit_delivery_s']:.1f} s after the audit ended"
             waited_ok = True
+        elif "audit_plan_s" in r:
+            audit = f"its plan answered in {r['audit_plan_s']:.1f} s (alone: {r['audit_plan_alone_s']:.1f} s)"
+            waited_ok = r["audit_plan_s"] <= 2 * r["audit_plan_alone_s"] + 5
         else:
             audit = f"{r['audit_wait_s']:.2f} / {r['audit_run_s']:.2f}"
             waited_ok = r["audit_wait_s"] <= r["audit_run_s"]
+        db = r.get("db_growth_mb")
         ok = (
             r["good_p99_ms"] <= 250
             and r["good_errors"] == 0
             and r["healthz_max_ms"] <= 250
-            and r["rss_growth_mb"] <= 200
+            and r["rss_growth_mb"] <= (100 if name.startswith("R") else 200)
+            and (db is None or db <= 32)
             and waited_ok
         )
         out.append(
             f"| {name} | {r['good_p99_ms']:.0f} | {r['good_errors']} | {r['healthz_p99_ms']:.0f} / "
-            f"{r['healthz_max_ms']:.0f} | {r['rss_growth_mb']:.0f} | {audit} | {r['machine_load_1m']} | {_met(ok)} |"
+            f"{r['healthz_max_ms']:.0f} | {r['rss_growth_mb']:.0f} | {'–' if db is None else f'{db:.1f}'} | {audit} "
+            f"| {r['machine_load_1m']} | {_met(ok)} |"
         )
     return "\n".join(out)
 
