@@ -270,7 +270,15 @@ def _results(kind: str, result: dict) -> str:
             [
                 ["ε claimed (theory)", fmt(result.get("epsilon_theory"))],
                 ["max_epsilon (nothing claimed)", fmt(result.get("max_epsilon"))],
-                ["ε detectable (the audit's power)", fmt(result.get("epsilon_detectable"))],
+                ["ε detectable (the audit's power, P ≥ 0.8)", fmt(result.get("epsilon_detectable"))],
+                [
+                    "attack efficiency (its source)",
+                    _power_efficiency(result.get("power")),
+                ],
+                [
+                    "one-sided leak rate detectable",
+                    fmt((result.get("power") or {}).get("leak_rate_detectable")),
+                ],
                 ["ε ceiling (exact ε of the calibrated noise)", fmt(result.get("epsilon_ceiling"))],
                 ["trials per context", fmt(result.get("trials"))],
                 ["estimator", fmt(result.get("estimator"))],
@@ -476,3 +484,10 @@ a self-contained file: nothing in it loads from the network.</footer>
 </body></html>
 """
     return body
+
+
+def _power_efficiency(power: dict | None) -> str:
+    """The power model's attack efficiency η and where it came from (design or measured), for the report."""
+    if not power or power.get("efficiency") is None:
+        return "—"
+    return f"{power['efficiency']:.3g} ({power.get('efficiency_source') or '?'})"

@@ -194,6 +194,9 @@ def test_the_evidence_view_shows_the_record_the_query_and_c1_beside_c0(page, ser
     _login(page, served, f"/ui/audits/{audit['id']}")
     section = page.locator("#evidence")
     section.wait_for()
+    page.locator("#toggle-records").click()  # record text is redacted until the full view is asked for
+    page.locator('#records-view[data-records="full"]').wait_for()
+    section = page.locator("#evidence")
     assert section.locator(".record-text").inner_text() == sample["text"]
     assert section.locator(".evidence-query").inner_text().strip() == sample["query"].strip()
     c1, c0 = section.locator("#evidence-0-c1"), section.locator("#evidence-0-c0")

@@ -186,7 +186,7 @@ def test_the_charts_draw_what_the_verdict_used(at_width, audits) -> None:
     page.locator("#details").wait_for()
     assert page.locator("#ceiling-note").count() == 0
     assert page.locator("#figures li[data-figure=claimed]").count() == 1
-    assert "probability ≥ ½" in page.locator("#figures li[data-figure=detectable]").inner_text()
+    assert "probability ≥ 0.8" in page.locator("#figures li[data-figure=detectable]").inner_text()
 
 
 @pytest.mark.parametrize("width", WIDTHS)

@@ -76,7 +76,6 @@ class RecordRisk(BaseModel):
     text: str | None = Field(
         default=None, description="The record's text (personal data masked unless asked)."
     )
-
     trials: int = Field(description="Paired trials (C1, C0) of this record.")
     score_in_mean: float | None = Field(default=None, description="Mean attack score with the record in.")
     score_out_mean: float | None = Field(default=None, description="Mean attack score with it out.")

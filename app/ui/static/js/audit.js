@@ -145,8 +145,8 @@ function claimFigures(res, claimed) {
   else out.push(detail("max_epsilon", res.max_epsilon ?? 0, "max_epsilon (nothing is claimed)", "the leakage allowed without a claim; a lower bound above it is a leak"));
   if (isNum(res.epsilon_detectable) || res.epsilon_detectable_unbounded) {
     out.push(detail("detectable", res.epsilon_detectable, "ε detectable",
-      res.epsilon_detectable_unbounded ? "no true ε up to 100 would be flagged with probability ≥ ½: the audit could not see a leak"
-        : "this audit's power: the smallest true ε it flags with probability ≥ ½ (consistent needs it ≤ 2 × the claim)",
+      res.epsilon_detectable_unbounded ? "no true ε up to 100 would be flagged with probability ≥ 0.8: the audit could not see a leak"
+        : "this audit's power: the smallest true ε it flags with probability ≥ 0.8 (consistent needs it ≤ 1.5 × the claim)",
       { unbounded: !!res.epsilon_detectable_unbounded }));
   }
   return out;
