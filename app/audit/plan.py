@@ -776,10 +776,11 @@ def plan_synthetic_generation(
             "trials": None,
             "llm_calls": None,
             "epsilon_theory": params["epsilon"],
-            "epsilon_detectable": params["epsilon"],
+            "epsilon_detectable": None,
             "trials_needed": None,
             "llm_calls_needed": calls,
-            "note": "the spent ε is measured exactly (no sampling error): any overspend of ε_theory is seen",
+            "note": "the spent ε is measured exactly (no sampling error, so no power to report): any overspend "
+            "of ε_theory, or of what the accounted parameters allow on the same steps, is seen",
         },
         "notes": [
             f"calls and tokens are upper bounds: {steps} steps of {per_step} prompts, fewer when a sequence "
