@@ -167,9 +167,9 @@ def test_the_client_shows_each_verdict_and_lists_by_it(api: IclauditClient) -> N
         assert audit.digest is not None and audit.digest.outcome == outcome
         assert audit.headline == audit.result.headline == audit.digest.headline
         assert audit.failing is (outcome in ("violation", "leak"))
-    # the mia request's epsilon defaults to 1 with mechanism none; the summary follows the result: no claim
+    # mechanism none claims nothing: its request stores no ε and the summary shows no claim
     assert "leaks" in done["leak"].headline and done["leak"].epsilon_claimed is None
-    assert done["leak"].digest.violation is None and done["leak"].request["epsilon"] == 1
+    assert done["leak"].digest.violation is None and done["leak"].request["epsilon"] is None
     assert done["violation"].headline.endswith("against a claimed 1: violation")
     assert "25 trials per side" in done["inconclusive"].headline
     # the rule (app/audit/stats/verdict.py): consistent needs ε_detectable ≤ 2 × the claim; inconclusive misses it

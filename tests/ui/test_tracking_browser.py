@@ -16,6 +16,7 @@ import pytest
 from ui.served import ICLAUDIT, Served
 
 from app.audit.kinds.registry import kind_module
+from app.privacy.redact import mask
 from app.reports.html import compact
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
@@ -287,7 +288,8 @@ def test_the_html_report_opens_offline_from_a_file_and_prints(
         assert "iclaudit " in footer and len(commit) == 40
         assert subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", commit]).returncode == 0
         sample = result["evidence"]["records"][0]
-        assert offline.locator(".evidence blockquote").first.inner_text() == sample["text"]
+        # a report is shared: its record text is redacted (app/privacy/redact.py) unless asked for
+        assert offline.locator(".evidence blockquote").first.inner_text() == mask(sample["text"])
         # The charts, by their drawn pixels: ink and colour in each (result plot, the sampled trials).
         charts = offline.locator("img.chart")
         assert charts.count() == 2
