@@ -455,14 +455,19 @@ def report(rows: list[dict]) -> str:
     peer_rows = [r for r in rows if r.get("name", "").startswith("peers_") and "engine" in r]
     for r in peer_rows:
         ref = next(
-            x
-            for x in peer_rows
-            if x["workload"] == r["workload"]
-            and x["engine"] == "transformers"
-            and x["threads"] == r["threads"]
+            (
+                x
+                for x in peer_rows
+                if x["workload"] == r["workload"]
+                and x["engine"] == "transformers"
+                and x.get("threads") == r.get("threads")
+            ),
+            None,
         )
+        ratio = f"{r['value'] / ref['value']:.2f}" if ref else "—"
+        threads = r.get("threads") or "—"  # runs before the thread count was recorded
         lines.append(
-            f"| {r['workload']} | {r['threads']} | {r['engine']} | {r['sequences']} | {r['tokens']} | {r['value']:.2f} | {r['tokens_per_s']:.0f} "
-            f"| {r['value'] / ref['value']:.2f} | {r['max_abs_diff_vs_transformers']:.2g} | {r['load_avg_1m'][0]} → {r['load_avg_1m'][1]} |"
+            f"| {r['workload']} | {threads} | {r['engine']} | {r['sequences']} | {r['tokens']} | {r['value']:.2f} | {r['tokens_per_s']:.0f} "
+            f"| {ratio} | {r['max_abs_diff_vs_transformers']:.2g} | {r['load_avg_1m'][0]} → {r['load_avg_1m'][1]} |"
         )
     return "\n".join(lines)

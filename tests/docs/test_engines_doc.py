@@ -25,10 +25,10 @@ def test_the_doc_prints_the_committed_run() -> None:
 
 def test_report_compares_each_engine_with_the_default_on_the_same_workload() -> None:
     rows = [
-        {"name": f"peers_voting_{e}", "engine": e, "workload": "voting", "value": v, "sequences": 4,
+        {"name": f"peers_voting_{e}", "engine": e, "workload": "voting", "threads": 2, "value": v, "sequences": 4,
          "tokens": 100, "tokens_per_s": 100 / v, "max_abs_diff_vs_transformers": d, "load_avg_1m": [1, 2]}
         for e, v, d in (("transformers", 2.0, 0.0), ("vllm", 1.0, 1e-4), ("llama_cpp", 4.0, 0.2))
     ]  # fmt: skip
     lines = report(rows).splitlines()
-    assert lines[2].startswith("| voting | transformers | 4 | 100 | 2.00 | 50 | 1.00 |")
+    assert lines[2].startswith("| voting | 2 | transformers | 4 | 100 | 2.00 | 50 | 1.00 |")
     assert "| 0.50 |" in lines[3] and "| 2.00 |" in lines[4]
