@@ -298,6 +298,7 @@ OPERATION_REFUSALS: dict[str, tuple[str, ...]] = {
     "submitSweep": (*_SUBMIT, "GRID_POINT_RULE"),
     "createSchedule": (*_SUBMIT, "GRID_POINT_RULE", "CRON_NEVER_FIRES"),
     "createWebhook": ("EGRESS_REFUSED",),
+    "createMlflowSink": ("EGRESS_REFUSED",),
     "uploadDataset": ("UPLOAD_CONTENT",),
     "accountSyntheticGeneration": ("NO_SOLUTION",),
     "calibrateGaussian": ("NO_SOLUTION",),

@@ -143,7 +143,7 @@ class MechanismSpec(BaseModel):
         gt=0,
         le=100,
         description="bug noise_scale: the release's noise standard deviation is bug_factor × the calibrated σ "
-        "(0.5: the mechanism leaks as if σ were halved).",
+        "(0.5: the mechanism leaks as if σ were halved); absent, 1 (no change); ignored without that bug.",
     )
     defense_level: int = Field(default=1, ge=1, le=3, description="prompt_defense: 002 B.1 level.")
     max_words: int = Field(
@@ -351,8 +351,6 @@ class Request(AuditRequestBase):
             check_bug(self.mechanism.bug, mechanism)
         except AuditError as e:
             raise ValueError(str(e)) from None
-        if (self.mechanism.bug == "noise_scale") != (self.mechanism.bug_factor is not None):
-            raise ValueError("mechanism.bug_factor: give it with bug noise_scale, and only then")
         if self.estimator == "exact" and self.mechanism.bug:
             raise ValueError(
                 "estimator: exact assumes the documented noise and cannot see a planted bug; use bootstrap"

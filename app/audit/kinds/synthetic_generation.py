@@ -127,7 +127,10 @@ class Request(AuditRequestBase):
         "(temperature_scale) or clips at bug_factor × c (clip_scale) while the accounting keeps τ and c.",
     )
     bug_factor: float | None = Field(
-        default=None, gt=0, le=100, description="The planted bug's factor (required with bug, and only then)."
+        default=None,
+        gt=0,
+        le=100,
+        description="The planted bug's factor (absent: 1, no change; ignored without bug).",
     )
     budget: BudgetSpec | None = Field(
         default=None,
@@ -154,8 +157,6 @@ class Request(AuditRequestBase):
                 "with target_epsilon leave exactly one of temperature, clip, batch_size null (the one to solve); "
                 f"null now: {missing or 'none'}"
             )
-        if (self.bug is None) != (self.bug_factor is None):
-            raise ValueError("bug_factor: give it with bug, and only then")
         try:  # an infeasible target (no temperature/clip/batch size reaches it) is refused at submit
             theory(self)
         except ValueError as exc:  # arithmetic no schema states: the 422 says NO_SOLUTION
@@ -265,9 +266,9 @@ def run(request: Request, ctx: RunContext) -> dict:
     accounted = np.zeros(len(orders))  # what (τ, c, s) allow on the same steps (≠ curve only with a bug)
     released = None
     if request.bug == "temperature_scale":
-        released = (params["clip"], params["temperature"] * float(request.bug_factor))  # type: ignore[arg-type]
+        released = (params["clip"], params["temperature"] * float(request.bug_factor or 1.0))
     elif request.bug == "clip_scale":
-        released = (params["clip"] * float(request.bug_factor), params["temperature"])  # type: ignore[arg-type]
+        released = (params["clip"] * float(request.bug_factor or 1.0), params["temperature"])
     step_losses: list[list[float]] = []
     private_mask: list[list[bool]] = []
     at_alpha = orders.index(alpha)

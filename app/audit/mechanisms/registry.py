@@ -32,7 +32,7 @@ def build_mechanism(spec: Any, *, epsilon: float, delta: float) -> Mechanism:
     check_bug(spec.bug, cls)
     mechanism = cls.from_spec(spec, epsilon=epsilon, delta=delta)
     if spec.bug == SCALES_NOISE:
-        mechanism.noise_factor = float(spec.bug_factor)
+        mechanism.noise_factor = float(spec.bug_factor or 1.0)
     return mechanism
 
 
