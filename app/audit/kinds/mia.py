@@ -252,8 +252,8 @@ class Request(AuditRequestBase):
         default=1.0,
         ge=MIN_EPSILON,
         le=MAX_EPSILON,
-        description="The claimed ε. A mechanism that claims none (none, prompt_defense) stores no ε: null, "
-        "whatever the request says.",
+        description="The claimed ε (null or absent: 1). A mechanism that claims none (none, prompt_defense) "
+        "stores no ε: null, whatever the request says.",
     )
     delta: float = Field(default=1e-5, ge=MIN_DELTA, lt=1, description="The claimed δ.")
     attack: AttackSpec = Field(default_factory=AttackSpec)
@@ -316,7 +316,7 @@ class Request(AuditRequestBase):
         if not mechanism.claims:
             self.epsilon = None  # leakage only: no claim is stored, shown or judged against
         elif self.epsilon is None:
-            raise ValueError(f"epsilon: {mechanism.name} claims an ε; give one (null only without a claim)")
+            self.epsilon = 1.0  # null on a mechanism that claims: the default claim, as if left out
         module = attack_module(self.attack.name)
         if hasattr(module, "check_request"):  # an attack's own rules (e.g. likelihood)
             try:
