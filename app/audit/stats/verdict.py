@@ -185,7 +185,8 @@ def gaussian_shaped(bound: dict, n_in: int, n_out: int) -> bool:
 
 
 def attack_efficiency(mu_attack: float, mu_threshold: float) -> float:
-    """η = μ_attack / μ(threshold) clipped to [0, MAX_EFFICIENCY] (1 when the threshold is ∞-free: μ = ∞)."""
+    """η = μ_attack / μ(threshold) clipped to [0, MAX_EFFICIENCY]; a threshold with μ = ∞ gives 1 when the attack
+    shows any signal, 0 otherwise."""
     if mu_threshold <= 0 or not math.isfinite(mu_threshold):
         return 1.0 if math.isinf(mu_threshold) and mu_attack > 0 else 0.0
     return min(MAX_EFFICIENCY, max(0.0, mu_attack / mu_threshold))
