@@ -136,6 +136,22 @@ def offline_context(browser, base_url: str, width: int = 1400, height: int = 900
     return context
 
 
+def log_in(page, key: str, path: str = "/ui") -> None:
+    """Open `path` and enter `key` in the login dialog (it opens on the page's first 401); fails, saying what
+    the dialog shows, when it does not close."""
+    page.goto(path)
+    page.locator("#login-key").fill(key)
+    page.locator("#login-form button[type=submit]").click()
+    try:
+        page.locator("#login").wait_for(state="hidden")
+    except Exception as exc:
+        shown = page.evaluate(
+            """() => ({error: document.getElementById('login-error').textContent,
+                       held: sessionStorage.getItem('iclaudit.apiKey') !== null})"""
+        )
+        raise AssertionError(f"the login dialog stayed open on {path}: {shown}") from exc
+
+
 class SteppedGate:
     """A gated endpoint for the served server (issue 23): hold an audit RUNNING, or let it through a given
     number of calls at a time, by events, never by a trial count.

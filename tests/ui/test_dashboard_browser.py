@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any
 
-from ui.served import Served, SteppedGate
+from ui.served import Served, SteppedGate, log_in
 
 from app.audit.kinds.registry import kind_module
 
@@ -17,13 +17,6 @@ from app.audit.kinds.registry import kind_module
 def _mia(trials: int, seed: int = 0) -> dict[str, Any]:
     """A real membership audit of private voting against the exact oracle, on the synthetic records."""
     return {**kind_module("mia").EXAMPLE, "dataset": "synthetic_records", "trials": trials, "seed": seed}
-
-
-def _login(page, served: Served, key: str, path: str = "/ui") -> None:
-    page.goto(path)
-    page.locator("#login-key").fill(key)  # the dialog opens on the first 401
-    page.locator("#login-form button[type=submit]").click()
-    page.locator("#login").wait_for(state="hidden")
 
 
 def _drawn_pixels(page, selector: str) -> int:
@@ -63,7 +56,7 @@ def test_submit_from_the_page_watch_it_live_and_see_the_charts(
     """The bar moves because the test moves the audit, one chunk of calls at a time through the gate (issue 23):
     after each chunk the page must show the audit's new fraction before the next chunk is let through, so it
     sees every step on any machine; then the audit runs out and the page shows SUCCEEDED without a reload."""
-    _login(page, served, served.alice)
+    log_in(page, served.alice)
     page.get_by_role("link", name="Submit an audit").click()
     page.locator("#request").fill(json.dumps(gate.request(trials=LIVE_CHUNKS * CHUNK_CALLS // 2)))
     page.locator("#submit").click()
@@ -119,7 +112,7 @@ def test_submit_from_the_page_watch_it_live_and_see_the_charts(
 def test_a_422_is_shown_beside_the_field_it_names(page, served: Served, gate: SteppedGate) -> None:
     """The audit submitted with the keyboard at the end stays PENDING, by construction: every worker is held
     at the gate (issue 23), so it is cancelled before it runs (an iclinf audit, minutes of CPU)."""
-    _login(page, served, served.alice, "/ui/submit")
+    log_in(page, served.alice, "/ui/submit")
     body = {**_mia(trials=1000), "epsilon": -1}
     page.locator("#request").fill(json.dumps(body, indent=2))
     page.locator("#submit").click()
@@ -172,7 +165,7 @@ def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
             assert time.monotonic() < deadline
             time.sleep(0.3)
         outcomes = sorted(r["outcome"] for r in api.get(f"/v1/sweeps/{sweep}/result").json()["rows"])
-    _login(page, served, served.bob)
+    log_in(page, served.bob)
     page.locator('nav a[data-nav="sweeps"]').click()  # shown once the tenant has a sweep
     page.get_by_role("link", name=sweep[:12]).click()
     page.locator("#chart-sweep[data-drawn=true]").wait_for()
@@ -193,7 +186,7 @@ def test_filter_the_list_and_cancel_a_running_audit(page, served: Served, gate: 
         running = api.post("/v1/audits", json=gate.request(seed=3)).json()["id"]
         gate.wait_held()
         assert api.get(f"/v1/audits/{running}").json()["state"] == "RUNNING"
-    _login(page, served, served.alice)
+    log_in(page, served.alice)
     page.locator(f"tr[data-id='{bound}']").wait_for()
 
     page.locator("#f-kind").select_option("bound")
@@ -221,7 +214,7 @@ def test_filter_the_list_and_cancel_a_running_audit(page, served: Served, gate: 
 def test_another_tenants_audit_is_refused(page, served: Served) -> None:
     with served.client(served.alice) as api:
         alices = api.post("/v1/audits", json=kind_module("bound").EXAMPLE).json()["id"]
-    _login(page, served, served.bob)
+    log_in(page, served.bob)
     page.locator("#audits tbody tr").first.wait_for()
     assert page.locator(f"tr[data-id='{alices}']").count() == 0
     page.goto(f"/ui/audits/{alices}")  # the key is kept for the tab: no second login
@@ -255,7 +248,7 @@ def test_a_401_sent_before_the_login_does_not_reopen_the_dialog(page, served: Se
             route.continue_()
 
     page.route("**/v1/sweeps?*", hold_the_sweeps_probe)
-    _login(page, served, served.alice)
+    log_in(page, served.alice)
     assert len(held) == 1
     with page.expect_response(lambda r: "/v1/sweeps?page_size=1" in r.url and r.status == 200):
         held[0].continue_()  # reaches the server with no key: 401, then one retry with alice's key

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ui.served import Served
+from ui.served import Served, log_in
 
 from app.audit.kinds.registry import kind_module
 
@@ -15,13 +15,6 @@ from app.audit.kinds.registry import kind_module
 def _mia(trials: int) -> dict[str, Any]:
     """A membership audit of private voting against the exact oracle, on the synthetic records."""
     return {**kind_module("mia").EXAMPLE, "dataset": "synthetic_records", "trials": trials, "seed": 3}
-
-
-def _login(page, key: str) -> None:
-    page.goto("/ui/submit")
-    page.locator("#login-key").fill(key)  # the dialog opens on the first 401
-    page.locator("#login-form button[type=submit]").click()
-    page.locator("#login").wait_for(state="hidden")
 
 
 def _value(page, row: str) -> str:
@@ -36,7 +29,7 @@ def test_plan_button_shows_the_apis_plan_and_its_field_errors(page, served: Serv
         expected = answer.json()
         listed = len(api.get("/v1/audits").json()["audits"])
 
-    _login(page, served.alice)
+    log_in(page, served.alice, "/ui/submit")
     page.locator("#request").fill(json.dumps(body))
     page.locator("#plan").click()
     page.locator("#plan-panel:not([hidden])").wait_for(timeout=300_000)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from ui.served import Served
+from ui.served import Served, log_in
 
 EMAILS = [f"buyer{i}@example.net" for i in range(12)]
 
@@ -36,10 +36,7 @@ def test_the_audit_page_names_the_dataset_and_redacts_the_evidence(page, served:
             time.sleep(0.2)
         assert audit["state"] == "SUCCEEDED", audit["error"]
 
-    page.goto("/ui")
-    page.locator("#login-key").fill(served.alice)
-    page.locator("#login-form button[type=submit]").click()
-    page.locator("#login").wait_for(state="hidden")
+    log_in(page, served.alice)
     page.goto(f"/ui/audits/{audit_id}")
     name = page.locator(".dataset-name")
     name.filter(has_text="orders v1").wait_for()

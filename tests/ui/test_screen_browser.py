@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 import pytest
-from ui.served import VERDICT_REQUESTS, Served, SteppedGate, offline_context
+from ui.served import VERDICT_REQUESTS, Served, SteppedGate, log_in, offline_context
 
 from app.audit.kinds.registry import kind_module
 
@@ -200,10 +200,7 @@ def _visit(
     try:
         page = context.new_page()
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto("/ui")
-        page.locator("#login-key").fill(served.alice)
-        page.locator("#login-form button[type=submit]").click()
-        page.locator("#login").wait_for(state="hidden")
+        log_in(page, served.alice)
         for what, path, ready in pages:
             page.goto(path)
             page.locator(ready).first.wait_for(timeout=60_000)
@@ -242,3 +239,27 @@ def test_no_rough_edges_on_the_model_kinds_pages(browser, served: Served, screen
     pages = [(f"the {name} audit", f"/ui/audits/{i}", "#result-h") for name, i in models.items()]
     for width in WIDTHS:
         _visit(browser, served, width, pages)
+
+
+def test_the_list_fits_before_the_uploads_names_arrive(browser, served: Served, screens) -> None:
+    """Until GET /v1/datasets answers, an upload shows as its id cut to 8 characters: its whole 32-hex id
+    widened the list 87 px past a 1400 px window (a CI run on a busy machine saw it)."""
+    context = offline_context(browser, served.url, width=1400, height=900)
+    try:
+        page = context.new_page()
+        held: list = []
+        page.route("**/v1/datasets?*", lambda route: held.append(route))  # answered after the check
+        log_in(page, served.alice)
+        page.locator(f"#audits tr[data-id='{screens['ids']['on-an-upload']}'] [data-verdict]").wait_for()
+        _settle(page)
+        shown = page.locator(f"#audits tr[data-id='{screens['ids']['on-an-upload']}'] .dataset-name")
+        assert shown.inner_text() == f"{shown.get_attribute('title')[:8]}…"
+        assert held, "the list did not ask for the uploads' names"
+        assert page.evaluate(CHECK) == []
+        for route in held:
+            route.continue_()
+        page.locator(f"#audits tr[data-id='{screens['ids']['on-an-upload']}'] .dataset-name").filter(
+            has_text="support tickets v1"
+        ).wait_for()
+    finally:
+        context.close()

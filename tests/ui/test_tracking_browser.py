@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui.served import ICLAUDIT, Served
+from ui.served import ICLAUDIT, Served, log_in
 
 from app.audit.kinds.registry import kind_module
 from app.privacy.redact import mask
@@ -64,15 +64,8 @@ def tracked(served: Served) -> dict[str, Any]:
     return {"audits": audits, "sweep": sweep_id, "children": children}
 
 
-def _login(page, served: Served, path: str = "/ui") -> None:
-    page.goto(path)
-    page.locator("#login-key").fill(served.alice)
-    page.locator("#login-form button[type=submit]").click()
-    page.locator("#login").wait_for(state="hidden")
-
-
 def test_names_labels_measured_epsilon_and_verdict_in_the_list(page, served: Served, tracked) -> None:
-    _login(page, served)
+    log_in(page, served.alice)
     for name, audit in tracked["audits"].items():
         row = page.locator(f"#audits tr[data-id='{audit['id']}']")
         row.wait_for()
@@ -86,7 +79,7 @@ def test_names_labels_measured_epsilon_and_verdict_in_the_list(page, served: Ser
 
 
 def test_filter_by_name_and_by_label(page, served: Served, tracked) -> None:
-    _login(page, served)
+    log_in(page, served.alice)
     ml, infra = tracked["audits"]["baseline-eps1"]["id"], tracked["audits"]["wider-eps4"]["id"]
     page.locator(f"#audits tr[data-id='{ml}']").wait_for()
     page.locator("#f-name").fill("wider-eps4")
@@ -104,7 +97,7 @@ def test_filter_by_name_and_by_label(page, served: Served, tracked) -> None:
 
 
 def test_a_sweeps_children_are_folded_under_their_sweep(page, served: Served, tracked) -> None:
-    _login(page, served)
+    log_in(page, served.alice)
     sweep_row = page.locator(f"#audits tr.sweep-row[data-sweep-id='{tracked['sweep']}']")
     sweep_row.wait_for()
     assert page.locator("#audits tr.sweep-row").count() == 1  # one row for the sweep, not one per child
@@ -148,7 +141,7 @@ def _pixels_of(page, selector: str, rgb: str) -> int:
 
 
 def test_compare_two_audits_side_by_side(page, served: Served, tracked) -> None:
-    _login(page, served)
+    log_in(page, served.alice)
     one, two = tracked["audits"]["baseline-eps1"], tracked["audits"]["wider-eps4"]
     for audit in (one, two):
         page.locator(f"#audits tr[data-id='{audit['id']}'] input.pick").check()
@@ -185,14 +178,14 @@ def test_the_report_is_its_tenants_alone(served: Served, tracked) -> None:
 
 
 def test_compare_refuses_one_audit(page, served: Served, tracked) -> None:
-    _login(page, served, f"/ui/compare?ids={tracked['children'][0]}")
+    log_in(page, served.alice, f"/ui/compare?ids={tracked['children'][0]}")
     assert "Pick 2 to 4 audits" in page.locator("#compare-error").inner_text()
 
 
 def test_the_evidence_view_shows_the_record_the_query_and_c1_beside_c0(page, served: Served, tracked) -> None:
     audit = tracked["audits"]["baseline-eps1"]
     sample = audit["result"]["evidence"]["records"][0]
-    _login(page, served, f"/ui/audits/{audit['id']}")
+    log_in(page, served.alice, f"/ui/audits/{audit['id']}")
     section = page.locator("#evidence")
     section.wait_for()
     page.locator("#toggle-records").click()  # record text is redacted until the full view is asked for
@@ -238,7 +231,7 @@ def test_the_html_report_opens_offline_from_a_file_and_prints(
 ) -> None:
     audit = tracked["audits"]["baseline-eps1"]
     # The button on the audit page and `iclaudit result ID --format html` give the same file.
-    _login(page, served, f"/ui/audits/{audit['id']}")
+    log_in(page, served.alice, f"/ui/audits/{audit['id']}")
     with page.expect_download() as download:
         page.locator("#download-report").click()
     report = tmp_path / download.value.suggested_filename
@@ -326,7 +319,7 @@ def test_upload_a_big_file_with_a_progress_bar(page, served: Served, tmp_path) -
     big.write_text(_rows(90_000))
     size = big.stat().st_size
     assert size > 8 * 2**20
-    _login(page, served, "/ui/datasets")
+    log_in(page, served.alice, "/ui/datasets")
     page.locator("#datasets-h").wait_for()
     # The bar is drawn from the upload's own progress events: throttle the upload to ~4 MiB/s so there are some.
     cdp = page.context.new_cdp_session(page)
@@ -372,7 +365,7 @@ def test_upload_a_big_file_with_a_progress_bar(page, served: Served, tmp_path) -
 
 def test_legends_say_no_value_dash_and_iclinf_bars_start_at_zero(page, served: Served, tracked) -> None:
     audit = tracked["audits"]["baseline-eps1"]
-    _login(page, served, f"/ui/audits/{audit['id']}")
+    log_in(page, served.alice, f"/ui/audits/{audit['id']}")
     page.locator("#chart-roc[data-drawn=true]").wait_for()
     page.locator("#chart-epsilon[data-drawn=true]").wait_for()
     for chart in ("#chart-roc", "#chart-epsilon"):

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
-from ui.served import VERDICT_REQUESTS, Served, offline_context
+from ui.served import VERDICT_REQUESTS, Served, log_in, offline_context
 
 OUTCOMES = ("violation", "leak", "inconclusive", "consistent")
 WIDTHS = (1400, 390)
@@ -64,10 +64,7 @@ def at_width(browser, served: Served):
         page = context.new_page()
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.on("console", lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None)
-        page.goto("/ui")
-        page.locator("#login-key").fill(served.alice)
-        page.locator("#login-form button[type=submit]").click()
-        page.locator("#login").wait_for(state="hidden")
+        log_in(page, served.alice)
         return page
 
     yield open_page

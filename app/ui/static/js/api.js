@@ -286,11 +286,14 @@ const datasetLabels = new Map();
 let datasetLabelsLoading = null;
 
 /** A request's dataset as people name it: an upload as "name vN" (its id in the title), a built-in name as
- * it is. The caller's uploads are read once per page (GET /v1/datasets); spans made before that are relabelled. */
+ * it is. The caller's uploads are read once per page (GET /v1/datasets); spans made before that show the
+ * upload's id cut to 8 characters, as audit ids are (a whole 32-hex id would widen its column), and are
+ * relabelled. */
 export function datasetName(id) {
   if (!id) return "—";
   if (!datasetLabelsLoading) datasetLabelsLoading = loadDatasetLabels();
-  return el("span", { class: "dataset-name", "data-dataset-id": id, title: id }, soft(datasetLabels.get(id) || id));
+  const shown = datasetLabels.get(id) || (/^[0-9a-f]{32}$/.test(id) ? `${id.slice(0, 8)}…` : id);
+  return el("span", { class: "dataset-name", "data-dataset-id": id, title: id }, soft(shown));
 }
 
 async function loadDatasetLabels() {
