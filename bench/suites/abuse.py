@@ -1,8 +1,9 @@
 """`bench/run.py abuse`: issue 20's attacks H1-H4, M3 and M4, each for ICLAUDIT_BENCH_ATTACK_SECONDS (15 s)
 against one `iclaudit serve` (embedded default: SQLite, inline executor, auth on), side by side with a
 well-behaved tenant. For each attack one row: the well-behaved tenant's polls (open loop, 20 req/s of its
-finished audit: p99, errors), `/healthz` every 0.25 s (p99, max), the server's RSS growth (the API
-process and its children, sampled every 0.2 s: peak minus the value before the attack), and the
+finished audit: p99, errors), `/healthz` every 0.25 s (p99, max), the server's RSS growth (each process,
+sampled every 0.2 s: the API process's and its largest child's peak minus its value before the attack, and
+the processes the attack started, counted whole), and the
 well-behaved tenant's own audit, submitted 2 s into the attack: how long it waited to start against one
 audit's length (its own run time), or for M4 how long its webhook delivery took after it finished.
 
@@ -55,17 +56,33 @@ BOUND = kind_module("bound").EXAMPLE
 ONE_AUDIT = {**api_load.MIA, "trials": 150_000, "llm_calls": 200}
 
 
-def _rss_mb(pid: int) -> float:
+def _rss_by_pid(pid: int) -> dict[int, float]:
+    """MB of resident memory of the server process and of each of its children (audit, plan processes)."""
     try:
         proc = psutil.Process(pid)
         procs = [proc, *proc.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0.0
-    total = 0
+        return {}
+    rss = {}
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
-            total += p.memory_info().rss
-    return total / 2**20
+            rss[p.pid] = p.memory_info().rss / 2**20
+    return rss
+
+
+def _growth(pid: int, before: dict[int, float], peak: dict[int, float]) -> dict[str, float | int]:
+    """The attack's memory cost: the whole tree's peak over its start, the server process's own growth, the
+    largest growth of a child alive at the start, and the children it started (counted whole)."""
+    old = [p for p in peak if p in before and p != pid]
+    new = [p for p in peak if p not in before]
+    return {
+        "rss_growth_mb": round(sum(peak.values()) - sum(before.values()), 1),
+        "rss_growth_api_mb": round(peak.get(pid, 0.0) - before.get(pid, 0.0), 1),
+        "rss_growth_child_mb": round(max((peak[p] - before[p] for p in old), default=0.0), 1),
+        "rss_new_processes": len(new),
+        "rss_new_processes_mb": round(sum(peak[p] for p in new), 1),
+        "rss_before_mb": round(sum(before.values()), 1),
+    }
 
 
 def _when(text: str) -> float:
@@ -421,19 +438,19 @@ class Bench:
             async with api.post(f"{self.base}/v1/audits", json=BOUND) as response:
                 mine = (await response.json())["id"]
             await api_load._until_done(api, self.base, [mine], 60)
-        before = _rss_mb(self.pid)
-        peak = before
-        stop = asyncio.Event()
-
-        async def sample() -> None:
-            nonlocal peak
-            while not stop.is_set():
-                peak = max(peak, _rss_mb(self.pid))
-                await asyncio.sleep(0.2)
-
         if name == "R3":
             await self.good_plan()  # its plan process started
         plan_alone = await self.good_plan() if name == "R3" else None
+        before = _rss_by_pid(self.pid)
+        peak = dict(before)
+        stop = asyncio.Event()
+
+        async def sample() -> None:
+            while not stop.is_set():
+                for p, mb in _rss_by_pid(self.pid).items():
+                    peak[p] = max(peak.get(p, 0.0), mb)
+                await asyncio.sleep(0.2)
+
         db_before = _db_mb(self.workdir)
 
         async def delayed_audit() -> dict[str, float]:
@@ -488,9 +505,8 @@ class Bench:
             "healthz_p99_ms": round(float(np.percentile(health_ms, 99)), 1),
             "healthz_max_ms": round(float(health_ms.max()), 1),
             "healthz_errors": health.errors,
-            "rss_growth_mb": round(peak - before, 1),
+            **_growth(self.pid, before, peak),
             "db_growth_mb": round(_db_mb(self.workdir) - db_before, 2),
-            "rss_before_mb": round(before, 1),
             **{f"audit_{k}": v for k, v in audit.items()},
             "machine_load_1m": round(os.getloadavg()[0], 1),
             "attack_seconds": SECONDS,

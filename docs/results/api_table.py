@@ -57,12 +57,15 @@ def vs_bare(rows: list[dict]) -> str:
 
 
 def abuse(rows: list[dict]) -> str:
-    """One row per attack of bench/suites/abuse.py, against the issue's limits: the reply, template and plan
-    floods (R1-R3) are held to RSS ≤ 100 MB and database growth ≤ 32 MiB (ICLAUDIT_TARGET_MAX_STORED_BYTES)."""
+    """One row per attack of bench/suites/abuse.py, against the issue's limits: the reply and template floods
+    (R1, R2) are held to +100 MB in the API process and in each audit process, the plan flood (R3) to +100 MB
+    in the API process with at most ICLAUDIT_PLAN_WORKERS (2) plan processes started, and database growth
+    ≤ 32 MiB (ICLAUDIT_TARGET_MAX_STORED_BYTES); the others to +200 MB of the whole tree. A row of a run before
+    the per-process figures shows the whole tree's growth only."""
     out = [
-        "| attack | well-behaved p99 ms | its errors | /healthz p99 / max ms | RSS growth MB | DB growth MB "
-        "| its audit: waited / one audit's length s | load avg | met (p99 ≤ 250, 0 errors, /healthz ≤ 250, "
-        "RSS ≤ 200 MB (R: 100), DB ≤ 32 MiB, wait ≤ one audit) |",
+        "| attack | well-behaved p99 ms | its errors | /healthz p99 / max ms | RSS growth MB: API / largest child "
+        "/ new processes | DB growth MB | its audit: waited / one audit's length s | load avg | met (p99 ≤ 250, "
+        "0 errors, /healthz ≤ 250, RSS (see above), DB ≤ 32 MiB, wait ≤ one audit) |",
         "|" + "---|" * 9,
     ]
     for r in rows:
@@ -77,17 +80,31 @@ def abuse(rows: list[dict]) -> str:
             audit = f"{r['audit_wait_s']:.2f} / {r['audit_run_s']:.2f}"
             waited_ok = r["audit_wait_s"] <= r["audit_run_s"]
         db = r.get("db_growth_mb")
+        if "rss_growth_api_mb" in r:
+            memory = (
+                f"{r['rss_growth_api_mb']:.0f} / {r['rss_growth_child_mb']:.0f} / "
+                f"{r['rss_new_processes']} ({r['rss_new_processes_mb']:.0f} MB)"
+            )
+            if name == "R3":
+                memory_ok = r["rss_growth_api_mb"] <= 100 and r["rss_new_processes"] <= 2
+            elif name.startswith("R"):
+                memory_ok = max(r["rss_growth_api_mb"], r["rss_growth_child_mb"]) <= 100
+            else:
+                memory_ok = r["rss_growth_mb"] <= 200
+        else:
+            memory = f"{r['rss_growth_mb']:.0f} (the whole tree)"
+            memory_ok = r["rss_growth_mb"] <= (100 if name.startswith("R") else 200)
         ok = (
             r["good_p99_ms"] <= 250
             and r["good_errors"] == 0
             and r["healthz_max_ms"] <= 250
-            and r["rss_growth_mb"] <= (100 if name.startswith("R") else 200)
+            and memory_ok
             and (db is None or db <= 32)
             and waited_ok
         )
         out.append(
             f"| {name} | {r['good_p99_ms']:.0f} | {r['good_errors']} | {r['healthz_p99_ms']:.0f} / "
-            f"{r['healthz_max_ms']:.0f} | {r['rss_growth_mb']:.0f} | {'–' if db is None else f'{db:.1f}'} | {audit} "
+            f"{r['healthz_max_ms']:.0f} | {memory} | {'–' if db is None else f'{db:.1f}'} | {audit} "
             f"| {r['machine_load_1m']} | {_met(ok)} |"
         )
     return "\n".join(out)
