@@ -30,6 +30,7 @@ class Verdict(Loose):
     outcome: str | None = None
     headline: str | None = None
     epsilon_lower: float | None = None
+    epsilon_theory: float | None = None
     epsilon_detectable: float | None = None
     violation: bool | None = None
 

@@ -71,7 +71,7 @@ TYPED = _server_models()
 
 if TYPE_CHECKING:
     from app.audit.results.base import ResultBase
-    from app.schemas.audits import Verdict
+    from app.audit.results.digest import Verdict
     from app.schemas.schedules import ScheduleList, ScheduleResource, ScheduleRunList
     from app.schemas.sweeps import SweepList, SweepResource, SweepResult
     from app.schemas.webhooks import (
@@ -272,7 +272,8 @@ class Audit(BaseModel):
 
     @property
     def digest(self) -> Verdict | None:
-        """The verdict digest (`outcome`, `headline`, `epsilon_lower`, `epsilon_detectable`, `violation`)."""
+        """The verdict digest (`outcome`, `headline`, `epsilon_lower`, `epsilon_theory`, `epsilon_detectable`,
+        `violation`; app/audit/results/digest.py)."""
         if self.verdict is None:
             return None
         return _schema("audits", "Verdict").model_validate(self.verdict)  # type: ignore[no-any-return]

@@ -45,6 +45,7 @@ from app.api.watch import (
 )
 from app.audit.budget import BudgetSpec
 from app.audit.kinds.base import MAX_LABELS
+from app.audit.kinds.registry import typed_result
 from app.audit.stats.verdict import Outcome
 from app.db import audits as audit_rows
 from app.db import polling
@@ -60,7 +61,6 @@ from app.schemas.audits import (
     AuditSummaryList,
     request_examples,
     request_union,
-    typed_result,
 )
 from app.schemas.errors import ErrorResponse, FieldViolation
 from app.schemas.regression import Regression

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from app.audit.results.digest import bound_used
 from app.audit.stats.bounds import Counts, epsilon_upper_from_counts
 
 DEFAULT_CONFIDENCE = 0.95
@@ -51,13 +52,9 @@ def _number(*values: Any, default: float) -> float:
 
 
 def _lower(test: dict[str, Any]) -> float | None:
-    """The verdict's lower bound of a test; ∞ when unbounded; None when the result has none."""
-    value = test.get("epsilon_lower", test.get("epsilon_empirical"))
-    if isinstance(value, int | float):
-        return float(value)
-    if test.get("epsilon_lower_unbounded") or test.get("epsilon_empirical_unbounded"):
-        return math.inf
-    return None
+    """The verdict's lower bound of a test (`bound_used`); ∞ when unbounded; None when the result has none."""
+    lower, unbounded = bound_used(test)
+    return math.inf if unbounded else lower
 
 
 def _percent(confidence: float) -> str:

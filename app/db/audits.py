@@ -111,16 +111,16 @@ def stored_bytes() -> Any:
     )
 
 
-def verdict_of_result() -> Any:
-    """The stored result's `verdict` field as text (`result ->> 'verdict'` on PostgreSQL, `json_extract`
-    on SQLite); NULL without a result or a verdict."""
+def stored_outcome() -> Any:
+    """The verdict digest's `outcome` in SQL (app/audit/results/digest.py): the stored result's `verdict`
+    field as text (`result ->> 'verdict'` on PostgreSQL, `json_extract` on SQLite); NULL without one."""
     return Audit.result["verdict"].as_string()
 
 
 def with_verdict(verdict: str) -> Any:
     """The condition "a SUCCEEDED audit whose result's `verdict` is `verdict`" (violation, leak,
     inconclusive, consistent; app/audit/stats/verdict.py)."""
-    return and_(Audit.state == AuditState.SUCCEEDED, verdict_of_result() == verdict)
+    return and_(Audit.state == AuditState.SUCCEEDED, stored_outcome() == verdict)
 
 
 def request_cancel(session: Session, *, tenant_id: str, audit_id: str) -> Audit | None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy import Float, case, cast, func, select
 from sqlalchemy.orm import Session
 
-from app.db.audits import verdict_of_result
+from app.db.audits import stored_outcome
 from app.db.models import Audit, AuditState
 
 FINISHED = (AuditState.SUCCEEDED, AuditState.FAILED, AuditState.CANCELLED)
@@ -62,7 +62,7 @@ def violation_counts(session: Session) -> list[tuple[str, int]]:
 def verdict_counts(session: Session) -> list[tuple[str, str, int]]:
     """(kind, verdict, audits) over SUCCEEDED audits whose result has a verdict, every tenant (a kind that
     measures no leakage, iclinf, has none and is left out)."""
-    verdict = verdict_of_result()
+    verdict = stored_outcome()
     rows = session.execute(
         select(Audit.kind, verdict, func.count())
         .where(Audit.state == AuditState.SUCCEEDED, verdict.is_not(None))

@@ -32,15 +32,15 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.audit.kinds.registry import typed_result, verdict_of
+from app.audit.results.digest import Verdict
 from app.config import Settings
 from app.db import mlflow as store
 from app.db import sweeps as sweep_rows
 from app.db.datasets import names_of
 from app.db.models import Audit, AuditState, MlflowSink, Sweep, SweepChild, WebhookDelivery, utcnow
 from app.egress import check_url, egress_client
-from app.integrations.verdict import verdict_of
 from app.privacy.redact import redact_request, redact_result
-from app.schemas.audits import typed_result
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,7 @@ def metrics_of(kind: str, result: dict[str, Any] | None) -> dict[str, float]:
             if (number := _number(values.get(name))) is not None:
                 out[scope + name] = number
     verdict = verdict_of(kind, result)
-    if verdict.epsilon_lower is not None and (number := _number(verdict.epsilon_lower)) is not None:
+    if verdict is not None and (number := _number(verdict.epsilon_lower)) is not None:
         out["epsilon_lower"] = number
     return out
 
@@ -143,7 +143,8 @@ def metrics_of(kind: str, result: dict[str, Any] | None) -> dict[str, float]:
 def tags_of(audit: Audit) -> dict[str, str]:
     request = audit.request or {}
     labels = request.get("labels") or {}
-    verdict = verdict_of(audit.kind, audit.result if audit.state == AuditState.SUCCEEDED else None)
+    done = audit.state == AuditState.SUCCEEDED
+    verdict = (verdict_of(audit.kind, audit.result) if done else None) or Verdict()
     tags = {
         "iclaudit.audit_id": audit.id,
         "iclaudit.kind": audit.kind,

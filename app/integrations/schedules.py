@@ -19,10 +19,10 @@ from croniter import CroniterError, croniter
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.audit.kinds.registry import verdict_of
 from app.config import Settings
 from app.db import schedules as store
 from app.db.models import Audit, AuditState, Schedule, ScheduleRun, utcnow
-from app.integrations.verdict import verdict_of
 from app.jobs.executors import Executor
 from app.jobs.service import QuotaExceeded
 from app.schemas.schedules import ScheduleRunResource

@@ -22,6 +22,8 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from app.audit.kinds.registry import verdict_of
+from app.audit.results.digest import Verdict
 from app.audit.stats.verdict import OUTCOMES
 from app.config import Settings
 from app.csv_cells import safe_cell
@@ -29,7 +31,6 @@ from app.db import audits, labels
 from app.db import sweeps as store
 from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
 from app.egress import EgressRefused, check_url
-from app.integrations.verdict import verdict_of
 from app.jobs.executors import Executor, enqueue
 from app.jobs.service import (
     Rejected,
@@ -268,7 +269,8 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
     """Verdict fields per child, and per point over its seeds."""
     table = []
     for child, audit in rows:
-        v = verdict_of(audit.kind, audit.result if audit.state == AuditState.SUCCEEDED else None)
+        done = audit.state == AuditState.SUCCEEDED
+        v = (verdict_of(audit.kind, audit.result) if done else None) or Verdict()
         table.append(
             SweepRow(
                 position=child.position,

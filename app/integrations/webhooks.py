@@ -6,7 +6,8 @@ secret, "{id}.{timestamp}.{body}")), signed by the `standardwebhooks` package.
 Events: audit.succeeded, audit.failed, audit.cancelled, audit.violation, audit.leak, sweep.completed. Every
 audit event's `data.verdict` holds the result's verdict (`outcome`: violation, leak, inconclusive or
 consistent; `headline`; `epsilon_detectable`) with the bounds it used (`epsilon_lower`, `epsilon_theory`,
-`violation`), null fields until SUCCEEDED. They are written
+`violation`), null fields until SUCCEEDED; `data.next_steps` the result's next steps (what would make an
+inconclusive audit answer: app/audit/stats/next_steps.py), null when it has none. They are written
 as rows of the deliveries outbox (one per event and target) in the same transaction that marks the audit
 (`audits.events_at`) or the sweep (`sweeps.completed_at`) as done, so each is written exactly once, whoever
 moved the audit to its terminal state (runner, cancel, the stale sweep). Delivery is at least once: a due
@@ -38,12 +39,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from standardwebhooks import Webhook
 
+from app.audit.kinds.registry import verdict_of
+from app.audit.results.digest import Verdict
 from app.config import Settings
 from app.db import sweeps as sweep_rows
 from app.db import webhooks as store
 from app.db.models import Audit, AuditState, ScheduleRun, Sweep, WebhookDelivery, WebhookEndpoint, utcnow
 from app.egress import EgressRefused, check_url, egress_client
-from app.integrations.verdict import Verdict, verdict_of
 from app.secrets import scrub_value
 
 log = logging.getLogger(__name__)
@@ -101,7 +103,9 @@ def enqueue_event(
 
 
 def _verdict(audit: Audit) -> Verdict:
-    return verdict_of(audit.kind, audit.result if audit.state == AuditState.SUCCEEDED else None)
+    """The audit's verdict digest; every field null until SUCCEEDED."""
+    done = audit.state == AuditState.SUCCEEDED
+    return (verdict_of(audit.kind, audit.result) if done else None) or Verdict()
 
 
 def audit_data(audit: Audit, verdict: Verdict | None = None) -> dict[str, Any]:
@@ -112,19 +116,22 @@ def audit_data(audit: Audit, verdict: Verdict | None = None) -> dict[str, Any]:
         "state": audit.state,
         "labels": (audit.request or {}).get("labels") or {},
         "request_id": audit.request_id,
-        "verdict": {
-            "epsilon_lower": v.epsilon_lower,
-            "epsilon_theory": v.epsilon_theory,
-            "violation": v.violation,
-            "outcome": v.outcome,
-            "headline": v.headline,
-            "epsilon_detectable": v.epsilon_detectable,
-        },
+        "verdict": v.model_dump(mode="json"),
         "error": audit.error,
         "created_at": audit.created_at.isoformat(),
         "finished_at": audit.finished_at.isoformat() if audit.finished_at else None,
+        "next_steps": _next_steps(audit),
         "links": {"self": f"/v1/audits/{audit.id}", "result": f"/v1/audits/{audit.id}/result"},
     }
+
+
+def _next_steps(audit: Audit) -> list[dict[str, Any]] | None:
+    """The result's `next_steps` (what would make an inconclusive audit answer), as stored; null before
+    the audit SUCCEEDED or when it has none."""
+    if audit.state != AuditState.SUCCEEDED or not isinstance(audit.result, dict):
+        return None
+    steps = audit.result.get("next_steps")
+    return steps if isinstance(steps, list) and steps else None
 
 
 def alarms(v: Verdict) -> dict[str, bool | None]:
@@ -149,7 +156,7 @@ def _previous_verdict(session: Session, run: ScheduleRun) -> Verdict | None:
         .order_by(ScheduleRun.fire_time.desc())
         .limit(1)
     ).first()
-    return verdict_of(*previous) if previous is not None else None
+    return (verdict_of(*previous) or Verdict()) if previous is not None else None
 
 
 def _enqueue_alarms(session: Session, audit: Audit, raised: dict[str, bool], data: dict[str, Any]) -> int:

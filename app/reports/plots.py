@@ -14,7 +14,6 @@ under assumption none, the assumption-free bound under gdp, the point estimate) 
 from __future__ import annotations
 
 import io
-import math
 import textwrap
 import threading
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from scipy import special
 
 from app.audit.kinds.registry import validate_result
 from app.audit.results.base import ResultBase
+from app.audit.results.digest import bound_used
 from app.audit.stats.bounds import clopper_pearson_lower, clopper_pearson_upper
 
 DPI = 110
@@ -88,20 +88,6 @@ def _title(fig: Figure, result: Any, setup: str) -> None:
     color = VERDICT_COLORS.get(_opt(result, "verdict"), "black")
     fig.suptitle(textwrap.fill(headline, 110), color=color, fontweight="bold", fontsize=11)
     fig.supxlabel(setup, fontsize=8, color="0.3")
-
-
-def verdict_bound(bound: Any) -> tuple[float | None, bool]:
-    """(the lower bound the verdict used, unbounded): `epsilon_lower`, else the bound its assumption names."""
-    lower = _opt(bound, "epsilon_lower")
-    assumption = _opt(bound, "assumption", "gdp")
-    if lower is None:
-        lower = _opt(
-            bound, "epsilon_empirical_assumption_free" if assumption == "none" else "epsilon_empirical"
-        )
-    unbounded = lower is None and bool(
-        _opt(bound, "epsilon_lower_unbounded") or _opt(bound, "epsilon_empirical_unbounded")
-    )
-    return (None if lower is None or not math.isfinite(lower) else float(lower)), unbounded
 
 
 def _unused_figures(bound: Any) -> list[str]:
@@ -196,7 +182,7 @@ def plot_bound(fig: Figure, request: dict[str, Any], result: Any) -> None:
     ax.set_ylabel("rate")
     ax.set_title(f"one-sided Clopper-Pearson bounds, each at {level:.3g}")
     ax.grid(axis="y", alpha=0.3)
-    lower, unbounded = verdict_bound(result)
+    lower, unbounded = bound_used(result)
     assumption = _opt(result, "assumption", "gdp")
     claimed, allowed = _opt(result, "epsilon_claimed"), _opt(result, "max_epsilon", 0.0)
     against = f"claimed ε = {_fmt(claimed)}" if claimed is not None else f"max_epsilon = {_fmt(allowed)}"
@@ -247,7 +233,7 @@ def plot_mia(fig: Figure, request: dict[str, Any], result: Any) -> None:
     threshold = theory if theory is not None else allowed
     detectable = _opt(result, "epsilon_detectable")
     ax, roc = fig.subplots(1, 2, width_ratios=[1.2, 1])
-    bounds = [verdict_bound(getattr(result, tm)) for tm in threat_models]
+    bounds = [bound_used(getattr(result, tm)) for tm in threat_models]
     references = [v for v in (theory, ceiling, detectable, allowed) if v is not None]
     top = max([b for b, _ in bounds if b is not None] + references + [0.1]) * 1.75  # room for the legend
     exact = _opt(result, "estimator") == "exact"

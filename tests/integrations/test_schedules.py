@@ -25,10 +25,10 @@ from sqlalchemy import select
 from standardwebhooks import Webhook
 
 from app.audit.icl.prompts import CONTEXTLEAK_CANARY
+from app.audit.kinds.registry import verdict_of
 from app.config import Settings
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, ScheduleRun, utcnow
-from app.integrations.verdict import verdict_of
 
 # The two-process test is about concurrent firings, so it runs on both databases; the rest on SQLite.
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -184,7 +184,8 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
     for run in (r for r in runs_stored if r.alarms_at is not None):
         audit = by_id[run.audit_id]
         if audit.state == "SUCCEEDED":
-            now = verdict_of(audit.kind, audit.result).violation
+            digest = verdict_of(audit.kind, audit.result)
+            now = digest.violation if digest is not None else None
             if now != bool(before):
                 changes.append((audit.id, before, now))
             before = now

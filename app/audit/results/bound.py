@@ -15,6 +15,7 @@ from app.audit.results.base import (
     ResultBase,
     Verdict,
 )
+from app.audit.results.digest import bound_used
 
 
 class BoundAuditResult(ResultBase):
@@ -81,9 +82,8 @@ class BoundAuditResult(ResultBase):
 
     def verdicts(self) -> list[Verdict]:
         """One row; without a claimed ε a bound is never a violation."""
-        measured = self.epsilon_lower if self.epsilon_lower is not None else self.epsilon_empirical
         detail = "" if self.epsilon_claimed is not None else "lower bound only; no claimed ε"
-        return [Verdict("bound", measured, self.epsilon_claimed, bool(self.violation), detail)]
+        return [Verdict("bound", bound_used(self)[0], self.epsilon_claimed, bool(self.violation), detail)]
 
 
 Result = BoundAuditResult

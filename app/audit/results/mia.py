@@ -15,6 +15,7 @@ from app.audit.results.base import (
     ResultBase,
     Verdict,
 )
+from app.audit.results.digest import bound_used
 
 
 class ThreatModelResult(BaseModel):
@@ -282,10 +283,7 @@ class MiaAuditResult(ResultBase):
             tm: ThreatModelResult | None = getattr(self, name)
             if tm is None:
                 continue
-            eps = tm.epsilon_lower if tm.epsilon_lower is not None else tm.epsilon_empirical
-            if tm.epsilon_lower is None and tm.assumption == "none":
-                eps = tm.epsilon_empirical_assumption_free
-            rows.append(Verdict(name, eps, self.epsilon_theory, bool(tm.violation)))
+            rows.append(Verdict(name, bound_used(tm)[0], self.epsilon_theory, bool(tm.violation)))
         if not rows:
             rows.append(Verdict("mia", None, self.epsilon_theory, self.violation))
         if self.calibration_valid is not None:

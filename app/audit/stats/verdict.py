@@ -50,12 +50,10 @@ from scipy import special, stats
 from app.audit.accounting import MAX_EPSILON
 from app.audit.accounting.gdp import epsilon_for_mu, mu_for_epsilon
 from app.audit.stats.bounds import Assumption, assumption_free_epsilon, mu_from_rates, rate_bounds
+from app.audit.stats.outcomes import FAILING, OUTCOMES, Outcome  # noqa: F401 - named here too
 from app.audit.stats.thresholds import SELECTION_PENALTY, bonferroni_tests
 
-Outcome = Literal["violation", "leak", "inconclusive", "consistent"]
 EfficiencySource = Literal["design", "measured"]
-OUTCOMES: tuple[str, ...] = ("violation", "leak", "inconclusive", "consistent")
-FAILING: frozenset[str] = frozenset({"violation", "leak"})
 
 POWER_FACTOR = 1.5
 """`consistent` needs ε_detectable ≤ POWER_FACTOR × the threshold."""
