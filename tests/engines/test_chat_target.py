@@ -1,8 +1,8 @@
-"""A chat-completions app audited directly (issue 22 §4): the llama.cpp server of .venv-extras serving
-SmolLM2 is the deployed app; the audit's prompts (the records in the system message, the attack's query
-as the user's) go to its /chat/completions, and the grey-box attacks read its top_logprobs through the
-project's OpenAI-compatible client: the likelihood attack on the records' labels, and private voting's
-label votes. The request's Authorization goes by secret reference."""
+"""A chat-completions app audited directly (issue 22 §4): the vLLM OpenAI-compatible server of
+.venv-extras serving SmolLM2 is the deployed app; the audit's prompts (the records in the system message,
+the attack's query as the user's) go to its /chat/completions, and the grey-box attacks read its
+top_logprobs through the project's OpenAI-compatible client: the likelihood attack on the records'
+labels, and private voting's label votes. The request's Authorization goes by secret reference."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ def target(url: str) -> dict:
     return {"url": url, "model": "smollm2", "top_k": 10, "headers": {"Authorization": {"secret": "APP_KEY"}}}
 
 
-def test_likelihood_and_label_votes_from_a_chat_target(llama_cpp_server: str, monkeypatch) -> None:
+def test_likelihood_and_label_votes_from_a_chat_target(vllm_server: str, monkeypatch) -> None:
     monkeypatch.setenv("ICLAUDIT_SECRET_APP_KEY", "Bearer app-key")
     ctx = local_context(progress=no_progress)
     likelihood = {
         "kind": "mia",
         "dataset": "synthetic_records",
         "seed": 0,
-        "target": target(llama_cpp_server),
+        "target": target(vllm_server),
         "mechanism": {"name": "none", "shots_per_partition": 2},
         "attack": {
             "name": "likelihood",
@@ -44,7 +44,7 @@ def test_likelihood_and_label_votes_from_a_chat_target(llama_cpp_server: str, mo
         "kind": "mia",
         "dataset": "ag_news",
         "seed": 0,
-        "target": target(llama_cpp_server),
+        "target": target(vllm_server),
         "epsilon": 8.0,
         "mechanism": {"name": "private_voting", "partitions": 2, "shots_per_partition": 1},
         "attack": {"name": "inquiry", "threat_model": "both"},
