@@ -218,3 +218,34 @@ def test_mia_max_tokens_keeps_the_trials_it_finished() -> None:
         mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 40}}), context())
     first = full["evidence"], result["evidence"]  # the first trials of each context: the same draws
     assert first[0] == first[1]
+
+
+def test_a_stop_names_the_budget_that_finishes_and_taking_it_finishes() -> None:
+    """next_steps of a budget stop (app/audit/stats/next_steps.py): spent × (needed / done), for each kind
+    that stops — mia (trials), iclinf (queries), synthetic_generation (texts) — and that budget finishes."""
+    stopped = mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 45}}), context())
+    (step,) = stopped["next_steps"]
+    # 50 tokens for 1,000 of 5,000 trials: 250 finish them; the step's power is the full run's
+    assert step["set"] == {"budget.max_tokens": 250} and step["why"] == "stopped by budget.max_tokens"
+    full = mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 250}}), context())
+    assert "stopped" not in full and full["trials"] == 5000
+    # η of the design: the full run's power is the one the step promised (None: unbounded, both)
+    if (full.get("power") or {}).get("efficiency_source") == "design":
+        promised = step["epsilon_detectable"]
+        assert full["epsilon_detectable"] == (None if promised is None else pytest.approx(promised, rel=1e-6))
+
+    stopped = iclinf.run(iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 7}}), context())
+    (step,) = stopped["next_steps"]
+    assert step["set"] == {"budget.max_calls": 15}  # 6 calls paid for 2 of the 5 queries
+    done = iclinf.run(iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 15}}), context())
+    assert "stopped" not in done and done["queries"] == 5
+
+    stopped = synthetic_generation.run(
+        synthetic_generation.Request.model_validate(SYNTH | {"budget": {"max_calls": 20}}), context()
+    )
+    (step,) = stopped["next_steps"]
+    assert step["set"] == {"budget.max_calls": 27}  # 18 calls paid for 2 of the 3 texts
+    done = synthetic_generation.run(
+        synthetic_generation.Request.model_validate(SYNTH | {"budget": {"max_calls": 27}}), context()
+    )
+    assert "stopped" not in done and done["verdict"] != "inconclusive"

@@ -25,6 +25,7 @@ from app.audit.accounting import MAX_EPSILON, MIN_DELTA
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import RunContext
 from app.audit.stats.bounds import Assumption, Counts, gdp_bound_from_counts
+from app.audit.stats.next_steps import membership
 from app.audit.stats.thresholds import bound_from_scores, strategy_from_name
 from app.audit.stats.verdict import judge, membership_test
 
@@ -187,6 +188,12 @@ def run(request: Request, ctx: RunContext) -> dict:
     )
     result.update(judgement.as_dict())
     result["violation"] = judgement.verdict == "violation" if request.epsilon is not None else None
+    given = request.counts.tp + request.counts.fn if request.counts is not None else len(request.scores_in)
+    steps = membership(
+        request, result, [test], claimed=request.epsilon, field=None, units=given, seconds=None
+    )
+    if steps:
+        result["next_steps"] = steps
     if bound.biased:
         result["note"] = (
             "The threshold was chosen on the same scores the bound is computed from (in_sample), so the "

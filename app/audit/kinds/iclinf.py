@@ -45,6 +45,7 @@ from app.audit.icl.templates import (
 )
 from app.audit.kinds.base import AuditRequestBase
 from app.audit.runtime import AuditError, RunContext
+from app.audit.stats.next_steps import budget_step
 from app.datasets.types import Dataset, Example
 from app.engines.protocol import LLMEngine
 
@@ -286,6 +287,12 @@ def run(request: Request, ctx: RunContext) -> dict:
         extra["stopped"] = stopped(stop, queries=done)
     if request.budget is not None:
         extra.update(meter.as_dict())
+    if stop is not None and (
+        step := budget_step(
+            extra["stopped"], extra.get("spent"), done=done, needed=request.queries, unit="queries"
+        )
+    ):
+        extra["next_steps"] = [step.as_dict()]
     return {
         **extra,
         "kind": "iclinf",

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -641,15 +642,17 @@ def run(request: Request, ctx: RunContext) -> dict:
     if request.budget is not None:  # the spend is checked and shown at every progress report
         ctx, meter = with_budget(ctx, request.budget)
         ctx = dataclasses.replace(ctx, extra={**ctx.extra, "meter": meter})
+    started = time.monotonic()
     try:
         if request.attack.name == "auto":
-            return judged(request, _run_auto(request, ctx))
+            return judged(request, _run_auto(request, ctx), seconds=time.monotonic() - started)
         module = attack_module(request.attack.name)
         own_audit = getattr(module, "run_audit", None)
         owns = getattr(module, "owns_audit", lambda _request: True)
         # an attack over several canaries runs its own trials
         own = own_audit is not None and owns(request)
-        return judged(request, own_audit(request, ctx) if own else _run_trials(request, ctx))
+        result = own_audit(request, ctx) if own else _run_trials(request, ctx)
+        return judged(request, result, seconds=time.monotonic() - started)
     except BudgetExhausted as exc:  # stopped before a trial on each side: fail with the final spend
         raise (meter.unfinished(exc, "a trial on each side") if meter is not None else exc) from None
 
@@ -661,9 +664,10 @@ SUBJECTS = {
 }
 
 
-def judged(request: Request, result: dict) -> dict:
+def judged(request: Request, result: dict, seconds: float | None = None) -> dict:
     """The result with its verdict (app/audit/stats/verdict.py): `violation` against a claim, `leak` above
-    `max_epsilon` without one, `inconclusive` without the power to see either, else `consistent`."""
+    `max_epsilon` without one, `inconclusive` without the power to see either, else `consistent`; and its
+    `next_steps` (app/audit/stats/next_steps.py; `seconds`: the run's wall time, for their estimates)."""
     from app.audit.stats.verdict import judge, membership_test
 
     claimed = result.get("epsilon_theory")
@@ -710,7 +714,39 @@ def judged(request: Request, result: dict) -> dict:
     result.update(verdict)
     result["max_epsilon"] = request.max_epsilon if claimed is None else None
     result["violation"] = result["verdict"] == "violation"
+    if steps := _next_steps(request, result, tests, claimed, seconds):
+        result["next_steps"] = steps
     return result
+
+
+def _next_steps(
+    request: Request, result: dict, tests: list, claimed: float | None, seconds: float | None
+) -> list:
+    """The result's next steps: an audit over several canaries scales its contexts per record, one canary
+    its trials; the run's seconds scale with them only when calls to a model or endpoint, made per trial
+    (direct, several canaries), are its cost; else (the oracle's fixed setup, a bootstrap's calls made
+    once) the seconds are not known here."""
+    from app.audit.stats.next_steps import MAX_CONTEXTS, MAX_TRIALS, membership
+
+    records = result.get("records")
+    if isinstance(records, list) and records:
+        field, units = "attack.contexts", max(int(r.get("trials") or 0) for r in records) or 1
+        limit = MAX_CONTEXTS
+    else:
+        field, units, limit = "trials", int(result.get("trials") or request.trials), MAX_TRIALS
+    spent = (result.get("spent") or {}).get("seconds", seconds)
+    calls = request.model not in (None, "oracle") or request.target is not None or "endpoint_calls" in result
+    scales = result.get("estimator") == "direct" and calls
+    return membership(
+        request,
+        result,
+        tests,
+        claimed=claimed,
+        field=field,
+        units=units,
+        seconds=spent if scales else None,
+        limit=limit,
+    )
 
 
 def _text(prompt: Any) -> str | None:

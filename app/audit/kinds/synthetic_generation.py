@@ -48,6 +48,7 @@ from app.audit.kinds.base import (
     SvtThreshold,
 )
 from app.audit.runtime import AuditError, RunContext
+from app.audit.stats.next_steps import budget_step
 from app.audit.stats.verdict import judge_accounting
 from app.schemas.errors import NO_SOLUTION
 
@@ -339,6 +340,10 @@ def run(request: Request, ctx: RunContext) -> dict:
         verdict["stopped"] = stopped(stop, texts=len(texts))
     if request.budget is not None:
         verdict.update(meter.as_dict())
+    if stop is not None and verdict["verdict"] == "inconclusive":
+        step = budget_step(verdict["stopped"], verdict.get("spent"), done=len(texts), needed=n, unit="texts")
+        if step is not None:
+            verdict["next_steps"] = [step.as_dict()]
     return {
         **verdict,
         "violation": verdict["verdict"] == "violation",

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.audit.results.steps import NextStep
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -72,6 +74,12 @@ class ResultBase(BaseModel):
     )
     spent: dict[str, Any] | None = Field(
         default=None, description="What it spent against them: calls, tokens, seconds."
+    )
+    next_steps: list[NextStep] | None = Field(
+        default=None,
+        description="What would make the audit answer, computed from its own measurements "
+        "(app/audit/stats/next_steps.py): every inconclusive result has at least one step; any result whose "
+        "per-record test cannot flag a record has the step that would let it. Null when there is none.",
     )
     engines: dict[str, dict[str, Any]] | None = Field(
         default=None,

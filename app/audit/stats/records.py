@@ -12,7 +12,9 @@ trial t of C0 share the record, its context and the call (attacks/likelihood.py)
   which the few trials of one record cannot afford). It holds for each record on its own, not for all
   records simultaneously;
 - `flagged`: p_value ≤ (1 − confidence)/n_records — Bonferroni over the records, so the chance that any
-  non-leaking record is flagged is at most 1 − confidence.
+  non-leaking record is flagged is at most 1 − confidence. The smallest p of c gaps is 2^−c, so a flag
+  needs c ≥ log₂(n_records / (1 − confidence)) contexts per record (9 for 20 records at 95 %); below that
+  the result's `next_steps` names the contexts that would let one fire (stats/next_steps.py).
 
 Rows are sorted by risk (p-value, then ε lower bound, descending), `rank` 1 = the record that leaks most.
 """
