@@ -36,8 +36,9 @@ from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import require_head
 from app.integrations.dispatch import IntegrationsTicker
-from app.jobs.executors import Sweeper, make_executor
+from app.jobs.executors import make_executor
 from app.jobs.plans import close_planner
+from app.jobs.sweeper import Sweeper
 from app.observability import install_request_ids
 from app.secrets import SCRUBBER
 from app.ui.routes import install_ui

@@ -3,22 +3,17 @@
 
 Every executor has a queue epoch, a name for the incarnation of its queue: a fresh id per inline process,
 and for Celery a key kept in the broker's Redis (`iclaudit:queue-epoch`; a broker restarted empty has a new
-one). `enqueue` records the epoch on each audit it sends. The sweep (`requeue`) re-enqueues only what is
-lost — PENDING audits never enqueued or enqueued into another epoch, and RUNNING ones whose heartbeat went
-stale (their worker died) and were not re-enqueued since — so a backlog waiting in a live queue is never
-duplicated. The API process runs it at start-up and every ICLAUDIT_SWEEP_SECONDS. Re-enqueueing is safe:
-the runner's claim lets only one attempt run.
+one). `enqueue` records the epoch on each audit it sends; the sweep (app/jobs/sweeper.py) re-enqueues what
+is lost.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import uuid
-from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,28 +21,16 @@ from app import observability
 from app.config import Settings
 from app.db import audits
 from app.db.models import Audit, AuditState, utcnow
-from app.db.retry import in_transaction, is_transient, short_reason
+from app.db.retry import short_reason
 from app.jobs.broker import TASK_NAME
-from app.jobs.pool import AUDIT_NICE, context
+from app.jobs.fair_queue import FairQueue
+from app.jobs.pool import WorkerProcess, context
 from app.jobs.writes import WriteCounts
-
-if TYPE_CHECKING:
-    from app.jobs.pool import WorkerProcess
 
 log = logging.getLogger(__name__)
 
 
 EPOCH_KEY = "iclaudit:queue-epoch"
-
-
-def _lower_thread_priority() -> None:
-    """Renice the calling thread by AUDIT_NICE (Linux: a thread is a schedulable task with its own
-    nice value, inherited by the threads it starts, e.g. the audit's heartbeat); elsewhere a no-op."""
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + AUDIT_NICE)
-    except (AttributeError, OSError) as exc:  # not Linux, or not permitted: run at the process's priority
-        log.debug("audit thread keeps its priority (%s)", exc)
 
 
 class Executor(Protocol):
@@ -62,56 +45,6 @@ class Executor(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class FairQueue:
-    """Waiting work per tenant, handed out to the tenant served least recently (thread-safe). A tenant
-    that arrives with nothing waiting goes first, and a tenant with a backlog of hundreds gets one turn in
-    each round like a tenant with one audit: another tenant's audit waits for the ones running, not the
-    backlog. (When a tenant was last served is kept for REMEMBERED tenants, the longest idle forgotten.)"""
-
-    REMEMBERED = 4096
-
-    def __init__(self) -> None:
-        self._queues: dict[str, deque[Any]] = {}
-        self._served_at: dict[str, int] = {}
-        self._turns = 0
-        self._ready = threading.Condition()
-
-    def put(self, tenant_id: str, item: Any) -> None:
-        with self._ready:
-            self._queues.setdefault(tenant_id, deque()).append(item)
-            self._ready.notify()
-
-    def get(self, stopping: threading.Event, poll: float = 0.5) -> Any | None:
-        """The next item in turn, waiting for one; None once `stopping` is set."""
-        with self._ready:
-            while not self._queues:
-                if stopping.is_set():
-                    return None
-                self._ready.wait(poll)
-            if stopping.is_set():
-                return None
-            tenant_id = min(self._queues, key=lambda t: self._served_at.get(t, -1))
-            queue = self._queues[tenant_id]
-            item = queue.popleft()
-            self._turns += 1
-            self._served_at[tenant_id] = self._turns
-            if not queue:
-                del self._queues[tenant_id]
-            if len(self._served_at) > self.REMEMBERED:  # forget the longest-idle tenants with nothing waiting
-                idle = sorted((t for t in self._served_at if t not in self._queues), key=self._served_at.get)
-                for tenant in idle[: len(idle) // 2]:
-                    del self._served_at[tenant]
-            return item
-
-    def wake_all(self) -> None:
-        with self._ready:
-            self._ready.notify_all()
-
-    def __len__(self) -> int:
-        with self._ready:
-            return sum(len(q) for q in self._queues.values())
 
 
 class InlineExecutor:
@@ -186,8 +119,6 @@ class InlineExecutor:
 
     def _process(self, index: int) -> WorkerProcess:
         """Slot `index`'s worker process, started (again) if it is not running."""
-        from app.jobs.pool import WorkerProcess
-
         process = self._processes[index]
         if process is None or not process.alive:
             if process is not None:
@@ -271,7 +202,7 @@ class CeleryExecutor:
         self._releaser = Releaser(
             session_factory=session_factory,
             epoch=self.epoch,
-            send=lambda ids: _send(self, ids),
+            send=lambda ids: send(self, ids),
             per_tenant=self._per_tenant,
         )
         self._releaser.start()
@@ -310,7 +241,8 @@ def make_executor(*, settings: Settings, session_factory: sessionmaker[Session])
     return InlineExecutor(session_factory=session_factory, settings=settings)
 
 
-def _send(executor: Executor, audit_ids: Sequence[str]) -> list[str]:
+def send(executor: Executor, audit_ids: Sequence[str]) -> list[str]:
+    """Submit each audit to the executor; the ids sent (one that fails is left for the sweep)."""
     sent = []
     for audit_id in audit_ids:
         try:
@@ -333,86 +265,6 @@ def enqueue(session: Session, executor: Executor, audit_ids: Sequence[str]) -> l
         log.warning("queue unreachable (%s); the sweep will enqueue %d audit(s)", exc, len(audit_ids))
         return []
     sent_at = utcnow()
-    sent = _send(executor, executor.admit(session, audit_ids, epoch))
+    sent = send(executor, executor.admit(session, audit_ids, epoch))
     audits.mark_enqueued(session, sent, queue_epoch=epoch, sent_at=sent_at)
     return sent
-
-
-def requeue(
-    *,
-    session_factory: sessionmaker[Session],
-    executor: Executor,
-    stale_after_seconds: float,
-    retry_seconds: float = 10.0,
-) -> list[str]:
-    """One sweep: enqueue every audit whose message is lost (`audits.cancel_stale_and_list_lost`), holding
-    app.jobs.release.SENDING so that the releaser does not send the same audits meanwhile."""
-    from app.jobs.release import SENDING
-
-    with SENDING:
-        return _requeue(session_factory, executor, stale_after_seconds, retry_seconds)
-
-
-def _requeue(
-    session_factory: sessionmaker[Session],
-    executor: Executor,
-    stale_after_seconds: float,
-    retry_seconds: float,
-) -> list[str]:
-    epoch = executor.epoch()
-
-    def lost(session: Session) -> list[str]:
-        stale_before = audits.stale_cutoff(stale_after_seconds)
-        lost_ids = audits.cancel_stale_and_list_lost(session, stale_before=stale_before, queue_epoch=epoch)
-        return executor.admit(session, lost_ids, epoch)
-
-    ids = in_transaction(session_factory, lost, max_seconds=retry_seconds, what="sweep")
-    sent_at = utcnow()
-    sent = _send(executor, ids)
-    in_transaction(
-        session_factory,
-        lambda session: audits.mark_enqueued(session, sent, queue_epoch=epoch, sent_at=sent_at),
-        max_seconds=retry_seconds,
-        what="sweep: mark enqueued",
-    )
-    if sent:
-        log.info("sweep re-enqueued %d audit(s): %s", len(sent), ", ".join(sent))
-    return sent
-
-
-class Sweeper:
-    """A daemon thread running `requeue` every `interval` seconds (first run at once)."""
-
-    def __init__(
-        self, *, session_factory: sessionmaker[Session], executor: Executor, settings: Settings
-    ) -> None:
-        self._sessions = session_factory
-        self._executor = executor
-        self._settings = settings
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="sweeper", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while True:
-            try:
-                requeue(
-                    session_factory=self._sessions,
-                    executor=self._executor,
-                    stale_after_seconds=self._settings.stale_after_seconds,
-                )
-            except Exception as exc:
-                log.warning(
-                    "sweep failed (%s); retrying in %.0f s",
-                    short_reason(exc),
-                    self._settings.sweep_seconds,
-                    exc_info=not is_transient(exc),
-                )
-            if self._done.wait(self._settings.sweep_seconds):
-                return

@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app import observability
 from app.config import Settings
 from app.db.models import Audit, AuditState
+from app.jobs.fair_queue import FairQueue
 
 log = logging.getLogger(__name__)
 
@@ -355,8 +356,6 @@ class InlinePlanner:
     Each plan stops at its deadline (ICLAUDIT_PLAN_TIMEOUT_SECONDS) or when its caller goes away."""
 
     def __init__(self, settings: Settings) -> None:
-        from app.jobs.executors import FairQueue
-
         self._settings = settings
         self._queue = FairQueue()
         self._stopping = threading.Event()

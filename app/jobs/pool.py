@@ -35,6 +35,8 @@ from sqlalchemy.orm import Session
 
 from app.config import Settings, get_settings
 from app.db.retry import is_transient, short_reason
+from app.jobs.providers import preload_in_background
+from app.jobs.runner import run_audit
 from app.jobs.writes import WriteCounts
 from app.observability import ContextFilter, bind
 
@@ -161,8 +163,6 @@ def child_main(
     read it."""
     send = child_setup(conn, lifeline, log_level, environ)
     from app.db.engine import make_engine, make_session_factory
-    from app.jobs.providers import preload_in_background
-    from app.jobs.runner import run_audit
 
     def wrote(_session: Session) -> None:
         with contextlib.suppress(OSError):

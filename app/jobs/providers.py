@@ -1,8 +1,10 @@
 """What the runner hands a kind besides progress: engines from app.engines.registry (each loaded once
-per process) and datasets (built-in names from ICLAUDIT_DATA_DIR, uploaded ids from the tenant's rows)."""
+per process), datasets (built-in names from ICLAUDIT_DATA_DIR, uploaded ids from the tenant's rows) and the
+tenant's secrets."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -12,8 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from app import secrets
 from app.audit.runtime import AuditError, ProgressFn
+from app.config import Settings
 from app.db import datasets
+from app.db.models import Tenant
 
 if TYPE_CHECKING:
     from app.datasets.types import Dataset
@@ -195,3 +200,24 @@ def preload_in_background(name: str) -> threading.Thread:
     thread = threading.Thread(target=load, name=f"preload-{name}", daemon=True)
     thread.start()
     return thread
+
+
+def tenant_name(session: Session, tenant_id: str) -> str | None:
+    """The tenant's name (its secrets file is `<name>.json`)."""
+    tenant = session.get(Tenant, tenant_id)
+    return tenant.name if tenant is not None else None
+
+
+def tenant_secrets(
+    session_factory: sessionmaker[Session], tenant_id: str, settings: Settings
+) -> Callable[[str], str]:
+    """The running audit's secret resolver (RunContext.secrets): the tenant's file, then the operator's
+    environment secrets granted to it (ICLAUDIT_SECRETS_GRANTS); its tenant's name is read once, when
+    first needed."""
+
+    @functools.cache
+    def name() -> str | None:
+        with session_factory() as session:
+            return tenant_name(session, tenant_id)
+
+    return secrets.resolver(tenant=name, secrets_dir=settings.secrets_dir, grants=settings.secrets_grants)

@@ -33,8 +33,7 @@ from app.jobs.progress import (
     ServiceStopping,
     lease_seconds,
 )
-from app.jobs.providers import RegistryEngines, TenantDatasets
-from app.jobs.service import tenant_secrets
+from app.jobs.providers import RegistryEngines, TenantDatasets, tenant_secrets
 
 log = logging.getLogger(__name__)
 

@@ -3,21 +3,21 @@ logic (the routes only parse and answer)."""
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app import observability, secrets
 from app.audit.kinds.base import AuditRequestBase
 from app.config import Settings
 from app.db import audits, datasets, labels
-from app.db.models import Audit, AuditState, Tenant
+from app.db.models import Audit, AuditState
 from app.egress import EgressRefused, check_url, header_refused
 from app.jobs.executors import Executor, enqueue
+from app.jobs.providers import tenant_name
 
 log = logging.getLogger(__name__)
 
@@ -125,27 +125,6 @@ def check_builtin_available(name: str, settings: Settings) -> None:
             "synthetic_records, or upload a dataset (POST /v1/datasets). GET /v1/datasets lists what is available.",
             "DATASET_UNAVAILABLE",
         )
-
-
-def tenant_name(session: Session, tenant_id: str) -> str | None:
-    """The tenant's name (its secrets file is `<name>.json`)."""
-    tenant = session.get(Tenant, tenant_id)
-    return tenant.name if tenant is not None else None
-
-
-def tenant_secrets(
-    session_factory: sessionmaker[Session], tenant_id: str, settings: Settings
-) -> Callable[[str], str]:
-    """The running audit's secret resolver (RunContext.secrets): the tenant's file, then the operator's
-    environment secrets granted to it (ICLAUDIT_SECRETS_GRANTS); its tenant's name is read once, when
-    first needed."""
-
-    @functools.cache
-    def name() -> str | None:
-        with session_factory() as session:
-            return tenant_name(session, tenant_id)
-
-    return secrets.resolver(tenant=name, secrets_dir=settings.secrets_dir, grants=settings.secrets_grants)
 
 
 def check_headers(

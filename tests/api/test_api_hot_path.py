@@ -1,18 +1,16 @@
 """The polling hot path on the real app and both databases: a poll of a finished audit by a recently
 verified key is one narrow query (no key or tenant read, no full row, no rendering); revocation in this
-process is at once, elsewhere within the verified-key TTL; the inline executor's audit thread runs at a
-lower CPU priority than the requests."""
+process is at once, elsewhere within the verified-key TTL. (The audit processes' lower CPU priority is
+tested in tests/jobs/test_pool.py.)"""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import pytest
 from service.client import bound_request, wait_for
 from service.gate import Gate
 from sqlalchemy import event, select, update
@@ -22,7 +20,6 @@ from app.db import audits as audit_rows
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import ApiKey, Audit, utcnow
-from app.jobs import executors
 
 
 @contextmanager
@@ -120,23 +117,6 @@ def test_a_wrong_secret_never_rides_on_a_verified_key(client, make_key) -> None:
     assert client.get("/v1/audits", headers={"Authorization": f"Bearer {key}"}).status_code == 200
     forged = key[:-4] + ("AAAA" if not key.endswith("AAAA") else "BBBB")
     assert client.get("/v1/audits", headers={"Authorization": f"Bearer {forged}"}).status_code == 401
-
-
-def test_audit_threads_run_below_the_requests_priority() -> None:
-    if not hasattr(os, "setpriority"):
-        pytest.skip("no per-thread priorities on this platform")
-    seen: dict[str, int] = {}
-
-    def probe() -> None:
-        executors._lower_thread_priority()
-        seen["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    base = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    thread = threading.Thread(target=probe)
-    thread.start()
-    thread.join()
-    assert seen["nice"] == min(19, base + executors.AUDIT_NICE)
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == base  # this thread untouched
 
 
 def test_healthz_needs_no_database_and_no_slot(client) -> None:

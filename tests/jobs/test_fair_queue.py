@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from app.jobs.executors import FairQueue
+from app.jobs.fair_queue import FairQueue
 
 
 def _drain(queue: FairQueue) -> list[str]:

@@ -15,7 +15,11 @@ import httpx
 import pytest
 from jobs.gate import Gate, gate_server, gated_iclinf
 from service.client import TERMINAL, bound_request, long_mia_request, wait_for
+from service.servers import fresh_database
 from ui.served import make_key, serve, stop
+
+from app.config import Settings
+from app.jobs.pool import AUDIT_NICE, WorkerProcess, context
 
 LONG_TRIALS = (
     20_000_000  # the computing audit is cancelled once measured (~20 s at 1M trials/s on an idle machine)
@@ -149,3 +153,25 @@ def test_a_killed_worker_process_is_replaced_and_its_audit_run_again(tmp_path: P
         client.close()
         stop(proc)
     assert "died" in (tmp_path / "state" / "serve.log").read_text()
+
+
+def test_a_worker_process_runs_below_the_api_priority(tmp_path: Path) -> None:
+    """A worker process (child_setup) renices itself by AUDIT_NICE, so an audit gets the CPU the requests
+    leave: read back from this process, which keeps its own priority."""
+    if not hasattr(os, "getpriority"):
+        pytest.skip("no process priorities on this platform")
+    settings = Settings(
+        database_url=fresh_database("sqlite", tmp_path), state_dir=tmp_path, preload_models=False
+    )
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    stopping = context().Event()  # held here: the child opens its semaphore after this call returns
+    worker = WorkerProcess(settings=settings, stopping=stopping, name="nice-probe", on_write=None)
+    try:
+        expected, deadline = min(19, base + AUDIT_NICE), time.monotonic() + 60
+        while (nice := os.getpriority(os.PRIO_PROCESS, worker.process.pid)) != expected:
+            assert time.monotonic() < deadline, f"worker at nice {nice}, not {expected}"
+            time.sleep(0.05)
+        assert worker.alive
+        assert os.getpriority(os.PRIO_PROCESS, 0) == base
+    finally:
+        worker.stop(timeout=10)
