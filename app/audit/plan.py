@@ -6,8 +6,9 @@ as the run builds them (`mia._setup`, same seeds), with a stand-in engine that a
 and counts what it is asked. The model's calls are the distinct prompts the run sends (`distinct_prompts`
 in its result; each goes to the engine once, whatever the engine's batching); an endpoint's calls are
 2 × `trials` (estimator `direct`: every trial one real call per context). Which prompts are asked does not
-depend on the model's answers for label mechanisms at temperature 1, so those counts are exact; for
-generation mechanisms and τ ≠ 1 they are an estimate (`exact: false`). Prompt tokens are the distinct
+depend on the model's answers for label mechanisms at temperature 1 or with `label_logprobs` teachers, so
+those counts are exact; for generation mechanisms and free-text teachers at τ ≠ 1 they are an estimate
+(`exact: false`). Prompt tokens are the distinct
 prompts' tokens through the model's own tokenizer and template (null without one: the oracle, an
 endpoint); the engine counts fewer when prompts share a cached prefix. Under a budget the calls are those
 the run makes, min(full run, cap), exact only when that is known exactly, with the full run's beside them
@@ -405,9 +406,8 @@ def plan_mia(
         1 + len(spec.steps) + (spec.close is not None) if endpoint else 0
     )  # a multi-step target's requests
     endpoint_calls = 2 * request.trials * per_trial
-    exact = endpoint or not any(
-        [request.mechanism.temperature != 1.0, stand_in.generated_tokens, setup.mechanism.needs_embedder]
-    )
+    decoded = request.mechanism.temperature != 1.0 and request.mechanism.teacher_output == "free_text"
+    exact = endpoint or not any([decoded, stand_in.generated_tokens, setup.mechanism.needs_embedder])
     prompt_tokens = None
     if tokens is not None and model_calls:
         prompt_tokens = sum(tokens(p) for p in dict.fromkeys(stand_in.prompts))  # each rehearsal's prompts

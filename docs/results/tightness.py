@@ -33,23 +33,25 @@ sys.path.insert(0, str(ROOT))
 
 RUNS = ROOT / "docs/results/tightness-runs.jsonl"
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
+FREE, LOGPROBS = "free_text", "label_logprobs"  # mechanism.teacher_output
 DESIGNS = (
-    "copy",
-    "rare_token",
-    "inquiry",
-    "inquiry_count",
-    "inquiry_constrained",
-    "copy_constrained",
-    "brainwash",
-    "auto",
+    ("copy", FREE),
+    ("rare_token", FREE),
+    ("inquiry", FREE),
+    ("inquiry_count", FREE),
+    ("inquiry", LOGPROBS),
+    ("copy", LOGPROBS),
+    ("brainwash", FREE),
+    ("auto", FREE),
 )
 GOAL = {"white_box": 0.8, "black_box": 0.6}
 TRIALS = 200_000
 PARTITIONS = 4
 
 
-def _row(dataset: str, design: str, eps: float) -> tuple[str, dict]:
-    name = f"{dataset}-{design}-eps{eps:g}"
+def _row(dataset: str, design: str, eps: float, teachers: str = FREE) -> tuple[str, dict]:
+    """One row: its name (`<dataset>-<attack>[-label_logprobs]-eps<ε>`) and request body."""
+    name = f"{dataset}-{design}{'' if teachers == FREE else '-' + teachers}-eps{eps:g}"
     body = {
         "kind": "mia",
         "dataset": dataset,
@@ -69,14 +71,16 @@ def _row(dataset: str, design: str, eps: float) -> tuple[str, dict]:
         "trials": TRIALS,
         "estimator": "bootstrap",
     }
+    if teachers != FREE:
+        body["mechanism"]["teacher_output"] = teachers
     return name, body
 
 
 ROWS: dict[str, dict] = dict(
-    [_row("ag_news", d, e) for d in DESIGNS for e in EPSILONS]
-    + [_row(ds, d, 8.0) for ds in ("trec", "sst2") for d in DESIGNS]
-    + [_row("trec", "copy_constrained", e) for e in EPSILONS[:-1]]  # the design that flips trec's vote
-    + [_row(ds, "signal_text_constrained", 8.0) for ds in ("ag_news", "trec", "sst2")]
+    [_row("ag_news", d, e, t) for d, t in DESIGNS for e in EPSILONS]
+    + [_row(ds, d, 8.0, t) for ds in ("trec", "sst2") for d, t in DESIGNS]
+    + [_row("trec", "copy", e, LOGPROBS) for e in EPSILONS[:-1]]  # the design that flips trec's vote
+    + [_row(ds, "signal_text", 8.0, LOGPROBS) for ds in ("ag_news", "trec", "sst2")]
 )
 
 
@@ -148,6 +152,7 @@ def run(names: list[str], out: Path) -> None:
             "name": name,
             "dataset": body["dataset"],
             "attack": body["attack"]["name"],
+            "teacher_output": body["mechanism"].get("teacher_output", FREE),
             "epsilon_theory": result["epsilon_theory"],
             "partitions": body["mechanism"]["partitions"],
             "trials": body["trials"],
@@ -171,9 +176,21 @@ def _load() -> dict[str, dict]:
     runs: dict[str, dict] = {}
     for text in RUNS.read_text().splitlines():
         if text.strip():
-            line = json.loads(text)
+            line = _current(json.loads(text))
             runs[line["name"]] = line  # the latest run of a name wins
     return runs
+
+
+def _current(line: dict) -> dict:
+    """A run recorded before the teachers' output was the mechanism's (`mechanism.teacher_output`): its
+    attack `<design>_constrained` was `<design>` asked of label_logprobs teachers, the same audit (the same
+    votes, noise and trials), so it is that row's run."""
+    attack = line["attack"]
+    if not attack.endswith("_constrained"):
+        return line
+    design = attack.removesuffix("_constrained")
+    name = line["name"].replace(f"-{attack}-", f"-{design}-{LOGPROBS}-")
+    return {**line, "name": name, "attack": design, "teacher_output": LOGPROBS}
 
 
 def _ratio(line: dict, tm: str) -> float:
@@ -280,12 +297,16 @@ that row (0 when the engine's result cache already held the answers of the same 
 Attack names (app/audit/attacks/count_score.py): `<design>_count` is the design with the white-box score
 Ṽ_y+ alone instead of 003 §3.2's Ṽ_y+ − Ṽ_other (Ṽ = V + N(0, σ²I), 003 App. 5 Alg. 2); the Neyman-Pearson
 test when the canary moves one count (V_in − V_out = e_y+, separation 1/σ), where the difference sees
-1/(√2σ). `<design>_constrained` asks the same query of private voting whose teachers answer within the
-label set (each partition votes argmax_k log P(label k | prompt): 003 §3.4's constrained output, done by
-scoring only the label tokens), so every partition casts a valid vote; that is a deployment of private
-voting that reads label log-probabilities, with the same σ and Δ₂ = √2. `auto` now scores both white-box
-scores of every (design, T) on its pilot and may choose a `_count` attack; it never chooses a
-`_constrained` one (that changes the system under audit, not the attack).
+1/(√2σ). A `-label_logprobs` row asks the same query of private voting whose teachers answer by the labels'
+log-probabilities (`mechanism.teacher_output: "label_logprobs"`: each partition votes argmax_k log P(label k
+| prompt), 003 §3.4's constrained output, done by scoring only the label tokens), so every partition casts a
+valid vote; that is the deployment of private voting that reads label log-probabilities, with the same σ
+and Δ₂ = √2; the other rows' teachers answer in free text, parsed to a label (`free_text`, the default).
+Those rows were run as the attacks `<design>_constrained`, the same audit before the teachers' output
+became the mechanism's field (the runs file keeps their lines as written; trec-copy-label_logprobs-eps8
+rerun as `copy` with `label_logprobs` teachers gave the same result, field for field). `auto` scores both white-box
+scores of every (design, T) on its pilot and may choose a `_count` attack; the teachers' output is the
+system's, never its choice.
 
 """
 
@@ -301,20 +322,20 @@ OUTRO = """
   0.42–0.44× (the black-box column is the same for `inquiry` and `inquiry_count`: only the white-box
   score differs). The score's soundness at its claim: docs/results/design-null-count.md
   (`design_null.py --count`).
-- **Label-constrained teachers** make the partition without the canary vote, as planned, but on the
+- **Label log-probability teachers** make the partition without the canary vote, as planned, but on the
   inquiry query it then votes "Yes" too (P(Yes) > P(No) over the label log-probabilities with and without
-  the canary, effect 0 on ag_news, trec and sst2), and on 003 Prompt 3 (`signal_text_constrained`) it
+  the canary, effect 0 on ag_news, trec and sst2), and on 003 Prompt 3 (`signal_text-label_logprobs`) it
   votes y1 ("The old clock chimed a forgotten, dusty tune.") with and without the canary on all three:
   the label log-probabilities carry a prior for the first answer that the context does not move. (A
   deployment that calibrates its labels against a content-free prompt would remove that prior; that is a
   different mechanism, not run here.) With the copy canary (the canary exemplar relabelled
-  y*, the query its own text) the label-constrained vote flips on trec's seed-0 context: y+ with the
+  y*, the query its own text) the label log-probability vote flips on trec's seed-0 context: y+ with the
   canary, another label without it, two counts move (003 Lemma 3.1's [1, T−1] against [0, T]), and
-  `trec-copy_constrained` meets both goals at ε = 2, 4 and 8 (white box 0.84–0.97×, black box
+  `trec-copy-label_logprobs` meets both goals at ε = 2, 4 and 8 (white box 0.84–0.97×, black box
   0.81–0.95×) and the black-box one at ε = 1 (0.71×); its white box at ε = 1 reaches 0.69×, limited by
   the trials (effect 1, two counts move: at small ε the Clopper-Pearson interval of 200,000 trials costs
   a larger share of ε).
-  On the seed-0 contexts of ag_news and sst2 the constrained copy canary's partition does not vote y+
+  On the seed-0 contexts of ag_news and sst2 the copy canary's label log-probability partition does not vote y+
   (effect 0): the issue's first check saw the flip in 20 of 30 ag_news queries with the canary and 4 of
   30 without, so the effect varies from one context to the next, and one context pair per row cannot
   average over them.

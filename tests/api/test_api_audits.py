@@ -150,6 +150,18 @@ BAD_BODIES = [
     pytest.param(
         bound_request() | {"counts": {"tp": 1}}, "$.counts.fn", "required", id="missing-nested-field"
     ),
+    pytest.param(
+        long_mia_request() | {"attack": {"name": "copy_constrained"}},
+        "$.attack.name",
+        'use attack.name "copy" with mechanism.teacher_output "label_logprobs"',
+        id="retired-constrained-attack",
+    ),
+    pytest.param(
+        long_mia_request() | {"mechanism": {"name": "none", "teacher_output": "label_logprobs"}},
+        "$.mechanism.teacher_output",
+        "applies to private_voting only",
+        id="teacher-output-without-teachers",
+    ),
 ]
 
 

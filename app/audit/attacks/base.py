@@ -36,8 +36,8 @@ class AuditQuery:
     `prefill_ids` are its token ids for the engine in use (`Prompt.continuation`; empty = no prefill,
     e.g. for an engine without a tokenizer). `other_weight` w is private voting's white-box score
     Ṽ_positive − w·Ṽ_negative: 1 = 003 §3.2's Ṽ_yes − Ṽ_no, 0 = Ṽ_positive alone (the `*_count`
-    attacks, app/audit/attacks/count_score.py). `constrained`: private voting's teachers answer within
-    the label set (argmax of the labels' log-probabilities at τ = 0; the `*_constrained` attacks)."""
+    attacks, app/audit/attacks/count_score.py). How the teachers answer is the mechanism's
+    (`mechanism.teacher_output`), not the query's."""
 
     template: str
     answers: tuple[str, ...]
@@ -52,7 +52,6 @@ class AuditQuery:
     prefill: str = ""
     prefill_ids: tuple[int, ...] = ()
     other_weight: float = 1.0
-    constrained: bool = False
 
     def prompt(self, exemplars: Sequence[Example]) -> Prompt:
         context = format_context([*exemplars, *self.injected])

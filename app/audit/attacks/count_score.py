@@ -19,17 +19,10 @@ sound (the score is post-processing of the mechanism's release, fixed before the
 The exact estimator (app/audit/stats/exact.py) computes the Ṽ_y+ − Ṽ_other score only, so these attacks
 run with bootstrap or direct trials.
 
-Label-constrained teachers: attacks `copy_constrained`, `rare_token_constrained`, `inquiry_constrained`,
-`signal_text_constrained` (and `…_constrained_count`, both changes). The base design's query, asked of
-private voting whose teachers answer within the label set (`AuditQuery.constrained`,
-`PrivateVoting.label_probs`): at τ = 0 each partition votes argmax_k log P(t_k | prompt) over the labels'
-token sequences, at τ > 0 a draw from softmax_k(log P(t_k | prompt)/τ): 003 §3.4's constrained output,
-done by scoring only the label tokens instead of asking for it in the prompt. Every partition then casts
-a valid vote, so a canary that flips its partition moves two counts (003 Lemma 3.1's [1, T−1] against
-[0, T]) where a free-running small model, without the canary, casts none. This audits that deployment
-of private voting (a classifier reading label log-probabilities), not one that parses free text; its
-noise and Δ₂ = √2 are the same (each partition still casts one vote), so the claim is the same. `auto`
-never picks these: they change the system under audit, not the attack.
+Teachers that answer within the label set are part of the system under audit, not of the attack:
+`mechanism.teacher_output: "label_logprobs"` (mechanisms/private_voting.py). The names that once chose
+them here (`<design>_constrained`, `<design>_constrained_count`) are refused with that pointer
+(`retired`).
 """
 
 from __future__ import annotations
@@ -42,15 +35,25 @@ from typing import Any
 import numpy as np
 
 SUFFIX = "_count"
-CONSTRAINED = "_constrained"
 BASES = ("copy", "rare_token", "inquiry", "signal_text")
 # each variant: (suffix, the AuditQuery fields it changes)
-VARIANTS = {
-    SUFFIX: {"other_weight": 0.0},
-    CONSTRAINED: {"constrained": True},
-    CONSTRAINED + SUFFIX: {"constrained": True, "other_weight": 0.0},
-}
+VARIANTS = {SUFFIX: {"other_weight": 0.0}}
 NAMES = tuple(f"{b}{v}" for v in VARIANTS for b in BASES)
+RETIRED = "_constrained"
+
+
+def retired(name: str) -> str | None:
+    """The refusal of a retired `<design>_constrained[_count]` name (None for any other name): the
+    teachers' output is `mechanism.teacher_output`, and the attack is the name without `_constrained`."""
+    for suffix, keep in ((RETIRED + SUFFIX, SUFFIX), (RETIRED, "")):
+        if name.endswith(suffix) and name[: -len(suffix)] in BASES:
+            attack = name[: -len(suffix)] + keep
+            return (
+                f"{name!r} is no longer an attack name: teachers that vote by their labels' log-probabilities "
+                f'are part of the system under audit; use attack.name "{attack}" with '
+                f'mechanism.teacher_output "label_logprobs"'
+            )
+    return None
 
 
 def split_name(name: str) -> tuple[str, dict]:
@@ -68,8 +71,8 @@ def base_name(name: str) -> str:
 
 @functools.cache
 def variant(name: str) -> ModuleType:
-    """An attack module for `name`: its base design's query with `other_weight` 0 (white box = Ṽ_y+)
-    and/or `constrained` (label-constrained teachers), module docstring."""
+    """An attack module for `name`: its base design's query with `other_weight` 0 (white box = Ṽ_y+),
+    module docstring."""
     from app.audit.attacks.registry import attack_module
 
     base_design, changes = split_name(name)

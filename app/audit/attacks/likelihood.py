@@ -24,7 +24,8 @@ randomness is the record and its context: `canaries` training records are drawn 
 fresh neighbouring pairs (C0 = exemplars drawn from the other training rows, C1 = C0 with a uniformly
 placed exemplar replaced by the canary) and their partitions; a pair gives one C1 and one C0 trial
 (deterministic score) or, under private voting, `llm_calls` fresh mechanism calls per side (votes drawn
-from the partitions' label distributions with common random numbers, then the release noise). The C1
+from the partitions' label scores as its teachers give them, `mechanism.teacher_output`, with common random
+numbers, then the release noise). The C1
 trials' law is the mixture over (record, context) of M(C1) and the C0 trials' the same mixture of M(C0),
 with each pair neighbouring: by joint convexity of the hockey-stick divergence the pair of mixtures is as
 private as the mechanism, so a bound on them bounds the mechanism. The trials are stratified (every
@@ -47,7 +48,7 @@ import numpy as np
 from app.audit.attacks.base import AttackOptions, AuditQuery
 from app.audit.attacks.several_canaries import Cost, bounded_result, record_contexts, split_canary
 from app.audit.icl.prompts import MISLABEL, REPEAT, REPEAT_NOT_FOUND
-from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, draw_votes, label_distribution
+from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, draw_votes
 from app.audit.mechanisms.plain import PlainICL
 from app.audit.runtime import AuditError, RunContext
 from app.audit.seeds import SeedTree
@@ -164,12 +165,11 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
                 out["s_out"].append(lp_out[:, secret])
                 continue
             target = BinaryTarget(positive=secret, negative=None)
-            temperature = mechanism.temperature  # type: ignore[attr-defined]
             for side, lp, pool, noise in (
                 ("in", lp_in, pool_in, noise_in),
                 ("out", lp_out, pool_out, noise_out),
             ):
-                votes = draw_votes(label_distribution(lp, temperature), calls, pool)
+                votes = draw_votes(mechanism.votes_from_scores(lp), calls, pool)  # type: ignore[attr-defined]
                 decision, score = mechanism.binary_view(mechanism.release(votes, noise), target)
                 out[f"s_{side}"].append(score)
                 out[f"d_{side}"].append(decision)
@@ -177,7 +177,7 @@ def collect(request: Any, ctx: RunContext, mechanism: Mechanism, seeds: SeedTree
         if spec.reference:
             ref = next(rows)
             if voting:
-                expected = len(pairs[0][0]) * label_distribution(ref[None, :], mechanism.temperature)[0]  # type: ignore[attr-defined]
+                expected = len(pairs[0][0]) * mechanism.votes_from_scores(ref[None, :])[0]  # type: ignore[attr-defined]
                 shift = float(expected[secret] - np.max(np.delete(expected, secret)))
             else:
                 shift = float(ref[secret])

@@ -28,12 +28,10 @@ ATTACKS: dict[str, str] = {
     "rare_token": "app.audit.attacks.rare_token",
     "auto": "app.audit.design",
 }
-# each canary design with the Ṽ_y+-only white-box score (`*_count`) and/or label-constrained teachers
-# (`*_constrained`): app/audit/attacks/count_score.py
+# each canary design with the Ṽ_y+-only white-box score (`*_count`): app/audit/attacks/count_score.py
 ATTACKS.update(
     {
-        f"{base}{suffix}": "app.audit.attacks.count_score"
-        for suffix in ("_count", "_constrained", "_constrained_count")
+        f"{base}_count": "app.audit.attacks.count_score"
         for base in ("copy", "rare_token", "inquiry", "signal_text")
     }
 )
@@ -41,8 +39,7 @@ ATTACKS.update(
 
 def attack_module(name: str) -> ModuleType:
     """The module implementing attack `name` (KeyError for an unknown name); a `*_count` name gets its
-    base design's module with the Ṽ_y+ white-box score, a `*_constrained` name with label-constrained
-    teachers (count_score.variant)."""
+    base design's module with the Ṽ_y+ white-box score (count_score.variant)."""
     path = ATTACKS[name]
     if path == "app.audit.attacks.count_score":
         return importlib.import_module(path).variant(name)

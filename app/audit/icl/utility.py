@@ -1,7 +1,8 @@
 """Utility of the audited mechanism on held-out queries, private vs zero-shot (003 Figs. 12, 21; 002 Fig. 4).
 
 Classification (vote mechanisms): accuracy of the released label with the C0 partitions as context
-(003 Prompt 4) against the zero-shot prompt's most likely label. Generation (ESA): ROUGE-1 / ROUGE-L
+(003 Prompt 4), its teachers answering as the audited ones do (`mechanism.teacher_output`), against the
+zero-shot prompt's most likely label. Generation (ESA): ROUGE-1 / ROUGE-L
 F1 (rouge-score) of the released candidate against the reference summary, against a zero-shot
 generation. Each query is one mechanism call, seeded.
 """

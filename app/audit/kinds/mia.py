@@ -32,6 +32,7 @@ from pydantic_core import PydanticCustomError
 
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA, MIN_EPSILON
 from app.audit.attacks.base import AuditQuery
+from app.audit.attacks.count_score import retired
 from app.audit.attacks.registry import ATTACKS, attack_module, default_canary
 from app.audit.budget import BudgetExhausted, BudgetSpec, Meter, MeteredEngine, stopped, with_budget
 from app.audit.icl.contexts import NeighbouringContexts, build_contexts
@@ -132,6 +133,14 @@ class MechanismSpec(BaseModel):
     shots_per_partition: int = Field(default=2, ge=1, le=64, description="Exemplars per partition.")
     partitioning: Literal["disjoint", "disjoint_poisson"] = "disjoint"
     temperature: float = Field(default=1.0, ge=0, le=10, description="The mechanism's sampling temperature.")
+    teacher_output: Literal["free_text", "label_logprobs"] = Field(
+        default="free_text",
+        description="private_voting: how each teacher (partition) gives its label. free_text: it generates an "
+        "answer at the mechanism temperature, parsed to a label (the longest label it starts with, else no "
+        "vote), as a chat deployment does; label_logprobs: the deployment reads the label from the label "
+        "tokens' log-probabilities, their argmax at temperature 0 (a softmax draw above), as many DP-ICL "
+        "classification deployments do, so every teacher votes. The audit and the utility query both use it.",
+    )
     candidates: int = Field(default=8, ge=1, le=256, description="ESA: zero-shot candidates.")
     max_new_tokens: int = Field(default=32, ge=1, le=512, description="ESA: length of each generation.")
     calibration: Literal["classic", "analytic"] = "classic"
@@ -236,6 +245,8 @@ class AttackSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _known_attack(cls, v: str) -> str:
+        if (refusal := retired(v)) is not None:
+            raise ValueError(refusal)
         if v not in ATTACKS:
             raise ValueError(f"unknown attack {v!r}; choose one of {', '.join(ATTACKS)}")
         return v
@@ -329,6 +340,11 @@ class Request(AuditRequestBase):
                 f"attack.name: {self.attack.name} cannot audit mechanism {self.mechanism.name!r} "
                 f"(it audits {', '.join(sorted(module.MECHANISMS))})"
             )
+        if self.mechanism.teacher_output not in mechanism.teacher_outputs:
+            raise ValueError(
+                f"mechanism.teacher_output: {mechanism.name} has no teachers that vote a label; "
+                f'"{self.mechanism.teacher_output}" applies to private_voting only (leave it "free_text")'
+            )
         if self.target is not None and (self.model is not None or not mechanism.needs_llm):
             raise ValueError(
                 "target: a chat-completions target is the model: leave model unset, and audit a mechanism that "
@@ -382,11 +398,7 @@ TEXT_ATTACKS = frozenset(
         "recall",
         "zlib_ratio",
     }
-    | {  # their Ṽ_y+-score and label-constrained variants read what the design reads (count_score.py)
-        f"{base}{suffix}"
-        for base in ("inquiry", "signal_text")
-        for suffix in ("_count", "_constrained", "_constrained_count")
-    }
+    | {"inquiry_count", "signal_text_count"}  # the Ṽ_y+ score reads what its design reads (count_score.py)
 )
 LABEL_MECHANISMS = frozenset({"synthetic_generation"})  # prompts carry each exemplar's own label
 

@@ -1,7 +1,8 @@
 """The rules of a mia request across fields as JSON Schema (issue 20 L1), built from the registries: one
-branch per mechanism (its estimators, threat models, endpoint, bugs, assumption, svt, target) and within it
-one per attack that audits it (the attack's own `check_request`, and `check_generated` for generated-text
-audits). A rule is stated on the effective value: an absent field is its default.
+branch per mechanism (its estimators, teacher outputs, threat models, endpoint, bugs, assumption, svt,
+target) and within it one per attack that audits it (the attack's own `check_request`, and
+`check_generated` for generated-text audits). A rule is stated on the effective value: an absent field is
+its default.
 
 Not stated (arithmetic no schema holds): a synthetic_generation mechanism whose claim no temperature reaches
 (released_text.check_generated's build_mechanism): its 422 carries reason NO_SOLUTION."""
@@ -19,6 +20,7 @@ DEFAULTS = {
     ("attack", "reference"): False,
     ("estimator",): "bootstrap",
     ("assumption",): "auto",
+    ("mechanism", "teacher_output"): "free_text",
 }
 _ESTIMATORS = ("bootstrap", "direct", "exact")
 
@@ -141,6 +143,7 @@ def _mechanism_rules(name: str) -> dict[str, Any] | None:
     rules = [
         given(("mechanism", "name"), {"const": name}),
         is_(("estimator",), *sorted(m.estimators)),
+        is_(("mechanism", "teacher_output"), *sorted(m.teacher_outputs)),
         given(("mechanism", "endpoint"), {"type": "object"})
         if name == "http_endpoint"
         else unset("mechanism", "endpoint"),

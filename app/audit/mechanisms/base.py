@@ -248,6 +248,8 @@ class Mechanism(ABC):
     estimators: ClassVar[frozenset[str]] = frozenset({"bootstrap", "direct"})
     estimators_note: ClassVar[str] = ""  # why only those, for the request's error message
     call_batch: ClassVar[int | None] = None  # `direct` trials per chunk when calls are slow (http)
+    # how its teachers may give their answer (`mechanism.teacher_output`); private voting: also label_logprobs
+    teacher_outputs: ClassVar[frozenset[str]] = frozenset({"free_text"})
 
     def __init__(
         self, *, partitions: int, partitioning: str = "disjoint", theory: Theory | None = None

@@ -19,6 +19,7 @@ class PlainICL(PrivateVoting):
     plants_bugs = False
     claims = False  # no noise: a request's ε is no claim (prompt_defense, a subclass, neither)
     estimators = frozenset({"bootstrap", "direct"})
+    teacher_outputs = frozenset({"free_text"})  # one model, no teachers: its answer is read as released
 
     @classmethod
     def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> PlainICL:

@@ -6,6 +6,14 @@ argmax_k Ṽ_k (lines 7–10). Neighbouring contexts move one vote, i.e. two cou
 classic σ = √2·√(2 ln(1.25/δ))/ε = 2√(ln(1.25/δ))/ε. White-box view: Ṽ itself, scored by the attack
 as s_w(Ṽ) = Ṽ_y+ − w·Ṽ_other (`binary_view`; w = 1 is 003 §3.2's score, w = 0 the Ṽ_y+ count score of
 app/audit/attacks/count_score.py).
+
+Teacher output (`mechanism.teacher_output`, part of the system under audit): `free_text` (default) —
+each teacher generates an answer string at the mechanism temperature, parsed to a label (the longest label
+it starts with, else no vote; mechanisms/decoding.py); `label_logprobs` — the deployment reads each
+teacher's label from the label tokens' log-probabilities ℓ_k = log P(t_k | prompt), the argmax at
+temperature 0 (as many DP-ICL classification deployments read their teachers; 003 §3.4's constrained
+output) and a draw from softmax_k(ℓ_k/τ) at τ > 0, so every teacher casts a valid vote. The noise and
+Δ₂ = √2 are the same (each teacher still casts at most one vote), so the claim is the same.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from app.audit.mechanisms.base import (
     Theory,
     calibrate,
     draw_votes,
+    label_distribution,
 )
 from app.engines.protocol import Prompt
 
@@ -45,6 +54,7 @@ class PrivateVoting(Mechanism):
     plants_bugs = True
     scales_noise = True
     estimators = frozenset({"bootstrap", "direct", "exact"})
+    teacher_outputs = frozenset({"free_text", "label_logprobs"})
 
     @classmethod
     def from_spec(cls, spec: Any, *, epsilon: float, delta: float) -> PrivateVoting:
@@ -58,6 +68,7 @@ class PrivateVoting(Mechanism):
             partitioning=spec.partitioning,
             bug=spec.bug,
             bug_factor=spec.bug_factor,
+            teacher_output=spec.teacher_output,
         )
 
     def __init__(
@@ -69,9 +80,11 @@ class PrivateVoting(Mechanism):
         partitioning: str = "disjoint",
         bug: str | None = None,
         bug_factor: float | None = None,
+        teacher_output: str = "free_text",
     ) -> None:
         super().__init__(partitions=partitions, partitioning=partitioning, theory=theory)
         self.temperature = temperature
+        self.teacher_output = teacher_output
         self.bug = bug
         self.std = 0.0 if theory is None else bugs.noise_std(theory, bug, partitions, bug_factor)
 
@@ -81,25 +94,25 @@ class PrivateVoting(Mechanism):
             return bugs.overlapping_blocks(blocks, canary_position)
         return blocks
 
-    constrained = False  # label-constrained teachers: set from the audit query (`audit_inputs`)
-
-    def audit_inputs(self, query: Any, parts: Sequence[Any]) -> list:
-        """The partitions' prompts; a query with `constrained` asks teachers that answer within the labels."""
-        self.constrained = bool(getattr(query, "constrained", False))
-        return super().audit_inputs(query, parts)
-
     def label_probs(
         self, prompts: Sequence[Prompt], answers: Sequence[str], source: CleanSource
     ) -> np.ndarray:
-        """Each partition's probability of voting each answer when its answer is decoded at the
-        mechanism temperature (`CleanSource.vote_probs`, mechanisms/decoding.py), (T, K).
-
-        Label-constrained teachers (`constrained`, attacks/count_score.py): with ℓ_k = log P(t_k | prompt)
-        the label's token-sequence log-probability, P(vote k) = 1[k = argmax_j ℓ_j] at τ = 0 (first on
-        ties) and softmax_k(ℓ_k/τ) at τ > 0: every partition casts a valid vote (rows sum to 1)."""
-        if not self.constrained:
+        """Each partition's probability of voting each answer, (T, K): free-text teachers decode their
+        answer at the mechanism temperature (`CleanSource.vote_probs`, mechanisms/decoding.py); label
+        log-probability teachers vote by `votes_from_scores` (rows sum to 1)."""
+        if self.teacher_output == "free_text":
             return source.vote_probs(prompts, answers, self.temperature)
-        scores = source.label_logprobs(prompts, answers)
+        return self.votes_from_scores(source.label_logprobs(prompts, answers))
+
+    def votes_from_scores(self, scores: np.ndarray) -> np.ndarray:
+        """Vote probabilities (n, K) from the labels' token-sequence log-probabilities ℓ alone (n, K).
+
+        `label_logprobs` teachers: P(vote k) = 1[k = argmax_j ℓ_j] at τ = 0 (first on ties), else
+        softmax_k(ℓ_k/τ). `free_text` teachers: `label_distribution` (the mass outside the labels is an
+        invalid vote), for an attack that holds label scores only (attacks/likelihood.py)."""
+        scores = np.asarray(scores, dtype=np.float64)
+        if self.teacher_output == "free_text":
+            return label_distribution(scores, self.temperature)
         if self.temperature == 0:
             probs = np.zeros_like(scores)
             probs[np.arange(len(scores)), np.argmax(scores, axis=1)] = 1.0

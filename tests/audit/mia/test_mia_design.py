@@ -258,33 +258,108 @@ def test_the_reruns_of_the_null_are_committed(raw: str) -> None:
     assert all(int(r[2]) >= 200 and int(r[3]) <= 0.1 * int(r[2]) for r in rows)
 
 
-def test_constrained_teachers_always_cast_a_valid_vote() -> None:
-    """`*_constrained`: each partition votes argmax_k log P(t_k | prompt) at τ = 0 (softmax over the labels at
-    τ > 0), so a partition whose free decoding leaves the label set still votes; the free teachers keep
-    decoding.py's rule (an invalid vote casts none)."""
-    from app.audit.attacks.base import AuditQuery
+def _teacher_body(teacher_output: str | None, **over) -> dict:
+    """Inquiry against private voting on a simulated model whose free decoding mostly leaves the label set
+    (valid = 0.2): the canary's partition votes Yes with the canary, mostly nothing without it."""
+    mechanism = {
+        "name": "private_voting",
+        "partitions": 4,
+        "shots_per_partition": 1,
+        "calibration": "analytic",
+    }
+    if teacher_output is not None:
+        mechanism["teacher_output"] = teacher_output
+    return {
+        "kind": "mia",
+        "dataset": "ag_news",
+        "model": "simulated:shift=1,alpha=0.5,valid=0.2",
+        "seed": 3,
+        "epsilon": 4.0,
+        "trials": 4000,
+        "llm_calls": 20,
+        "mechanism": mechanism,
+        "attack": {"name": "inquiry"},
+    } | over
+
+
+def test_label_logprobs_teachers_always_cast_a_valid_vote(oracle_ctx) -> None:
+    """`mechanism.teacher_output: label_logprobs`: each partition votes argmax_k log P(t_k | prompt) at τ = 0
+    and a softmax draw over the labels at τ > 0, so a partition whose free decoding leaves the label set
+    still votes; free-text teachers keep decoding.py's rule (an invalid vote casts none)."""
+    from app.audit.mechanisms.base import CleanSource
     from app.audit.mechanisms.private_voting import PrivateVoting
 
-    class Source:
-        def label_logprobs(self, prompts, answers):
-            return np.array([[-5.0, -7.0], [-9.0, -6.0]])[: len(prompts)]
+    source = CleanSource(oracle_ctx.engines.llm("simulated:shift=1,alpha=0.5,valid=0.2"))
+    query = inquiry.build_query(canary=mia_example(), dataset=None, spec=mia.AttackSpec(), rng=None)
+    for temperature in (0.0, 1.0):
+        spec = mia.MechanismSpec(
+            name="private_voting",
+            partitions=2,
+            calibration="analytic",
+            temperature=temperature,
+            teacher_output="label_logprobs",
+        )
+        mechanism = PrivateVoting.from_spec(spec, epsilon=4.0, delta=1e-5)
+        prompts = mechanism.audit_inputs(query, [(mia_example(),), ()])
+        scores = source.label_logprobs(prompts, query.answers)
+        probs = mechanism.label_probs(prompts, query.answers, source)
+        assert np.allclose(probs.sum(axis=1), 1.0)
+        if temperature == 0.0:
+            assert set(probs.ravel()) <= {0.0, 1.0}
+            assert np.array_equal(probs.argmax(axis=1), scores.argmax(axis=1))
+        else:
+            soft = np.exp(scores - scores.max(axis=1, keepdims=True))
+            assert np.allclose(probs, soft / soft.sum(axis=1, keepdims=True))
+        free = PrivateVoting.from_spec(
+            spec.model_copy(update={"teacher_output": "free_text"}), epsilon=4.0, delta=1e-5
+        )
+        free_probs = free.label_probs(prompts, query.answers, source)
+        assert np.array_equal(free_probs, source.vote_probs(prompts, query.answers, temperature))
+        assert free_probs[1].sum() < 1.0  # without the canary most of its mass falls outside the labels
 
-        def vote_probs(self, prompts, answers, temperature):
-            return np.zeros((len(prompts), len(answers)))  # free decoding: no valid vote
 
-    query = attack_module("inquiry_constrained").build_query(
-        canary=mia_example(), dataset=None, spec=mia.AttackSpec(name="inquiry_constrained"), rng=None
+def test_teacher_output_is_the_mechanisms_and_free_text_by_default(oracle_ctx) -> None:
+    """The default is free text, the same audit as saying so; label_logprobs changes what the teachers do:
+    the canary's partition without the canary now votes (valid_without 1), so two counts move, and the
+    audit sees more (white box)."""
+    default = mia.Request.model_validate(_teacher_body(None))
+    assert default.mechanism.teacher_output == "free_text"
+    free = mia.run(default, oracle_ctx)
+    assert free == mia.run(mia.Request.model_validate(_teacher_body("free_text")), oracle_ctx)
+    labels = mia.run(mia.Request.model_validate(_teacher_body("label_logprobs")), oracle_ctx)
+    assert free["signal"]["valid_without"] == pytest.approx(0.2)
+    assert labels["signal"]["valid_without"] == 1.0 and labels["signal"]["valid_with"] == 1.0
+    assert labels["signal"] != free["signal"]
+
+
+@pytest.mark.parametrize("old", ["copy_constrained", "inquiry_constrained_count", "signal_text_constrained"])
+def test_the_retired_constrained_names_are_refused_naming_the_field(old: str) -> None:
+    """The teachers' output is the mechanism's: an old `*_constrained[_count]` name is a 422 at attack.name
+    that says what to send instead; the `*_count` names stay."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as caught:
+        mia.Request.model_validate(_teacher_body(None, attack={"name": old}))
+    (error,) = caught.value.errors()
+    assert error["loc"] == ("attack", "name")
+    new = old.replace("_constrained", "")
+    assert (
+        f'attack.name "{new}"' in error["msg"] and 'mechanism.teacher_output "label_logprobs"' in error["msg"]
     )
-    assert query.constrained and query.other_weight == 1.0
-    spec = mia.MechanismSpec(name="private_voting", partitions=2, calibration="analytic", temperature=0.0)
-    mechanism = PrivateVoting.from_spec(spec, epsilon=4.0, delta=1e-5)
-    prompts = mechanism.audit_inputs(query, [(mia_example(),), (mia_example(),)])
-    assert np.array_equal(mechanism.label_probs(prompts, query.answers, Source()), [[1.0, 0.0], [0.0, 1.0]])
-    mechanism.temperature = 1.0
-    warm = mechanism.label_probs(prompts, query.answers, Source())
-    assert np.allclose(warm.sum(axis=1), 1.0) and warm[0, 0] == pytest.approx(1 / (1 + np.exp(-2.0)))
-    mechanism.audit_inputs(AuditQuery("{context}", ("Yes", "No")), [(mia_example(),)])
-    assert not mechanism.label_probs(prompts, query.answers, Source()).any()
+    assert mia.Request.model_validate(_teacher_body("label_logprobs", attack={"name": new}))
+    assert not any(name.endswith(("_constrained", "_constrained_count")) for name in count_score.NAMES)
+
+
+def test_teacher_output_applies_to_private_voting_only() -> None:
+    body = {
+        "kind": "mia",
+        "dataset": "synthetic_records",
+        "mechanism": {"name": "none", "teacher_output": "label_logprobs"},
+        "attack": {"name": "inquiry"},
+    }
+    with pytest.raises(ValueError, match=r"mechanism\.teacher_output: none has no teachers"):
+        mia.Request.model_validate(body)
+    assert mia.Request.model_validate(body | {"mechanism": {"name": "none", "teacher_output": "free_text"}})
 
 
 def mia_example():
@@ -293,7 +368,7 @@ def mia_example():
     return Example(text="The sun rises in the west.", label="World")
 
 
-def test_the_count_and_constrained_variants_read_what_their_design_reads() -> None:
+def test_the_count_variants_read_what_their_design_reads() -> None:
     """An unlabelled dataset serves inquiry's and signal_text's variants (they read text only); the copy
     and rare-token designs write a label into their canary exemplar, so their variants are refused there."""
     from app.audit.kinds.mia import Request, label_field
@@ -308,6 +383,5 @@ def test_the_count_and_constrained_variants_read_what_their_design_reads() -> No
         }
 
     for base in ("inquiry", "signal_text"):
-        for suffix in ("_count", "_constrained", "_constrained_count"):
-            assert label_field(Request.model_validate(body(base + suffix))) is None, base + suffix
+        assert label_field(Request.model_validate(body(base + "_count"))) is None, base
     assert label_field(Request.model_validate(body("copy_count"))) == "$.attack.name"
