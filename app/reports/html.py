@@ -2,9 +2,9 @@
 the charts as PNG data URIs, no script and no link that loads anything — so it opens offline, from a file, and
 prints to PDF (print CSS: A4, no split figures or rows, colours kept).
 
-It holds the headline, the results and charts, the per-record table and the evidence sample, the method in plain
-words with references, the request (folded, its null fields left out) with the reproduction lines, and the
-software version and commit."""
+It holds the headline with its next steps, the results and charts, the per-record table and the evidence
+sample, the method in plain words with references, the request (folded, its null fields left out) with the
+reproduction lines, and the software version and commit."""
 
 from __future__ import annotations
 
@@ -105,6 +105,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .badge { display: inline-block; border: 1px solid currentColor; border-radius: 999px; padding: 0 0.5rem;
   font-weight: 700; text-transform: uppercase; font-size: 0.85rem; background: #fff; }
 .headline .text { font-weight: 600; font-size: 1.1rem; }
+.headline .next-steps { list-style: none; margin: 0.3rem 0 0; padding: 0; }
 figure { margin: 0.8rem 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 4px; }
 figcaption { font-size: 0.85rem; color: var(--muted); }
@@ -400,6 +401,13 @@ def _privacy(audit: dict, redacted: bool, base_url: str) -> str:
     )
 
 
+def _next_steps(result: dict[str, Any]) -> str:
+    """The headline's second line: the result's next steps (what would make the audit answer), if any."""
+    steps = [s["text"] for s in result.get("next_steps") or [] if isinstance(s, dict) and s.get("text")]
+    items = "".join(f"<li>{'Next' if i == 0 else 'Or'}: {_e(t)}</li>" for i, t in enumerate(steps))
+    return f'<ul id="report-next-steps" class="next-steps">{items}</ul>' if items else ""
+
+
 def render(
     audit: dict[str, Any],
     *,
@@ -460,6 +468,7 @@ def render(
 <section class="headline" id="report-headline" data-verdict="{_e(outcome or "none")}">
 <p><span class="badge" id="report-verdict">{_e(outcome or "no verdict")}</span>
 <span class="text">{_e(headline)}</span></p>
+{_next_steps(result)}
 {f'<p id="report-reason">Why: {_e(reason)}</p>' if reason and reason not in headline else ""}
 </section>
 {_privacy(audit, redacted, base_url)}

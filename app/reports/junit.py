@@ -8,7 +8,9 @@ natively: one test suite per audit, one test case per verdict row of its typed r
   `PrivacyViolation` failure whatever the measured verdict, as the gate exits 1 for it too;
 - `inconclusive` (exit 4): every measured case is `<skipped type="inconclusive" message="Inconclusive: …">`
   — the audit could not have seen a violation, so it neither passes nor fails the claim (docs/ci.md says
-  why it is not an `<error>`); the `calibration` case, a check in theory that needs no trials, passes;
+  why it is not an `<error>`); the message ends with the result's first next step (`— next: …`, what
+  would make it answer) and the body lists them all; the `calibration` case, a check in theory that needs
+  no trials, passes;
 - `consistent`, or a kind without a verdict (iclinf): the cases pass;
 - a FAILED or CANCELLED audit: one `<error>` case (exit 2).
 
@@ -89,6 +91,11 @@ def _label(result: ResultBase, row: Verdict) -> str:
     return "epsilon_empirical"
 
 
+def _step_text(step: Any) -> str | None:
+    """A next step's line, typed or (a stored result that no longer validates) as stored."""
+    return step.get("text") if isinstance(step, dict) else getattr(step, "text", None)
+
+
 def _case(
     suite: ET.Element,
     classname: str,
@@ -128,7 +135,11 @@ def _case(
         message = headline or f"inconclusive: {result.verdict_reason}"
         if not message.lower().startswith("inconclusive"):
             message = f"inconclusive: {message}"
-        ET.SubElement(case, "skipped", type="inconclusive", message=message).text = result.verdict_reason
+        steps = [t for t in map(_step_text, result.next_steps or []) if isinstance(t, str) and t]
+        if steps:
+            message += f" — next: {steps[0]}"
+        skipped = ET.SubElement(case, "skipped", type="inconclusive", message=message)
+        skipped.text = "\n".join([result.verdict_reason or "", *(f"next: {s}" for s in steps)]).strip()
     text += f"\nverdict = {outcome or 'none'}"
     if headline:
         text += f"\nheadline = {headline}"

@@ -17,7 +17,8 @@ Exit codes of `submit --wait` / `--watch` and `watch` (the CI gate), from the re
      trials, no signal, an in-sample threshold, …); `--allow-inconclusive` makes it 0, with a warning
   130  interrupted (Ctrl-C): the audit runs on; re-attach with `iclaudit watch ID`
 The last line of the report is the verdict's headline (red: violation or leak; yellow: inconclusive;
-green: consistent). Other client commands exit 0 on success and 3 on a usage or connection error.
+green: consistent), followed by the result's next steps when it has any (`next: …`, what would make an
+inconclusive audit answer). Other client commands exit 0 on success and 3 on a usage or connection error.
 
 Imports are lazy (the client, httpx and pydantic on a command's first call; rich's tables and progress
 bars when drawn), so `iclaudit --help` and `iclaudit status` start fast.
@@ -379,6 +380,16 @@ def headline_text(result: Any, kind: str) -> Text:
     return Text(f"No verdict: a {kind} audit measures {what}; the gate passes it", style="dim")
 
 
+def next_step_lines(result: Any) -> list[Text]:
+    """The result's `next_steps` (what would make the audit answer), one line each, under the headline."""
+    lines = []
+    for step in getattr(result, "next_steps", None) or []:
+        text = step.get("text") if isinstance(step, dict) else getattr(step, "text", None)
+        if isinstance(text, str) and text:
+            lines.append(Text(f"next: {text}", style="yellow"))
+    return lines
+
+
 def _side(value: Any) -> dict[str, Any] | None:
     """A nested part of a result (a threat model's bound) as a dict, typed model or not."""
     if isinstance(value, dict):
@@ -499,9 +510,10 @@ def finish(
         if regression is not None:
             style = "bold red" if regression.get("regressed") is True else "green"
             err_console.print(Text(str(regression.get("headline")), style=style), soft_wrap=True)
-        (err_console if as_json else console).print(
-            headline_text(audit.result, audit.kind), highlight=False, soft_wrap=True
-        )
+        out = err_console if as_json else console
+        out.print(headline_text(audit.result, audit.kind), highlight=False, soft_wrap=True)
+        for line in next_step_lines(audit.result):
+            out.print(line, highlight=False, soft_wrap=True)
     if code == Exit.AUDIT_FAILED:
         why = f": {audit.error.code}: {audit.error.message}" if audit.error else ""
         err_console.print(f"[red]audit {audit.id} {audit.state}[/]{why}", highlight=False)
@@ -690,10 +702,28 @@ def submit(
     ] = None,
     set_: SetOpt = None,
     baseline: BaselineOpt = None,
+    until_answer: Annotated[
+        bool,
+        typer.Option(
+            "--until-answer",
+            help="While the audit is inconclusive, submit it again with its first next step that sets "
+            "request fields and fits the seconds left (needs --max-seconds; implies --wait).",
+        ),
+    ] = False,
+    max_seconds: Annotated[
+        float | None,
+        typer.Option(
+            "--max-seconds", min=1, help="--until-answer: the wall seconds all its audits may take."
+        ),
+    ] = None,
     url: UrlOpt = DEFAULT_URL,
     api_key: KeyOpt = None,
 ) -> None:
     """Start an audit from a request file and print its id; with --wait or --watch, follow it to the end.
+
+    With --until-answer --max-seconds N, an inconclusive audit is submitted again with its result's first
+    next step taken (its `set` applied: more trials, contexts or budget, …) while one fits the N seconds;
+    the report is the last audit's.
 
     Exit codes with --wait or --watch (a CI gate), from the verdict:
     0 = consistent (the audit could have seen a violation and saw none), or a kind without a verdict (iclinf);
@@ -708,18 +738,25 @@ def submit(
     body = apply_sets(_read_request(file), set_)
     if label:
         body["labels"] = {**body.get("labels", {}), **_labels(label)}
-    waiting = wait or watch_ or junit is not None or as_json or baseline is not None
+    if until_answer and max_seconds is None:
+        raise fail("--until-answer needs --max-seconds N: the wall seconds its audits may take")
+    waiting = wait or watch_ or junit is not None or as_json or baseline is not None or until_answer
     with connected(url, api_key) as client:
-        audit = client.submit(body, idempotency_key=idempotency_key)
-        err_console.print(
-            f"submitted {audit.kind} audit [bold]{audit.id}[/] ({audit.state})", highlight=False
-        )
+        if until_answer:
+            assert max_seconds is not None
+            audit_id, timeout = answer_within(client, body, max_seconds, live=watch_, key=idempotency_key)
+        else:
+            audit = client.submit(body, idempotency_key=idempotency_key)
+            err_console.print(
+                f"submitted {audit.kind} audit [bold]{audit.id}[/] ({audit.state})", highlight=False
+            )
+            audit_id = audit.id
         if not waiting:
-            print(audit.id)
+            print(audit_id)
             return
         code = wait_and_report(
             client,
-            audit.id,
+            audit_id,
             live=watch_,
             timeout=timeout,
             as_json=as_json,
@@ -728,6 +765,49 @@ def submit(
             baseline=baseline,
         )
     raise typer.Exit(code)
+
+
+def takeable_step(audit: Audit, seconds_left: float) -> dict[str, Any] | None:
+    """The first next step of an inconclusive SUCCEEDED audit that sets request fields and whose expected
+    seconds (when known) fit `seconds_left`; None when there is none."""
+    result = audit.result
+    if audit.state != "SUCCEEDED" or result is None or outcome_of(result) != "inconclusive":
+        return None
+    for step in getattr(result, "next_steps", None) or []:
+        step = step if isinstance(step, dict) else step.model_dump()
+        seconds = step.get("seconds")
+        if step.get("set") and (seconds is None or seconds <= seconds_left):
+            return step
+    return None
+
+
+def answer_within(
+    client: IclauditClient, body: dict[str, Any], max_seconds: float, *, live: bool, key: str | None
+) -> tuple[str, float]:
+    """Submit `body`; while its audit ends inconclusive with a `takeable_step`, submit it again with the
+    step's `set` applied. (the last audit's id, the seconds left to wait for it)."""
+    import time
+
+    from iclaudit.client import WaitTimeout
+
+    deadline = time.monotonic() + max_seconds
+    while True:
+        audit = client.submit(body, idempotency_key=key)
+        key = None  # the first submission's key only: each step is a new request
+        err_console.print(
+            f"submitted {audit.kind} audit [bold]{audit.id}[/] ({audit.state})", highlight=False
+        )
+        try:
+            done = follow(client, audit.id, live=live, timeout=max(0.0, deadline - time.monotonic()))
+        except WaitTimeout:
+            return audit.id, 0.0
+        step = takeable_step(done, deadline - time.monotonic())
+        if step is None:
+            return audit.id, max(0.0, deadline - time.monotonic())
+        body = apply_sets(body, [f"{path}={json.dumps(value)}" for path, value in step["set"].items()])
+        err_console.print(
+            f"inconclusive; taking its next step: {step['text']}", highlight=False, soft_wrap=True
+        )
 
 
 def watch(
@@ -791,6 +871,8 @@ def status(
         console.print(f"[red]{audit.error.code}[/] {audit.error.message}", highlight=False)
     if audit.state == "SUCCEEDED" and audit.result is not None:
         console.print(headline_text(audit.result, audit.kind), highlight=False, soft_wrap=True)
+        for line in next_step_lines(audit.result):
+            console.print(line, highlight=False, soft_wrap=True)
 
 
 def result(

@@ -267,3 +267,19 @@ def test_audit_leak_is_subscribable_apart_from_violations(client: TestClient, re
     assert every.status_code == 201 and every.json()["events"] == list(EVENT_TYPES)
     unknown = client.post("/v1/webhooks", json={"url": receiver.url, "events": ["audit.passed"]})
     assert unknown.status_code == 422 and unknown.json()["error"]["details"][0]["path"].startswith("$.events")
+
+
+@SQLITE_ONLY
+def test_an_inconclusive_audits_payload_carries_its_next_steps(
+    client: TestClient, receiver: Receiver
+) -> None:
+    """`data.next_steps`: what would make the audit answer, as its result holds them (here: 25 trials per
+    side cannot resolve a claim of 2; the step names the trials per side that can)."""
+    hook = client.post("/v1/webhooks", json={"url": receiver.url, "events": ["audit.succeeded"]}).json()
+    audit_id = client.post("/v1/audits", json=verdict_request("inconclusive")).json()["id"]
+    done = wait_for(client.get, audit_id, ("SUCCEEDED",))
+    (got,) = receiver.wait_for(1)
+    payload = Webhook(hook["secret"]).verify(got.body, got.headers)
+    steps = payload["data"]["next_steps"]
+    assert payload["data"]["verdict"]["outcome"] == "inconclusive"
+    assert steps == done["result"]["next_steps"] and "trials per side = " in steps[0]["text"]

@@ -208,23 +208,43 @@ def test_gate_exit_4_when_inconclusive_and_0_with_allow_inconclusive(
     report = tmp_path / "report.xml"
     out = cli.invoke(app, ["submit", "-", "--wait", "--junit", str(report), "--url", url], input=body)
     assert out.exit_code == 4, out.output
-    headline = out.stdout.strip().splitlines()[-1]
+    # the headline, then what would make the audit answer (its computed next step)
+    *_, headline, step = out.stdout.strip().splitlines()
     assert headline.startswith("Inconclusive: with 25 trials per side") and "(claimed 2)" in headline
+    assert step.startswith("next: set trials = ") and "(now 25)" in step
     assert "warning" not in out.stderr
     cases = {case.name: case for _, case in _junit(report)}
     for name in ("black_box", "white_box"):
         (skipped,) = cases[name].result
         assert type(skipped).__name__ == "Skipped" and skipped.type == "inconclusive"
-        assert skipped.message == headline and "verdict = inconclusive" in cases[name].system_out
+        assert (
+            skipped.message == f"{headline} — {step}" and "verdict = inconclusive" in cases[name].system_out
+        )
     assert cases["calibration"].is_passed  # a check in theory: it needs no trials
 
     allowed = cli.invoke(app, ["submit", "-", "--wait", "--allow-inconclusive", "--url", url], input=body)
     assert allowed.exit_code == 0, allowed.output
     assert "--allow-inconclusive" in allowed.stderr and "instead of 4" in allowed.stderr
-    assert allowed.stdout.strip().splitlines()[-1] == headline
+    assert allowed.stdout.strip().splitlines()[-2:] == [headline, step]
     as_json = cli.invoke(app, ["submit", "-", "--json", "--url", url], input=body)
     assert as_json.exit_code == 4 and json.loads(as_json.stdout)["result"]["verdict"] == "inconclusive"
-    assert as_json.stderr.strip().splitlines()[-1] == headline  # stdout stays JSON
+    assert as_json.stderr.strip().splitlines()[-2:] == [headline, step]  # stdout stays JSON
+
+
+def test_until_answer_takes_the_next_step_and_answers(cli: CliRunner, server) -> None:
+    """The same inconclusive request with --until-answer: resubmitted with its next step (more trials), it
+    answers `consistent` within the stated seconds; without --max-seconds it is a usage error."""
+    url = server[0]
+    body = _example("mia-oracle-eps1.json", trials=25, epsilon=2)
+    args = ["submit", "-", "--until-answer", "--max-seconds", "300", "--url", url]
+    out = cli.invoke(app, args, input=body)
+    assert out.exit_code == 0, out.output
+    assert (
+        out.stderr.count("submitted mia audit") == 2 and "taking its next step: set trials = " in out.stderr
+    )
+    assert out.stdout.strip().splitlines()[-1].startswith("Consistent with the claimed ε = 2")
+    bare = cli.invoke(app, ["submit", "-", "--until-answer", "--url", url], input=body)
+    assert bare.exit_code == 3 and "--max-seconds" in bare.output
 
 
 def test_gate_exit_1_on_a_violation_from_stdin_with_json_and_junit(

@@ -1,7 +1,7 @@
 """The JUnit report and the gate's exit code for each of the four verdicts, from real results (the oracle
 engine, no server), parsed back with junitparser as a CI system would: violation and leak are failures,
-inconclusive is its own `<skipped type="inconclusive">`, consistent passes; the headline is in the message
-and `verdict = <outcome>` in each case's system-out."""
+inconclusive is its own `<skipped type="inconclusive">` (its message ending with the first next step),
+consistent passes; the headline is in the message and `verdict = <outcome>` in each case's system-out."""
 
 from __future__ import annotations
 
@@ -104,7 +104,9 @@ def test_inconclusive_is_skipped_not_failed_nor_an_error(audits: dict[str, Audit
     for name in ("black_box", "white_box"):
         (skipped,) = cases[name].result
         assert isinstance(skipped, Skipped) and skipped.type == "inconclusive"
-        assert skipped.message == headline
+        # the headline, then what would make the audit answer (its first computed next step)
+        assert skipped.message == f"{headline} — next: {audit.result.next_steps[0].text}"
+        assert skipped.text.endswith(f"next: {audit.result.next_steps[0].text}")
         assert "verdict = inconclusive" in cases[name].system_out
         assert f"epsilon_detectable = {audit.result.epsilon_detectable:.6g}" in cases[name].system_out
     assert cases["calibration"].is_passed  # the theory check needs no trials: not skipped

@@ -1,7 +1,7 @@
 // Audit page: the verdict's headline at the top (a badge: red for violation or leak, amber for inconclusive,
-// green for consistent), the request, live progress, the result (every other ε figure under Details, one
-// line each on what it is), tables and interactive charts, downloads (JSON, CSV, PNG), and how to reproduce
-// it (iclaudit submit, curl).
+// green for consistent) with the result's next steps under it, the request, live progress, the result (every
+// other ε figure under Details, one line each on what it is), tables and interactive charts, downloads (JSON,
+// CSV, PNG), and how to reproduce it (iclaudit submit, curl).
 import {
   api, ApiError, claimedEpsilon, compact, datasetName, download, el, fill, flatten, fmt, initPage, outcomeBadge, progressBar, soft, stateBadge,
   TERMINAL, toCsv, verdictBadge, verdictOf, watch, when,
@@ -124,8 +124,12 @@ function renderVerdict(a) {
   verdictPanel.dataset.verdict = outcome || "none";
   // The reason goes under the headline, unless the headline already says it word for word (inconclusive's does).
   const reason = res.verdict_reason && !headline.includes(res.verdict_reason) ? res.verdict_reason : null;
+  // The headline's second line: what would make the audit answer (the result's computed next steps).
+  const steps = (Array.isArray(res.next_steps) ? res.next_steps : []).filter((s) => s && typeof s.text === "string");
   fill(verdictPanel,
     el("p", {}, outcomeBadge(outcome, { id: "verdict-badge" }), " ", el("span", { class: "headline-text", id: "headline" }, headline)),
+    steps.length ? el("ul", { class: "next-steps", id: "next-steps", "aria-label": "Next steps" },
+      steps.map((s, i) => el("li", { "data-set": s.set ? JSON.stringify(s.set) : null }, i === 0 ? "Next: " : "Or: ", s.text))) : null,
     reason ? el("p", { class: "why", id: "verdict-reason" }, "Why: ", reason) : null,
   );
   verdictPanel.hidden = false;
