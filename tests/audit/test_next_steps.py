@@ -73,6 +73,11 @@ def test_a_model_that_ignores_the_canary_says_what_was_measured_and_what_to_chan
     signal = result["signal"]
     said = f"P({signal['answer']}) {signal['p_with']:.2f} with and {signal['p_without']:.2f} without"
     assert all("the model does not react to this canary" in s["text"] and said in s["text"] for s in steps)
+    # teachers already read by their label's log-probabilities: only the oracle is left to suggest
+    read = run_request(taken(body, steps[0]))
+    assert read["verdict"] == "inconclusive" and [s["set"] for s in read["next_steps"]] == [
+        {"model": "oracle"}
+    ]
     # the noise itself, on the oracle: the same audit now sees a signal, its power finite
     oracle = run_request(taken(body, steps[1]))
     assert oracle["epsilon_detectable"] is not None and oracle["verdict"] in ("consistent", "inconclusive")

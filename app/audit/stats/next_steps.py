@@ -177,10 +177,7 @@ def no_signal(request: Any, result: dict) -> list[Step]:
         seen = f"the attack's score does not separate C1 from C0 (AUC {max(aucs):.3f})" if aucs else ""
         seen = seen or "the attack saw no usable signal"
     mechanism = getattr(request, "mechanism", None)
-    teacher = getattr(mechanism, "teacher_output", None)
-    attack = getattr(getattr(request, "attack", None), "name", "")
-    if teacher is None:
-        teacher = "label_logprobs" if str(attack).endswith("_constrained") else "free_text"
+    teacher = getattr(mechanism, "teacher_output", "free_text")
     if getattr(mechanism, "name", None) == "private_voting" and teacher != "label_logprobs":
         steps.append(
             Step(
