@@ -5,10 +5,16 @@ server (cold: worker processes start, the packaged GGUF is converted and loaded)
 resident memory of every process of the server once the demo ran (the API process and each worker).
 
 Usage: .venv/bin/python docs/results/quickstart.py   (appends one JSON line to quickstart-runs.jsonl)
+
+`--warm N` times the demo audit itself, warm, without a server: one process loads the packaged model once,
+then runs the demo N times, each with the model's prompt cache emptied first (so every run pays for its own
+forward passes, as a new request on a warm worker does), and appends one line with each run's seconds and
+verdict.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -42,7 +48,55 @@ def submit(env: dict[str, str]) -> tuple[float, dict]:
     return seconds, json.loads(done.stdout[done.stdout.index("{") :])
 
 
+def time_warm(runs: int) -> None:
+    """The demo `runs` times in one process with the model loaded and its prompt cache emptied before each."""
+    sys.path.insert(0, str(ROOT))
+    from app.audit.local import local_context, run_request
+    from app.audit.runtime import no_progress
+
+    body = json.loads(DEMO.read_text())
+    ctx = local_context(progress=no_progress)
+    started = time.monotonic()
+    engine = ctx.engines.llm(body["model"])
+    load = time.monotonic() - started
+    timed = []
+    for _ in range(runs):
+        engine.cache.clear()
+        getattr(engine, "kv_store", {}).clear()
+        start = time.monotonic()
+        result = run_request(body, ctx)
+        timed.append(
+            {
+                "seconds": round(time.monotonic() - start, 1),
+                "verdict": result["verdict"],
+                "epsilon_lower": {
+                    tm: (result.get(tm) or {}).get("epsilon_lower") for tm in ("black_box", "white_box")
+                },
+                "epsilon_detectable": result.get("epsilon_detectable"),
+                "forward_passes": result.get("llm_forward_passes"),
+            }
+        )
+    line = {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "mode": "warm, one process, prompt cache emptied before each run",
+        "request": body,
+        "cores": os.cpu_count(),
+        "load_average": [round(x, 1) for x in os.getloadavg()],
+        "model_load_seconds": round(load, 1),
+        "runs": timed,
+    }
+    with OUT.open("a") as f:
+        f.write(json.dumps(line) + "\n")
+    json.dump(line, sys.stdout, indent=1)
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--warm", type=int, default=0, help="time the demo N times warm, without a server")
+    args = parser.parse_args()
+    if args.warm:
+        time_warm(args.warm)
+        return
     port = 8700 + os.getpid() % 200
     with tempfile.TemporaryDirectory() as state:
         env = {

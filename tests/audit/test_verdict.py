@@ -91,10 +91,28 @@ def test_likelihood_in_sample_is_inconclusive_too() -> None:
 
 
 def test_a_signal_free_attack_on_smollm2_is_inconclusive() -> None:
-    """The quickstart's audit (SmolLM2, inquiry, private voting at ε = 4), with fewer calls: AUC ≈ 0.5."""
-    r = run_request(example("mia-demo-synthetic-records.json", llm_calls=20, trials=20000))
+    """SmolLM2 asked the inquiry by free-text teachers (private voting at ε = 4; the quickstart's audit before
+    its teachers read their labels' log-probabilities), with fewer calls: AUC ≈ 0.5."""
+    demo = example("mia-demo-synthetic-records.json", llm_calls=20, trials=20000)
+    mechanism = {
+        "name": "private_voting",
+        "partitions": 4,
+        "shots_per_partition": 1,
+        "calibration": "analytic",
+    }
+    r = run_request(demo | {"mechanism": mechanism, "attack": {"name": "inquiry", "threat_model": "both"}})
     assert r["verdict"] == "inconclusive" and r["epsilon_detectable_unbounded"] is True
     assert "no usable signal" in r["verdict_reason"] and "AUC 0.5" in r["verdict_reason"]
+
+
+def test_the_quickstart_answers_on_smollm2() -> None:
+    """The README's DP audit (examples/mia-demo-synthetic-records.json) as it is: a real answer on the packaged
+    model, not `inconclusive`: with label log-probability teachers the canary flips its partition's vote
+    (effect 1), and the correctly calibrated mechanism is `consistent` with the power to see 1.5 × its claim."""
+    r = run_request(example("mia-demo-synthetic-records.json"))
+    assert r["signal"]["effect"] == 1.0
+    assert r["verdict"] == "consistent", r["verdict_reason"]
+    assert r["epsilon_detectable"] <= 1.5 * r["epsilon_theory"]
 
 
 def _test(n: int | None, efficiency: float = 1.0, assumption: str = "gdp", **kw) -> MembershipTest:
