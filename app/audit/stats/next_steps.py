@@ -29,10 +29,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.audit.stats.thresholds import bonferroni_tests
-from app.audit.stats.verdict import POWER_FACTOR, MembershipTest, epsilon_detectable, fmt
+from app.audit.stats.verdict import (
+    DETECT_PROBABILITY,
+    POWER_FACTOR,
+    MembershipTest,
+    detection_rate,
+    epsilon_detectable,
+    fmt,
+)
 
 MAX_TRIALS = 8_000_000
 """The most trials (per context) an under-powered step proposes; beyond it the step says so."""
+BISECTION_TOLERANCE = 0.005
+"""epsilon_detectable's relative precision (stats/verdict.py's bisection to 0.5 %)."""
 MAX_CONTEXTS = 1000
 """The most contexts per record a request may ask for (mia's `attack.contexts`)."""
 NO_REACTION = 0.005
@@ -63,22 +72,40 @@ def scaled(test: MembershipTest, factor: float) -> MembershipTest:
     return dataclasses.replace(test, n_in=n_in, n_out=n_out, tests=tests)
 
 
-def detectable_at(tests: Sequence[MembershipTest], factor: float, threshold: float) -> float:
-    """ε_detectable of the verdict (its most powerful test) with every test's trials scaled by `factor`."""
-    usable = [t for t in tests if not t.biased]
-    return min((epsilon_detectable(scaled(t, factor), threshold) for t in usable), default=math.inf)
-
-
 def units_needed(tests: Sequence[MembershipTest], units: int, threshold: float, limit: int) -> int | None:
-    """The smallest units (trials, or contexts per record; to 5 %) at which `detectable_at` ≤ POWER_FACTOR
-    × threshold, with `units` what the audit ran; None when `limit` units are not enough."""
-    from app.audit.plan import _trials_needed
+    """The smallest units (trials, or contexts per record; to 5 %), from `units` (what the audit ran) up
+    to `limit` (None beyond), at which the verdict answers: some test flags a system of true ε = goal =
+    POWER_FACTOR × threshold with probability ≥ DETECT_PROBABILITY — ε_detectable ≤ goal by its definition,
+    one detection rate per candidate instead of a search over ε (the goal less ε_detectable's 0.5 %
+    bisection tolerance, so the ε it reports is within the goal too)."""
+    goal = POWER_FACTOR * threshold * (1 - BISECTION_TOLERANCE)
+    usable = [t for t in tests if not t.biased]
 
-    def detectable(n: int) -> float:
-        return detectable_at(tests, n / units, threshold)
+    def answers(n: int) -> bool:
+        return any(
+            detection_rate(scaled(t, n / units), goal, threshold) >= DETECT_PROBABILITY for t in usable
+        )
 
+    lo, hi = units, units
+    while not answers(hi):
+        if hi >= limit:
+            return None
+        lo, hi = hi, min(hi * 4, limit)
+    while hi - lo > 1 and hi > 1.05 * lo:  # to 5 %, halving the ratio (not the gap)
+        mid = max(lo + 1, min(hi - 1, round(math.sqrt(lo * hi))))
+        lo, hi = (lo, mid) if answers(mid) else (mid, hi)
+    return hi
+
+
+def detectable_best(tests: Sequence[MembershipTest], factor: float, threshold: float) -> float:
+    """ε_detectable, at trials scaled by `factor`, of the test most likely to flag a system at POWER_FACTOR ×
+    the threshold (one search over ε, not one per test: the verdict's, the least of them, is at most it)."""
+    usable = [scaled(t, factor) for t in tests if not t.biased]
+    if not usable:
+        return math.inf
     goal = POWER_FACTOR * threshold
-    return _trials_needed(detectable, units, detectable(units), goal, limit)
+    best = max(usable, key=lambda t: detection_rate(t, goal, threshold))
+    return epsilon_detectable(best, threshold)
 
 
 def _seconds(seconds: float | None, factor: float) -> float | None:
@@ -107,7 +134,7 @@ def under_powered(
             "efficiency: the attack, not the trials, is what limits this audit"
         )
         return Step(why, None, text)
-    eps = detectable_at(tests, needed / units, threshold)
+    eps = detectable_best(tests, needed / units, threshold)
     when = _seconds(seconds, needed / units)
     cost = f" (≈ {when:.0f} s)" if when is not None else ""
     verb = "set" if field else "collect"
@@ -244,7 +271,7 @@ def _inconclusive(
     stop = result.get("stopped")
     if stop:
         done, needed = int(stop.get("trials") or 0), int(getattr(request, "trials", 0) or 0)
-        eps = detectable_at(tests, needed / done, threshold) if done and needed and threshold > 0 else None
+        eps = detectable_best(tests, needed / done, threshold) if done and needed and threshold > 0 else None
         step = budget_step(
             stop,
             result.get("spent"),
@@ -275,7 +302,8 @@ def _inconclusive(
         return [Step("nothing allowed", None, text)]
     if max((t.efficiency for t in tests), default=0.0) <= 0:
         return no_signal(request, result)
-    detectable = detectable_at(tests, 1.0, threshold)
+    shown = result.get("epsilon_detectable")  # the verdict's own (null: unbounded)
+    detectable = math.inf if shown is None else float(shown)
     if detectable > POWER_FACTOR * threshold:
         return [under_powered(tests, threshold, field=field, units=units, seconds=seconds, target=target)]
     return [fallback(str(result.get("verdict_reason")))]
