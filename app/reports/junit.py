@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from app.audit.results.base import ResultBase, Verdict
+from app.audit.results.base import ResultBase, VerdictRow
+from app.audit.stats.outcomes import FAILING
 
-FAILING = frozenset({"violation", "leak"})
 THEORY_ROWS = frozenset({"calibration"})
 """Rows that check the claim in theory (no attack, no trials): an inconclusive measurement does not skip them."""
 
@@ -66,7 +66,7 @@ def _seconds(audit: Any) -> float:
     return 0.0
 
 
-def _failed_rows(result: ResultBase, rows: list[Verdict], outcome: str | None) -> dict[str, str]:
+def _failed_rows(result: ResultBase, rows: list[VerdictRow], outcome: str | None) -> dict[str, str]:
     """Which rows fail, and as what: {row name: failure type}."""
     failed = {row.name: "PrivacyViolation" for row in rows if row.violation}
     if outcome == "leak":
@@ -81,7 +81,7 @@ def _failed_rows(result: ResultBase, rows: list[Verdict], outcome: str | None) -
     return failed
 
 
-def _label(result: ResultBase, row: Verdict) -> str:
+def _label(result: ResultBase, row: VerdictRow) -> str:
     """What a case's ε is: the calibrated noise's exact ε at δ (the calibration row), the exact accounting of
     what synthetic generation spent, or a measured lower bound (epsilon_empirical, the verdict's bound)."""
     if row.name == "calibration":
@@ -99,7 +99,7 @@ def _step_text(step: Any) -> str | None:
 def _case(
     suite: ET.Element,
     classname: str,
-    row: Verdict,
+    row: VerdictRow,
     seconds: float,
     result: ResultBase,
     outcome: str | None,

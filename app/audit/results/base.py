@@ -11,7 +11,7 @@ from app.audit.results.steps import NextStep
 
 
 @dataclass(frozen=True)
-class Verdict:
+class VerdictRow:
     """One row of an audit's verdict: a threat model (or the audit itself) with its ε values.
 
     `epsilon_empirical` is the measured lower bound (None: unbounded, or not an ε-measuring kind);
@@ -88,7 +88,7 @@ class ResultBase(BaseModel):
         "result; another thread count can move scores by ~1e-5.",
     )
 
-    def verdicts(self) -> list[Verdict]:
+    def verdicts(self) -> list[VerdictRow]:
         """The rows a CI report shows (one per threat model where the kind has them)."""
         raise NotImplementedError
 

@@ -13,7 +13,7 @@ from app.audit.results.base import (
     EPSILON_POINT,
     OutcomeCounts,
     ResultBase,
-    Verdict,
+    VerdictRow,
 )
 from app.audit.results.digest import bound_used
 
@@ -80,10 +80,10 @@ class BoundAuditResult(ResultBase):
         default=None, description="The leakage allowed without a claim (null under a claim)."
     )
 
-    def verdicts(self) -> list[Verdict]:
+    def verdicts(self) -> list[VerdictRow]:
         """One row; without a claimed ε a bound is never a violation."""
         detail = "" if self.epsilon_claimed is not None else "lower bound only; no claimed ε"
-        return [Verdict("bound", bound_used(self)[0], self.epsilon_claimed, bool(self.violation), detail)]
+        return [VerdictRow("bound", bound_used(self)[0], self.epsilon_claimed, bool(self.violation), detail)]
 
 
 Result = BoundAuditResult

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.audit.results.base import ResultBase, Verdict
+from app.audit.results.base import ResultBase, VerdictRow
 
 
 class IclinfAuditResult(ResultBase):
@@ -56,9 +56,9 @@ class IclinfAuditResult(ResultBase):
     llm_forward_passes: int | None = Field(default=None, description="Forward passes the model ran.")
     forward_passes_per_query: float | None = Field(default=None, description="Forward passes per query.")
 
-    def verdicts(self) -> list[Verdict]:
+    def verdicts(self) -> list[VerdictRow]:
         """One row: ICLInf measures influence, not ε against a claim, so it never fails the gate."""
-        return [Verdict("iclinf", None, None, False, f"ICLInf {self.iclinf:.4g} nats")]
+        return [VerdictRow("iclinf", None, None, False, f"ICLInf {self.iclinf:.4g} nats")]
 
 
 Result = IclinfAuditResult

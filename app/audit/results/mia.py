@@ -13,7 +13,7 @@ from app.audit.results.base import (
     EPSILON_POINT,
     OutcomeCounts,
     ResultBase,
-    Verdict,
+    VerdictRow,
 )
 from app.audit.results.digest import bound_used
 
@@ -277,18 +277,18 @@ class MiaAuditResult(ResultBase):
                 data.pop(key, None)
         return data
 
-    def verdicts(self) -> list[Verdict]:
+    def verdicts(self) -> list[VerdictRow]:
         rows = []
         for name in ("black_box", "white_box"):
             tm: ThreatModelResult | None = getattr(self, name)
             if tm is None:
                 continue
-            rows.append(Verdict(name, bound_used(tm)[0], self.epsilon_theory, bool(tm.violation)))
+            rows.append(VerdictRow(name, bound_used(tm)[0], self.epsilon_theory, bool(tm.violation)))
         if not rows:
-            rows.append(Verdict("mia", None, self.epsilon_theory, self.violation))
+            rows.append(VerdictRow("mia", None, self.epsilon_theory, self.violation))
         if self.calibration_valid is not None:
             rows.append(
-                Verdict(
+                VerdictRow(
                     "calibration",
                     self.epsilon_exact_at_delta,
                     self.epsilon_theory,

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from app.audit.results.base import ResultBase, Verdict
+from app.audit.results.base import ResultBase, VerdictRow
 
 
 class SyntheticGenerationAuditResult(ResultBase):
@@ -82,10 +82,10 @@ class SyntheticGenerationAuditResult(ResultBase):
     label: str | None = Field(default=None, description="The label shared by examples and texts.")
     llm_forward_passes: int | None = Field(default=None, description="Forward passes the model ran.")
 
-    def verdicts(self) -> list[Verdict]:
+    def verdicts(self) -> list[VerdictRow]:
         """Spending more than the budget would be a bug in the generator or its accounting."""
         over = self.epsilon_empirical > self.epsilon_theory * (1 + 1e-9)
-        return [Verdict("synthetic_generation", self.epsilon_empirical, self.epsilon_theory, over)]
+        return [VerdictRow("synthetic_generation", self.epsilon_empirical, self.epsilon_theory, over)]
 
 
 Result = SyntheticGenerationAuditResult
