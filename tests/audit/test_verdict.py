@@ -91,8 +91,9 @@ def test_likelihood_in_sample_is_inconclusive_too() -> None:
 
 
 def test_a_signal_free_attack_on_smollm2_is_inconclusive() -> None:
-    """SmolLM2 asked the inquiry by free-text teachers (private voting at ε = 4; the quickstart's audit before
-    its teachers read their labels' log-probabilities), with fewer calls: AUC ≈ 0.5."""
+    """SmolLM2 asked the inquiry by free-text teachers sampling at temperature 1 (private voting at ε = 4; the
+    quickstart's audit before its teachers voted greedily by their labels' log-probabilities), with fewer
+    calls: AUC ≈ 0.5."""
     demo = example("mia-demo-synthetic-records.json", llm_calls=20, trials=20000)
     mechanism = {
         "name": "private_voting",
@@ -107,7 +108,7 @@ def test_a_signal_free_attack_on_smollm2_is_inconclusive() -> None:
 
 def test_the_quickstart_answers_on_smollm2() -> None:
     """The README's DP audit (examples/mia-demo-synthetic-records.json) as it is: a real answer on the packaged
-    model, not `inconclusive`: with label log-probability teachers the canary flips its partition's vote
+    model, not `inconclusive`: with greedy label log-probability teachers the canary flips its partition's vote
     (effect 1), and the correctly calibrated mechanism is `consistent` with the power to see 1.5 × its claim."""
     r = run_request(example("mia-demo-synthetic-records.json"))
     assert r["signal"]["effect"] == 1.0
