@@ -318,6 +318,24 @@ def test_label_logprobs_teachers_always_cast_a_valid_vote(oracle_ctx) -> None:
         assert free_probs[1].sum() < 1.0  # without the canary most of its mass falls outside the labels
 
 
+def test_label_scores_become_votes_as_the_teachers_give_them() -> None:
+    """`votes_from_scores` (the likelihood attack's votes under private voting): free-text teachers keep the
+    mass outside the labels as an invalid vote (decoding.label_distribution), label_logprobs teachers vote the
+    labels' argmax at τ = 0."""
+    from app.audit.mechanisms.base import label_distribution
+    from app.audit.mechanisms.private_voting import PrivateVoting
+
+    scores = np.log([[0.2, 0.1], [0.05, 0.3]])  # most of each partition's mass is outside the labels
+    spec = mia.MechanismSpec(name="private_voting", partitions=2, calibration="analytic", temperature=0.0)
+    free = PrivateVoting.from_spec(spec, epsilon=4.0, delta=1e-5)
+    assert np.array_equal(free.votes_from_scores(scores), label_distribution(scores, 0.0))
+    assert not free.votes_from_scores(scores).any()  # greedy free text answers outside the labels
+    labels = PrivateVoting.from_spec(
+        spec.model_copy(update={"teacher_output": "label_logprobs"}), epsilon=4.0, delta=1e-5
+    )
+    assert np.array_equal(labels.votes_from_scores(scores), [[1.0, 0.0], [0.0, 1.0]])
+
+
 def test_teacher_output_is_the_mechanisms_and_free_text_by_default(oracle_ctx) -> None:
     """The default is free text, the same audit as saying so; label_logprobs changes what the teachers do:
     the canary's partition without the canary now votes (valid_without 1), so two counts move, and the
