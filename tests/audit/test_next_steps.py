@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from app.audit.kinds import mia
@@ -135,3 +136,17 @@ def test_the_report_shows_the_next_step_under_the_headline() -> None:
     page = report.render({"id": "a" * 32, "kind": "mia", "request": request, "result": result})
     shown = page.split('id="report-next-steps"')[1].split("</ul>")[0]
     assert f"<li>Next: {html.escape(text)}</li>" in shown
+
+
+def test_a_weak_score_says_what_efficiency_the_attack_would_need() -> None:
+    """Scores shifted by 0.06 σ (AUC 0.517 on 400 a side): η's lower bound is 0, its point estimate 0.22;
+    at claim 1, consistent needs η·μ(1.5) > μ(1), η ≥ 0.70, so no number of trials answers: the step
+    says so, with the efficiency an attack would need."""
+    rng = np.random.default_rng(5005)
+    scores_in, scores_out = rng.normal(0.06, 1, 400).tolist(), rng.normal(0, 1, 400).tolist()
+    result = run_request({"kind": "bound", "scores_in": scores_in, "scores_out": scores_out, "epsilon": 1})
+    assert result["verdict"] == "inconclusive" and result["epsilon_detectable_unbounded"] is True
+    (step,) = result["next_steps"]
+    assert step["why"] == "weak signal" and step["set"] is None
+    assert "at its point estimate η = 0.22" in step["text"]
+    assert "an attack seeing η ≥ 0.70 of the signal" in step["text"]

@@ -11,6 +11,10 @@ before it runs); `seconds` the expected wall time of the rerun (null: not known 
   POWER_FACTOR × the threshold, the rule `consistent` needs (ε_detectable is always above the threshold
   itself). Seconds: the run's own wall time scaled with its trials where calls made per trial are its
   cost (the direct estimator or an audit over several canaries, on a model or an endpoint), else null.
+  When no number of trials can (η·μ(1.5 × threshold) never clears μ(threshold)), the step says the
+  least η an attack would need instead.
+- `weak signal`: a measured η whose lower bound is 0 while the score's AUC is above ½: the same
+  projection at η's point estimate (the rerun measures η again).
 - `no_signal`: η = 0 — what the canary measured (its P(y+) with and without it), and the request fields
   that change what the audit can see: teachers read by the label's log-probabilities
   (`mechanism.teacher_output`) for private voting, the noise alone with `model: oracle`.
@@ -27,6 +31,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from scipy import stats
 
 from app.audit.stats.thresholds import bonferroni_tests
 from app.audit.stats.verdict import (
@@ -72,6 +78,31 @@ def scaled(test: MembershipTest, factor: float) -> MembershipTest:
     return dataclasses.replace(test, n_in=n_in, n_out=n_out, tests=tests)
 
 
+def _answers_unlimited(test: MembershipTest, efficiency: float, goal: float, threshold: float) -> bool:
+    """Whether the test with infinitely many trials (its population rates) at `efficiency` flags a system
+    of true ε = goal: the most any number of trials can give."""
+    population = dataclasses.replace(test, n_in=None, n_out=None, efficiency=efficiency)
+    return detection_rate(population, goal, threshold) >= DETECT_PROBABILITY
+
+
+def efficiency_needed(tests: Sequence[MembershipTest], threshold: float) -> float | None:
+    """The least attack efficiency η (to 1 %) at which some test, with unlimited trials, could answer;
+    None when even η = 1 could not."""
+    goal = POWER_FACTOR * threshold * (1 - BISECTION_TOLERANCE)
+    usable = [t for t in tests if not t.biased]
+
+    def answers(eta: float) -> bool:
+        return any(_answers_unlimited(t, eta, goal, threshold) for t in usable)
+
+    if not answers(1.0):
+        return None
+    lo, hi = 0.0, 1.0
+    while hi - lo > 0.01:
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if answers(mid) else (mid, hi)
+    return hi
+
+
 def units_needed(tests: Sequence[MembershipTest], units: int, threshold: float, limit: int) -> int | None:
     """The smallest units (trials, or contexts per record; to 5 %), from `units` (what the audit ran) up
     to `limit` (None beyond), at which the verdict answers: some test flags a system of true ε = goal =
@@ -86,6 +117,8 @@ def units_needed(tests: Sequence[MembershipTest], units: int, threshold: float, 
             detection_rate(scaled(t, n / units), goal, threshold) >= DETECT_PROBABILITY for t in usable
         )
 
+    if not any(_answers_unlimited(t, t.efficiency, goal, threshold) for t in usable):
+        return None  # not even population rates (infinitely many trials) answer at this η
     lo, hi = units, units
     while not answers(hi):
         if hi >= limit:
@@ -129,10 +162,14 @@ def under_powered(
     why = f"under-powered: ε_detectable > {fmt(goal)} ({fmt(POWER_FACTOR)} × the {target})"
     name = field or "trials per side"
     if needed is None:
-        text = (
-            f"even {name} = {limit:,} would not bring ε_detectable to {fmt(goal)} with this attack's "
-            "efficiency: the attack, not the trials, is what limits this audit"
+        eta = max((t.efficiency for t in tests if not t.biased), default=0.0)
+        least = efficiency_needed(tests, threshold)
+        limited = (
+            f"an attack seeing η ≥ {least:.2f} of the signal (this one: {eta:.2g}) is what it needs"
+            if least is not None
+            else "no attack could, at this confidence"
         )
+        text = f"no {name} (up to {limit:,}) brings ε_detectable to {fmt(goal)}: {limited}"
         return Step(why, None, text)
     eps = detectable_best(tests, needed / units, threshold)
     when = _seconds(seconds, needed / units)
@@ -184,8 +221,55 @@ def records_step(records: Sequence[dict], confidence: float, seconds: float | No
     return Step("per-record flags cannot fire", {"attack.contexts": needed}, text, None, when)
 
 
-def no_signal(request: Any, result: dict) -> list[Step]:
-    """What an audit with no usable signal measured, and the request fields that change what it sees."""
+def point_estimate(
+    tests: Sequence[MembershipTest],
+    result: dict,
+    threshold: float,
+    *,
+    field: str | None,
+    units: int,
+    seconds: float | None,
+    limit: int,
+    target: str,
+) -> Step | None:
+    """A measured η whose lower confidence bound is 0 while its score's AUC is above ½: the trials at which
+    the power model answers with η at the AUC's point estimate (√2·Φ⁻¹(AUC) over μ(threshold)) — a
+    projection, since the rerun measures η again. None for a design η (exact: 0 is 0) or AUC ≤ ½."""
+    from app.audit.accounting.gdp import mu_for_epsilon
+    from app.audit.stats.verdict import attack_efficiency
+
+    point = []
+    for t in tests:
+        side = result.get(t.name) if isinstance(result.get(t.name), dict) else result
+        auc = side.get("auc")
+        if t.efficiency_source != "measured" or not isinstance(auc, float) or auc <= 0.5 or t.biased:
+            continue
+        mu_hat = math.sqrt(2) * float(stats.norm.ppf(min(auc, 1 - 1e-12)))
+        eta = attack_efficiency(mu_hat, mu_for_epsilon(threshold, t.delta))
+        point.append((auc, eta, dataclasses.replace(t, efficiency=eta)))
+    point = [p for p in point if p[1] > 0]
+    if not point:
+        return None
+    auc, eta, _ = max(point, key=lambda p: p[1])
+    step = under_powered(
+        [p[2] for p in point],
+        threshold,
+        field=field,
+        units=units,
+        seconds=seconds,
+        target=target,
+        limit=limit,
+    )
+    seen = (
+        f"the attack's AUC {auc:.3f} is within sampling noise of 0.5 (η's lower bound 0); at its point "
+        f"estimate η = {eta:.2g}, which the rerun measures again: "
+    )
+    return dataclasses.replace(step, why="weak signal", text=seen + step.text)
+
+
+def no_signal(request: Any, result: dict, weak: bool = False) -> list[Step]:
+    """What an audit with no usable signal measured, and the request fields that change what it sees
+    (`weak`: a point-estimate step comes first, so trials may help)."""
     signal = result.get("signal") or {}
     steps: list[Step] = []
     why = "no usable signal"
@@ -217,7 +301,7 @@ def no_signal(request: Any, result: dict) -> list[Step]:
     model = getattr(request, "model", None)
     if mechanism is not None and model not in (None, "oracle"):
         steps.append(Step(why, {"model": "oracle"}, f"{seen}; test the noise itself with model = oracle"))
-    if not steps:
+    if not steps and not weak:
         steps.append(Step(why, None, f"{seen}; no number of trials helps: the attack or canary must change"))
     return steps
 
@@ -301,7 +385,10 @@ def _inconclusive(
         )
         return [Step("nothing allowed", None, text)]
     if max((t.efficiency for t in tests), default=0.0) <= 0:
-        return no_signal(request, result)
+        weak = point_estimate(
+            tests, result, threshold, field=field, units=units, seconds=seconds, limit=limit, target=target
+        )
+        return ([weak] if weak is not None else []) + no_signal(request, result, bool(weak))
     shown = result.get("epsilon_detectable")  # the verdict's own (null: unbounded)
     detectable = math.inf if shown is None else float(shown)
     if detectable > POWER_FACTOR * threshold:
