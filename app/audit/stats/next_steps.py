@@ -169,7 +169,7 @@ def under_powered(
             if least is not None
             else "no attack could, at this confidence"
         )
-        text = f"no {name} (up to {limit:,}) brings ε_detectable to {fmt(goal)}: {limited}"
+        text = f"raising {name} (up to {limit:,}) cannot bring ε_detectable to {fmt(goal)}: {limited}"
         return Step(why, None, text)
     eps = detectable_best(tests, needed / units, threshold)
     when = _seconds(seconds, needed / units)
@@ -279,6 +279,11 @@ def no_signal(request: Any, result: dict, weak: bool = False) -> list[Step]:
             seen = (
                 f"the model does not react to this canary (P({answer}) {p_in:.2f} with and {p_out:.2f} "
                 "without): the deployment ignores its context for it"
+            )
+        elif abs(p_in - p_out) < 0.01:
+            seen = (
+                f"the canary barely changes P({answer}) ({p_in:.2f} with, {p_out:.2f} without: effect "
+                f"{p_in - p_out:+.3f})"
             )
         else:
             seen = f"the canary moves P({answer}) from {p_out:.2f} to {p_in:.2f}, too little for the noise"
