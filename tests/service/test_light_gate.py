@@ -219,6 +219,14 @@ def _light_cli(light: Light, served: Served, cwd: Path, *args: str) -> subproces
     )
 
 
+def _headline(stdout: str) -> str:
+    """The verdict's headline: the last line before an inconclusive result's `next: …` lines."""
+    lines = stdout.strip().splitlines()
+    while lines and lines[-1].startswith("next: "):
+        lines.pop()
+    return lines[-1]
+
+
 def test_the_light_commands_and_their_exit_codes(light: Light, served: Served, tmp_path: Path) -> None:
     """submit (--set, --wait, the gate's codes), status, result, list, cancel, plan and datasets upload,
     from the light client alone."""
@@ -229,7 +237,8 @@ def test_the_light_commands_and_their_exit_codes(light: Light, served: Served, t
     )
     assert weak.returncode == 4, weak.stderr  # inconclusive: 25 trials cannot resolve the claim
     audit_id = weak.stderr.split("submitted mia audit ")[1].split()[0]
-    assert weak.stdout.strip().splitlines()[-1].startswith("Inconclusive:")
+    assert _headline(weak.stdout).startswith("Inconclusive:")
+    assert weak.stdout.strip().splitlines()[-1].startswith("next: set trials = ")  # what would answer
     stored = httpx.get(
         f"{served.url}/v1/audits/{audit_id}", headers={"Authorization": f"Bearer {served.alice}"}, timeout=30
     ).json()
@@ -239,7 +248,7 @@ def test_the_light_commands_and_their_exit_codes(light: Light, served: Served, t
 
     status = _light_cli(light, served, cwd, "status", audit_id[:12])
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout
-    assert status.stdout.strip().splitlines()[-1] == stored["result"]["headline"]
+    assert _headline(status.stdout) == stored["result"]["headline"]
     result = _light_cli(light, served, cwd, "result", audit_id, "--format", "table")
     assert (
         result.returncode == 0 and "epsilon_detectable" in result.stdout and "inconclusive" in result.stdout
@@ -271,9 +280,7 @@ def test_the_light_commands_and_their_exit_codes(light: Light, served: Served, t
     more = ("--set", "counts.tp=3000", "--set", "counts.fn=1000")
     worse = _light_cli(light, served, cwd, "submit", bound, *claim, *more, "--baseline", "branch=main")
     assert worse.returncode == 1 and "Regression: measured ε ≥" in worse.stderr, worse.stderr
-    assert (
-        worse.stdout.strip().splitlines()[-1].startswith(("Inconclusive", "Consistent"))
-    )  # the verdict, last
+    assert _headline(worse.stdout).startswith(("Inconclusive", "Consistent"))  # the verdict, last
     worse_id = worse.stderr.split("submitted bound audit ")[1].split()[0]
     first_id = first.stderr.split("submitted bound audit ")[1].split()[0]
     compared = httpx.get(
