@@ -47,8 +47,8 @@ from bench.suites import api_load
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from service.internal_server import internal_server  # noqa: E402 - the tests' slow webhook receiver
-from service.servers import free_port, wait_for_port  # noqa: E402
+from testkit.internal_server import internal_server  # noqa: E402 - the tests' slow webhook receiver
+from testkit.servers import free_port, wait_for_port  # noqa: E402
 
 SECONDS = float(os.environ.get("ICLAUDIT_BENCH_ATTACK_SECONDS", "15"))
 FLOOD = 400 * 2**20  # bytes each reply of the flooding target and receiver would send

@@ -23,7 +23,7 @@ import numpy as np
 from fastapi import FastAPI, Request  # module level: the route's annotations resolve here
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from service.servers import serve_in_thread
+from testkit.servers import serve_in_thread
 
 LATENCY = 0.05  # seconds each answer takes at the target
 TRIALS = 100  # trials a context: 200 calls a run

@@ -241,7 +241,7 @@ def _extras():
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "engines"))
-    from extras_support import EXTRAS_VENV, extras_env
+    from testkit.extras import EXTRAS_VENV, extras_env
 
     return EXTRAS_VENV, extras_env
 

@@ -30,7 +30,7 @@ from app.main import create_app
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
-from service.servers import (  # noqa: E402 - the tests' real-server helpers
+from testkit.servers import (  # noqa: E402 - the tests' real-server helpers
     _die_with_parent,
     create_database,
     free_port,

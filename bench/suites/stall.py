@@ -26,10 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from service.client import bound_request, long_mia_request  # noqa: E402
-from service.servers import free_port, wait_for_port  # noqa: E402
-
 from bench import loadgen  # noqa: E402
+from testkit.client import bound_request, long_mia_request  # noqa: E402
+from testkit.servers import free_port, wait_for_port  # noqa: E402
 
 SETUP = """
 import sys

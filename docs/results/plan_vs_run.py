@@ -88,7 +88,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="print only, do not write the doc")
     parser.add_argument("--only", choices=["oracle", SMOLLM2, "endpoint", "iclinf"], help="these rows only")
     args = parser.parse_args()
-    from target_server import Target, serve
+    from testkit.target_server import Target, serve
 
     ctx = local_context(progress=no_progress)
     target = Target(epsilon=1.0, seed=3)

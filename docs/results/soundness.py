@@ -21,12 +21,11 @@ from scipy import stats
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "audit" / "mia")]
 
-from dp_icl_server import randomized_response, serve  # noqa: E402
-
 from app.audit.kinds import mia  # noqa: E402
 from app.audit.local import local_context  # noqa: E402
 from app.audit.mechanisms.bugs import BUGS  # noqa: E402
 from app.audit.runtime import no_progress  # noqa: E402
+from testkit.dp_icl_server import randomized_response, serve  # noqa: E402
 
 DOC = ROOT / "docs" / "results" / "soundness.md"
 PARTITIONS = (4, 16, 64)

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from service.servers import database_url, postgres_server  # noqa: F401 - fixtures
 
 from app.config import Settings
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.main import create_app
+from testkit.servers import database_url, postgres_server  # noqa: F401 - fixtures
 
 
 @pytest.fixture

@@ -25,10 +25,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from service.client import bound_request, long_mia_request, wait_for
-from service.gate import Gate
-from service.internal_server import internal_server
-from ui.served import make_key, serve, stop
+
+from testkit.client import bound_request, long_mia_request, wait_for
+from testkit.gate import Gate
+from testkit.internal_server import internal_server
+from testkit.served import make_key, serve, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"

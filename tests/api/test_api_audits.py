@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from service.client import bound_request, long_mia_request, wait_for
-from service.gate import Gate
 
 from app.audit.kinds.registry import KINDS
+from testkit.client import bound_request, long_mia_request, wait_for
+from testkit.gate import Gate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

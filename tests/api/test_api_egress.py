@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from service.client import wait_for
-from service.internal_server import SECRET, internal_server
-from service.servers import fresh_database
+
+from testkit.client import wait_for
+from testkit.internal_server import SECRET, internal_server
+from testkit.servers import fresh_database
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

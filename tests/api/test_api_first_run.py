@@ -8,12 +8,12 @@ import time
 from typing import Any
 
 import pytest
-from service.servers import redis_server  # noqa: F401 - fixture
 
 from app.audit.kinds.registry import kind_module
 from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME, availability
 from app.jobs import providers
 from app.jobs.providers import RegistryEngines
+from testkit.servers import redis_server  # noqa: F401 - fixture
 
 
 def _mia(dataset: str) -> dict[str, Any]:

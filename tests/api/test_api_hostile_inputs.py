@@ -7,7 +7,8 @@ import base64
 from pathlib import Path
 
 import pytest
-from service.servers import fresh_database
+
+from testkit.servers import fresh_database
 
 
 @pytest.fixture

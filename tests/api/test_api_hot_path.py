@@ -11,8 +11,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from service.client import bound_request, wait_for
-from service.gate import Gate
 from sqlalchemy import event, select, update
 
 from app.api import fast_poll
@@ -20,6 +18,8 @@ from app.db import audits as audit_rows
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import ApiKey, Audit, utcnow
+from testkit.client import bound_request, wait_for
+from testkit.gate import Gate
 
 
 @contextmanager

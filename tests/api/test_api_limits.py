@@ -8,11 +8,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from service.client import bound_request, wait_for
-from service.gate import Gate
-from service.servers import fresh_database
 
 from app.config import Settings
+from testkit.client import bound_request, wait_for
+from testkit.gate import Gate
+from testkit.servers import fresh_database
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.client import bound_request, wait_for
+from testkit.client import bound_request, wait_for
 
 
 def test_metrics_count_audits_by_kind_and_state(client) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service.servers import serve_in_thread
 
 from app.api.connections import plan_slots
 from app.main import create_app
+from testkit.servers import serve_in_thread
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BOUND = json.loads((EXAMPLES / "bound-counts.json").read_text())

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from service.client import bound_request, long_mia_request, sse_events, verdict_request, wait_for
-from service.gate import Gate
 from sqlalchemy import select
 
 from app.audit.stats.verdict import OUTCOMES
 from app.db import audits as audit_rows
 from app.db.models import Audit
+from testkit.client import bound_request, long_mia_request, sse_events, verdict_request, wait_for
+from testkit.gate import Gate
 
 
 def _sqlite_only(settings, why: str) -> None:

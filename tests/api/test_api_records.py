@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from service.client import bound_request, wait_for
+from testkit.client import bound_request, wait_for
 
 
 def _likelihood_request() -> dict:

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from service.client import bound_request, wait_for
-from service.gate import Gate
-from service.servers import free_port
 from typer.testing import CliRunner
 
 from app.cli import _register, app
 from app.main import create_app
 from app.reports.plots import render
+from testkit.client import bound_request, wait_for
+from testkit.gate import Gate
+from testkit.servers import free_port
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from service.servers import fresh_database
+
+from testkit.servers import fresh_database
 
 
 @pytest.fixture

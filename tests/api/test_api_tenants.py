@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from service.client import bound_request, wait_for
-
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
+from testkit.client import bound_request, wait_for
 
 
 def test_other_tenant_sees_nothing(app_client, make_key) -> None:

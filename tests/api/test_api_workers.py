@@ -16,13 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service.client import bound_request
-from service.servers import _die_with_parent, free_port, redis_server, wait_for_port  # noqa: F401
-from ui.served import ICLAUDIT, make_key, stop
 
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import upgrade
+from testkit.client import bound_request
+from testkit.served import ICLAUDIT, make_key, stop
+from testkit.servers import _die_with_parent, free_port, redis_server, wait_for_port  # noqa: F401
 
 LIMIT = 120
 

@@ -16,8 +16,15 @@ from datetime import timedelta
 
 import httpx
 import pytest
-from service.client import bound_request
-from service.servers import (  # noqa: F401 - fixtures
+
+from app.db import audits, keys
+from app.db.engine import make_engine, make_session_factory
+from app.db.migrate import upgrade
+from app.db.models import Audit, AuditState, utcnow
+from app.schemas.audits import AuditResource
+from testkit.client import bound_request
+from testkit.served import ICLAUDIT, stop
+from testkit.servers import (  # noqa: F401 - fixtures
     _die_with_parent,
     create_database,
     free_port,
@@ -25,13 +32,6 @@ from service.servers import (  # noqa: F401 - fixtures
     redis_server,
     wait_for_port,
 )
-from ui.served import ICLAUDIT, stop
-
-from app.db import audits, keys
-from app.db.engine import make_engine, make_session_factory
-from app.db.migrate import upgrade
-from app.db.models import Audit, AuditState, utcnow
-from app.schemas.audits import AuditResource
 
 
 @pytest.fixture(scope="module")

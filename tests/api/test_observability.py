@@ -8,9 +8,9 @@ import json
 import logging
 
 from prometheus_client.parser import text_string_to_metric_families
-from service.client import bound_request, verdict_request, wait_for
 
 from app.observability import log_handler
+from testkit.client import bound_request, verdict_request, wait_for
 
 
 def test_request_id_is_echoed_or_made_and_reaches_the_audit_log(client) -> None:

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from service.servers import create_database
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
+from testkit.servers import create_database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

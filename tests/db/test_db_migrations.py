@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from service.servers import create_database
 from sqlalchemy import inspect
 
 from app.db.engine import make_engine
 from app.db.migrate import current_revision, downgrade, head_revision, upgrade
 from app.db.models import Base
+from testkit.servers import create_database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

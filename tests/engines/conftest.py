@@ -15,7 +15,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from extras_support import EXTRAS_STAMP, EXTRAS_VENV, ROOT, extras_env
+
+from testkit.extras import EXTRAS_STAMP, EXTRAS_VENV, ROOT, extras_env
 
 
 @pytest.fixture(scope="session")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from extras_support import ROOT, extras_env
 
 from app.engines.openai_engine import OpenAIEngine
 from app.engines.protocol import ModelInfo, Prompt
 from app.engines.transformers_engine import TransformersEngine
+from testkit.extras import ROOT, extras_env
 
 pytestmark = [pytest.mark.extras, pytest.mark.slow]
 

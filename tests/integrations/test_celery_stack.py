@@ -16,11 +16,11 @@ import redis
 from fastapi.testclient import TestClient
 from integrations.conftest import Receiver
 from integrations.test_sweeps import mia_base, wait_sweep
-from service.servers import _die_with_parent, fresh_database, redis_server  # noqa: F401 - fixture
 from standardwebhooks import Webhook
 
 from app.config import Settings
 from app.main import create_app
+from testkit.servers import _die_with_parent, fresh_database, redis_server  # noqa: F401 - fixture
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 

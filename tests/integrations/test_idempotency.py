@@ -10,9 +10,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from integrations.conftest import live_server
-from service.client import bound_request
 
 from app.config import Settings
+from testkit.client import bound_request
 
 # the logic of this test does not depend on the database; PostgreSQL runs the concurrency-bearing ones
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

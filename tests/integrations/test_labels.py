@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from fastapi.testclient import TestClient
-from service.client import bound_request
+
+from testkit.client import bound_request
 
 # the logic of this test does not depend on the database; PostgreSQL runs the concurrency-bearing ones
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

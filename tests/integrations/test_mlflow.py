@@ -19,8 +19,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from integrations.test_webhooks import failing_endpoint_mia
-from service.client import verdict_request, wait_for
-from service.servers import free_port
+
+from testkit.client import verdict_request, wait_for
+from testkit.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 MLFLOW_VENV = Path(os.environ.get("MLFLOW_VENV", ROOT / ".venv-mlflow"))

@@ -20,7 +20,6 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from integrations.conftest import Receiver, serve
-from service.servers import _die_with_parent, free_port, wait_for_port
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
@@ -29,6 +28,7 @@ from app.audit.kinds.registry import verdict_of
 from app.config import Settings
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, ScheduleRun, utcnow
+from testkit.servers import _die_with_parent, free_port, wait_for_port
 
 # The two-process test is about concurrent firings, so it runs on both databases; the rest on SQLite.
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -273,12 +273,11 @@ def test_scheduled_runs_that_end_out_of_order_send_each_verdict_change_once(tmp_
     """Alarms are decided in fire order: a run that ends before an earlier one waits for it, so runs of
     verdicts [inconclusive, violation, violation] ending in the order 3, 2, 1 send one audit.violation
     (for run 2, against run 1), not one per run judged against whatever had ended."""
-    from service.client import verdict_request
-
     from app.audit.local import run_request
     from app.db import migrate
     from app.db.models import Schedule, Tenant, WebhookDelivery, WebhookEndpoint
     from app.integrations.webhooks import write_due_events
+    from testkit.client import verdict_request
 
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     migrate.upgrade(url)

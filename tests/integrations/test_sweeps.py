@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
-from service.client import verdict_request
+
+from testkit.client import verdict_request
 
 # the logic of this test does not depend on the database; PostgreSQL runs the concurrency-bearing ones
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -12,7 +12,6 @@ from typing import Any
 import httpx
 import pytest
 from integrations.conftest import Receiver, live_server
-from service.client import verdict_request, wait_for
 from standardwebhooks import Webhook
 from typer.testing import CliRunner
 
@@ -23,6 +22,7 @@ from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, ScheduleRun, utcnow
 from app.integrations import mlflow
 from app.integrations.schedules import run_resource
+from testkit.client import verdict_request, wait_for
 
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 EXIT_CODES = {"violation": 1, "leak": 1, "inconclusive": 4, "consistent": 0}  # the CLI gate's

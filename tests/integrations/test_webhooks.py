@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from integrations.conftest import Receiver
-from service.client import bound_request, long_mia_request, verdict_request, wait_for
-from service.servers import free_port
 from standardwebhooks import Webhook
 
 from app.audit.stats.verdict import OUTCOMES
 from app.integrations.webhooks import EVENT_TYPES
+from testkit.client import bound_request, long_mia_request, verdict_request, wait_for
+from testkit.servers import free_port
 
 # the outage the receiver has in test_a_delivery_survives_a_receiver_outage; the 30 s case is run as
 # ICLAUDIT_TEST_OUTAGE_SECONDS=30 ICLAUDIT_TEST_BACKOFF_SECONDS=2 (docs/results/integrations.md)

@@ -1,1 +1,1 @@
-from service.servers import database_url, postgres_server  # noqa: F401 - fixtures
+from testkit.servers import database_url, postgres_server  # noqa: F401 - fixtures

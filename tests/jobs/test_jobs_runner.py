@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from service.client import bound_request, long_mia_request, wait_for
-from service.gate import Gate
 from sqlalchemy import update
 
 from app.audit.kinds.registry import kind_module
@@ -23,6 +21,8 @@ from app.jobs.executors import InlineExecutor
 from app.jobs.progress import ClaimLost, DbProgress, DeadlineExceeded, Heartbeat
 from app.jobs.runner import run_audit
 from app.main import create_app
+from testkit.client import bound_request, long_mia_request, wait_for
+from testkit.gate import Gate
 
 
 @pytest.fixture

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from jobs.gate import Gate, gate_server, gated_iclinf
-from service.client import TERMINAL, bound_request, long_mia_request, wait_for
-from service.servers import fresh_database
-from ui.served import make_key, serve, stop
 
 from app.config import Settings
 from app.jobs.pool import AUDIT_NICE, WorkerProcess, context
+from testkit.client import TERMINAL, bound_request, long_mia_request, wait_for
+from testkit.gated_model import Gate, gate_server, gated_iclinf
+from testkit.served import make_key, serve, stop
+from testkit.servers import fresh_database
 
 LONG_TRIALS = (
     20_000_000  # the computing audit is cancelled once measured (~20 s at 1M trials/s on an idle machine)

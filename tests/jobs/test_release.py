@@ -6,13 +6,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from service.client import bound_request
 from sqlalchemy import update
 
 from app.db import audits, keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, AuditState, utcnow
 from app.jobs.release import GRACE_SECONDS, admit, by_tenant_turns, held
+from testkit.client import bound_request
 
 
 @pytest.fixture

@@ -1,1 +1,1 @@
-from service.servers import postgres_server, redis_server  # noqa: F401 - fixtures
+from testkit.servers import postgres_server, redis_server  # noqa: F401 - fixtures

@@ -15,9 +15,6 @@ from pathlib import Path
 import pytest
 import redis
 from fastapi.testclient import TestClient
-from jobs.gate import gate_server, gated_iclinf
-from service.client import bound_request, long_mia_request, sse_events, wait_for
-from service.servers import _die_with_parent, fresh_database
 
 from app.audit.kinds.registry import KINDS
 from app.config import Settings, get_settings
@@ -25,6 +22,9 @@ from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.jobs.broker import TASK_NAME, create_celery
 from app.main import create_app
+from testkit.client import bound_request, long_mia_request, sse_events, wait_for
+from testkit.gated_model import gate_server, gated_iclinf
+from testkit.servers import _die_with_parent, fresh_database
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"

@@ -41,10 +41,10 @@ def test_a_celery_plan_stops_when_its_caller_hangs_up(stack, start_worker, monke
     """The API sets the plan's stop key when its caller goes away; the worker's check reads it and the task
     ends seconds later, not when its rehearsal of 40,000 pairs would (about 45 s on an idle 2-core machine)."""
     import httpx
-    from service.servers import serve_in_thread
 
     from app.config import Settings
     from app.main import create_app
+    from testkit.servers import serve_in_thread
 
     limits = {"ICLAUDIT_PLAN_MAX_PAIRS": "40000", "ICLAUDIT_PLAN_TIMEOUT_SECONDS": "120"}
     for name, value in limits.items():

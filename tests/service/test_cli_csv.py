@@ -9,8 +9,9 @@ import io
 import subprocess
 
 import httpx
-from service.client import long_mia_request, wait_for
 from service.test_cli_service import ICLAUDIT, server  # noqa: F401 - the module's `iclaudit serve`
+
+from testkit.client import long_mia_request, wait_for
 
 FORMULA = "@SUM(1+1)*cmd|' /C calc'!A0"
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service.servers import _die_with_parent, free_port
 from typer.testing import CliRunner
 
 from app.cli import _register, app
+from testkit.servers import _die_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service.client import long_mia_request
-from service.servers import _die_with_parent, free_port
 from typer.testing import CliRunner
 
 from app.cli import _register, app
 from app.config import get_settings
+from testkit.client import long_mia_request
+from testkit.servers import _die_with_parent, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"

@@ -19,8 +19,6 @@ from typing import Any, ClassVar
 
 import pytest
 import uvicorn
-from service.client import bound_request
-from service.servers import free_port, fresh_database
 
 import iclaudit.client as client_module
 from app.config import Settings
@@ -28,6 +26,8 @@ from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.main import create_app
 from iclaudit.client import ApiError, IclauditClient, ServiceUnreachable, retry_after_seconds
+from testkit.client import bound_request
+from testkit.servers import free_port, fresh_database
 
 ROOT = Path(__file__).resolve().parents[2]
 

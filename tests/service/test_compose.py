@@ -23,13 +23,13 @@ import redis
 import typer.main
 import yaml
 from fastapi.testclient import TestClient
-from service.client import wait_for
-from service.gate import Gate
-from service.servers import _die_with_parent, fresh_database
 
 from app.cli import _register, app
 from app.config import Settings
 from app.main import create_app
+from testkit.client import wait_for
+from testkit.gate import Gate
+from testkit.servers import _die_with_parent, fresh_database
 
 ROOT = Path(__file__).resolve().parents[2]
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"

@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from service.internal_server import internal_server
 
 from app.config import Settings
 from app.egress import (
@@ -20,6 +19,7 @@ from app.egress import (
     internal_kind,
     parse_allowlist,
 )
+from testkit.internal_server import internal_server
 
 API = parse_allowlist(["https://api.example.com"])
 

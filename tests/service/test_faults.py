@@ -36,14 +36,14 @@ import psycopg
 import pytest
 import redis
 import uvicorn
-from service.client import TERMINAL, bound_request, long_mia_request
-from service.servers import Server, _die_with_parent, create_database, free_port, start_postgres, start_redis
 
 from app.audit.kinds.registry import kind_module
 from app.audit.runtime import RunContext
 from app.config import Settings
 from app.db.migrate import upgrade
 from app.main import create_app
+from testkit.client import TERMINAL, bound_request, long_mia_request
+from testkit.servers import Server, _die_with_parent, create_database, free_port, start_postgres, start_redis
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"

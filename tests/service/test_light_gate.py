@@ -23,7 +23,8 @@ import httpx
 import pytest
 import yaml
 from junitparser import JUnitXml
-from ui.served import Served, make_key, serve, stop
+
+from testkit.served import Served, make_key, serve, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 CI_DOC = ROOT / "docs" / "ci.md"

@@ -59,7 +59,8 @@ def test_the_quickstart_verbatim_on_a_fresh_state_directory(tmp_path: Path) -> N
     import subprocess
 
     import httpx
-    from ui.served import serve, stop
+
+    from testkit.served import serve, stop
 
     state = tmp_path / "state"
     state.mkdir()

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 from api.conftest import app_client, make_key, settings  # noqa: F401 - fixtures
-from service.servers import fresh_database
+
+from testkit.servers import fresh_database
 
 
 @pytest.fixture

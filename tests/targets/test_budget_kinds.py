@@ -13,13 +13,13 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from service.client import wait_for
 
 from app.audit.budget import BudgetExhausted
 from app.audit.kinds import iclinf, mia, synthetic_generation
 from app.audit.local import local_context
 from app.audit.runtime import RunContext
 from app.engines.protocol import EngineCounters, Prompt, TokenDistribution
+from testkit.client import wait_for
 
 VOCAB = 8
 

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from service.client import wait_for
-from target_server import Target, serve
 
 from app.audit.kinds import mia
 from app.audit.local import local_context
 from app.audit.runtime import AuditError, no_progress
+from testkit.client import wait_for
+from testkit.target_server import Target, serve
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

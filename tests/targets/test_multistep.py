@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 from fastapi import Cookie, FastAPI, HTTPException, Response
 from pydantic import BaseModel
-from target_server import serve
 
 from app.audit.icl.prompts import CONTEXTLEAK_CANARY
 from app.audit.kinds import mia
 from app.audit.local import local_context
 from app.audit.plan import plan_mia
 from app.audit.runtime import no_progress
+from testkit.target_server import serve
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TRIALS = 40

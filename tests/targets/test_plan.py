@@ -8,8 +8,8 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from service.client import wait_for
-from target_server import Target, serve
+from testkit.client import wait_for
+from testkit.target_server import Target, serve
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -16,8 +16,9 @@ from typing import Any
 import psutil
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from service.client import wait_for
-from service.servers import serve_in_thread
+
+from testkit.client import wait_for
+from testkit.servers import serve_in_thread
 
 FLOOD = 400 * 2**20  # what each flooding server would send
 CHUNK = b"x" * 2**16

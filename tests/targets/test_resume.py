@@ -10,12 +10,11 @@ import json
 import time
 from pathlib import Path
 
-from service.client import wait_for
-from target_server import Target, serve
-
 from app.audit.kinds import mia
 from app.audit.local import local_context
 from app.audit.runtime import no_progress
+from testkit.client import wait_for
+from testkit.target_server import Target, serve
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TRIALS = 300

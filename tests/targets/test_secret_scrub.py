@@ -23,11 +23,11 @@ import anyio
 import pytest
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
-from service.client import wait_for
-from service.servers import DIALECTS, fresh_database, serve_in_thread
 
 from app import observability
 from app.secrets import MASK
+from testkit.client import wait_for
+from testkit.servers import DIALECTS, fresh_database, serve_in_thread
 
 TOKEN = uuid.uuid4().hex
 BAD = {  # operator (environment) secrets no header can carry

@@ -8,8 +8,8 @@ import logging
 import uuid
 from pathlib import Path
 
-from service.client import wait_for
-from target_server import Target, serve
+from testkit.client import wait_for
+from testkit.target_server import Target, serve
 
 SECRET = f"Bearer tgt-{uuid.uuid4().hex}"
 TENANT_SECRET = f"tenant-{uuid.uuid4().hex}"

@@ -9,10 +9,10 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
-from service.client import bound_request, wait_for
-from service.servers import serve_in_thread
 
 from app.api.headers import REPORT_CSP
+from testkit.client import bound_request, wait_for
+from testkit.servers import serve_in_thread
 
 CLOSED = "http://127.0.0.1:9/"
 

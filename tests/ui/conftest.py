@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ui.served import (
+
+from testkit.served import (
     CHROMIUM,
     CHROMIUM_ARGS,
     INLINE_WORKERS,

@@ -9,9 +9,8 @@ import json
 import time
 from typing import Any
 
-from ui.served import Served, SteppedGate, log_in
-
 from app.audit.kinds.registry import kind_module
+from testkit.served import Served, SteppedGate, log_in
 
 
 def _mia(trials: int, seed: int = 0) -> dict[str, Any]:

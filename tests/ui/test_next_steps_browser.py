@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from ui.served import VERDICT_REQUESTS, Served, log_in, offline_context
+from testkit.served import VERDICT_REQUESTS, Served, log_in, offline_context
 
 
 def test_an_inconclusive_audits_next_step_is_the_headlines_second_line(browser, served: Served) -> None:

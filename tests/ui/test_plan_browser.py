@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ui.served import Served, log_in
-
 from app.audit.kinds.registry import kind_module
+from testkit.served import Served, log_in
 
 
 def _mia(trials: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from ui.served import Served, log_in
+from testkit.served import Served, log_in
 
 EMAILS = [f"buyer{i}@example.net" for i in range(12)]
 

@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 import pytest
-from ui.served import VERDICT_REQUESTS, Served, SteppedGate, log_in, offline_context
 
 from app.audit.kinds.registry import kind_module
+from testkit.served import VERDICT_REQUESTS, Served, SteppedGate, log_in, offline_context
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 WIDTHS = (1400, 390)

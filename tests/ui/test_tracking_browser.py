@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ui.served import ICLAUDIT, Served, log_in
 
 from app.audit.kinds.registry import kind_module
 from app.privacy.redact import mask
 from app.reports.html import compact
+from testkit.served import ICLAUDIT, Served, log_in
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import pytest
-from ui.served import VERDICT_REQUESTS, Served, log_in, offline_context
+
+from testkit.served import VERDICT_REQUESTS, Served, log_in, offline_context
 
 OUTCOMES = ("violation", "leak", "inconclusive", "consistent")
 WIDTHS = (1400, 390)

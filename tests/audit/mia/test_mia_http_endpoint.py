@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from dp_icl_server import deployed_private_voting, serve
 from pydantic import ValidationError
 
 from app.audit.kinds import mia
 from app.audit.mechanisms.http_endpoint import EndpointCall, fill_body, read_path
 from app.audit.runtime import AuditError
+from testkit.dp_icl_server import deployed_private_voting, serve
 
 CALLS = 1000  # real calls per context
 

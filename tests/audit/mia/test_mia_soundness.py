@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dp_icl_server import randomized_response, serve
 from pydantic import ValidationError
 from scipy import stats
 
@@ -19,6 +18,7 @@ from app.audit.runtime import AuditCancelled
 from app.audit.seeds import STREAMS, SeedTree
 from app.engines.registry import UnknownModel, get_model_info
 from app.engines.simulated import SimulatedEngine, parse_simulated_name
+from testkit.dp_icl_server import randomized_response, serve
 
 
 def audit(ctx, **body) -> dict:

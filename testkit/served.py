@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from service.servers import _die_with_parent, free_port
+
+from testkit.servers import _die_with_parent, free_port
 
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 CHROMIUM = os.environ.get("ICLAUDIT_CHROMIUM", "/usr/bin/chromium")
@@ -32,7 +33,7 @@ CHROMIUM_ARGS = [
 ]
 
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _example(name: str, **changes: Any) -> dict[str, Any]:

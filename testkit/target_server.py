@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from service.servers import serve_in_thread
 
 from app.audit.icl.prompts import CONTEXTLEAK_CANARY
+from testkit.servers import serve_in_thread
 
 
 @dataclass

@@ -19,7 +19,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from service.servers import free_port
+from testkit.servers import free_port
 
 
 class Gate:

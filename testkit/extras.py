@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 EXTRAS_VENV = Path(os.environ.get("EXTRAS_VENV", ROOT / ".venv-extras"))
 EXTRAS_STAMP = EXTRAS_VENV / ".iclaudit-extras-v1"
 

@@ -15,7 +15,6 @@ from contextlib import AbstractContextManager
 import numpy as np
 from fastapi import FastAPI
 from pydantic import BaseModel
-from service.servers import serve_in_thread
 
 from app.audit.icl.contexts import partition_disjoint
 from app.audit.icl.prompts import CANARY_BINARY_ANSWERS, CONTEXTLEAK_CANARY, SYSTEM_CONTEXT, fill
@@ -23,6 +22,7 @@ from app.audit.mechanisms.base import CleanSource, calibrate, draw_votes
 from app.audit.mechanisms.private_voting import DEFAULT_SENSITIVITY, PrivateVoting
 from app.engines.oracle import OracleEngine
 from app.engines.protocol import Prompt
+from testkit.servers import serve_in_thread
 
 
 class Ask(BaseModel):
