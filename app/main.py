@@ -26,10 +26,9 @@ from app.api import (
 )
 from app.api.deps import get_tenant
 from app.api.errors import document_error_responses, install_error_handlers
-from app.api.fast_poll import install_fast_poll
 from app.api.limits import install_limits
 from app.api.openapi import install_openapi, operation_id
-from app.api.shared_poll import close_shared_poll, install_shared_poll
+from app.api.poll import close_poll_cache, install_poll_shortcut
 from app.api.watch import AuditWatch
 from app.config import Settings, get_settings
 from app.db import keys
@@ -104,7 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             yield
         finally:
             await watch.stop()
-            await close_shared_poll(app)
+            await close_poll_cache(app)
             datasets.close_checking_pool(app)  # the upload-checking processes, if any started
             close_planner(app)  # the plan process, if a plan started it (app/jobs/plans.py)
             integrations.stop()
@@ -126,8 +125,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_limits(app, settings)
     metrics.install_metrics(app)  # HTTP latency histograms + the database's audit figures
     install_request_ids(app)  # every answer, limits' included, carries X-Request-ID
-    install_fast_poll(app)  # outermost: polls of audits rendered here (app/api/fast_poll.py)
-    install_shared_poll(app)  # the same with limits shared by several processes (app/api/shared_poll.py)
+    install_poll_shortcut(app)  # outermost: polls answered from kept answers (app/api/poll.py)
     app.include_router(health.router)
     app.include_router(audits.router)
     app.include_router(records.router)  # /v1/audits/{id}/records

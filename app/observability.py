@@ -139,7 +139,7 @@ def new_request_id() -> str:
 
 def request_id_for(given: str | None) -> str:
     """The id a request carries: the caller's X-Request-ID when valid, else a fresh one (as the
-    middleware decides; app.api.fast_poll answers without it)."""
+    middleware decides; app.api.poll answers without it)."""
     return given if given and valid_request_id(given) else new_request_id()
 
 

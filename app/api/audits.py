@@ -30,19 +30,11 @@ from app.api.deps import (
     tenant_id_of,
 )
 from app.api.errors import ApiError
-from app.api.fast_poll import RunningBodies, render, running_of
 from app.api.headers import REPORT_CSP
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
+from app.api.poll import AnswerCache, PollCache, poll_cache_of
 from app.api.strict_json import StrictJSONRoute
-from app.api.watch import (
-    CACHE_CONTROL,
-    FinishedBodies,
-    WaitDep,
-    bodies_of,
-    etag_of,
-    matches,
-    watch_of,
-)
+from app.api.watch import CACHE_CONTROL, WaitDep, etag_of, matches, watch_of
 from app.audit.budget import BudgetSpec
 from app.audit.kinds.base import MAX_LABELS
 from app.audit.kinds.registry import typed_result
@@ -229,13 +221,13 @@ def _read_audit(
     tenant_id: str,
     audit_id: str,
     if_none_match: str | None,
-    bodies: FinishedBodies,
-    running: RunningBodies | None = None,
+    poll: PollCache,
+    keep_running: bool = False,
 ) -> tuple[str, str, Response | None]:
-    """(ETag, state, answer): a finished audit rendered before from `bodies` (no query); no answer while
+    """(ETag, state, answer): a finished audit rendered before from `poll` (no query); no answer while
     `If-None-Match` holds (the narrow mark read only); else the whole audit (its ETag taken from the same
-    read as its body), kept in `bodies` when finished, in `running` (app.api.fast_poll) otherwise."""
-    final = _finished_answer(bodies, tenant_id, audit_id, if_none_match)
+    read as its body), kept in `poll` when finished, and when running with `keep_running` (app.api.poll)."""
+    final = _finished_answer(poll.answers, tenant_id, audit_id, if_none_match)
     if final is not None:
         return final
     if if_none_match is not None:  # without one the whole row is read at once (one query, not two)
@@ -245,7 +237,7 @@ def _read_audit(
         etag = etag_of(mark)
         if matches(if_none_match, etag):
             return etag, mark.state, None
-    rendered = render(session, tenant_id, audit_id, bodies, running)
+    rendered = poll.render(session, tenant_id, audit_id, keep_running=keep_running)
     if rendered is None:
         raise _not_found(audit_id)
     etag, state, body = rendered
@@ -253,10 +245,10 @@ def _read_audit(
 
 
 def _finished_answer(
-    bodies: FinishedBodies, tenant_id: str, audit_id: str, if_none_match: str | None
+    answers: AnswerCache, tenant_id: str, audit_id: str, if_none_match: str | None
 ) -> tuple[str, str, Response | None] | None:
-    """`_read_audit`'s answer for a finished audit held in `bodies` (its state is final), else None."""
-    held = bodies.get(tenant_id, audit_id)
+    """`_read_audit`'s answer for a finished audit held in `answers` (its state is final), else None."""
+    held = answers.finished(tenant_id, audit_id)
     if held is None:
         return None
     etag, state, body = held
@@ -280,11 +272,13 @@ async def get_audit(
     """The audit, with a strong `ETag` that changes with its state, progress and result. `If-None-Match`
     → 304 while unchanged. `wait=30s` → long-poll: the answer comes when the audit changes (or the wait
     ends); no thread, database connection or request slot is held meanwhile."""
-    watch, bodies, running = watch_of(request.app), bodies_of(request.app), running_of(request.app)
+    watch, poll = watch_of(request.app), poll_cache_of(request.app)
     # A finished audit this tenant polled before, by a key verified moments ago: answered on the event
     # loop, with no thread, slot or database (limits still counted).
     remembered = remembered_tenant_id(request, authorization)
-    if remembered is not None and (final := _finished_answer(bodies, remembered, audit_id, if_none_match)):
+    if remembered is not None and (
+        final := _finished_answer(poll.answers, remembered, audit_id, if_none_match)
+    ):
         count_remembered(request, authorization, remembered)
         etag, _, answer = final
         return answer if answer is not None else _not_modified(etag)
@@ -293,10 +287,10 @@ async def get_audit(
     held = if_none_match or ("*" if wait > 0 else None)
     # One thread hop: authentication (from memory for a recently verified key), the mark, the body.
     tenant_id, (etag, state, answer) = await run_in_session(
-        request, _authenticated, request, authorization, _read_audit, audit_id, held, bodies, running
+        request, _authenticated, request, authorization, _read_audit, audit_id, held, poll, True
     )
     if answer is None and held != if_none_match and state in TERMINAL_STATES:
-        etag, state, answer = await run_in_session(request, _read_audit, tenant_id, audit_id, None, bodies)
+        etag, state, answer = await run_in_session(request, _read_audit, tenant_id, audit_id, None, poll)
     if answer is None and wait > 0 and state not in TERMINAL_STATES:
         release = stream_slots(request.app).take(tenant_id)  # 429 past ICLAUDIT_MAX_OPEN_STREAMS
         try:
@@ -304,7 +298,7 @@ async def get_audit(
         finally:
             release()
         etag, state, answer = await run_in_session(
-            request, _read_audit, tenant_id, audit_id, if_none_match, bodies
+            request, _read_audit, tenant_id, audit_id, if_none_match, poll
         )
     return answer if answer is not None else _not_modified(etag)
 

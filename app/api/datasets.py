@@ -25,9 +25,9 @@ from app.api import upload_worker
 from app.api.deps import PageToken, SessionDep, SettingsDep, TenantDep, caller_tenant_id, run_in_session
 from app.api.errors import ApiError, validation_details
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
+from app.api.poll import forget_finished
 from app.api.strict_json import StrictJSONRoute
 from app.api.upload_worker import Checked
-from app.api.watch import forget_finished
 from app.config import Settings
 from app.db import datasets as dataset_rows
 from app.db.audits import lock_tenant

@@ -165,20 +165,24 @@ def remembered_tenant_id(request: Request, authorization: str | None) -> str | N
     return remembered_tenant_id_at(request.app.state, authorization)
 
 
-def remembered_tenant_id_at(state: Any, authorization: str | None) -> str | None:
-    """`remembered_tenant_id` from the app's state (app.api.fast_poll has no Request)."""
-    if not state.guard.local:
+def remembered_tenant_id_at(state: Any, authorization: str | None, *, on_loop: bool = False) -> str | None:
+    """`remembered_tenant_id` from the app's state (app.api.poll has no Request). `on_loop`: the caller
+    counts the limits with `count_remembered_async`, so limits shared in Redis do too, for a key that the
+    failure throttles would pass at once (`Guard.known_good`: they check nothing)."""
+    guard: Guard = state.guard
+    if not guard.local and not on_loop:
         return None
     if not state.settings.auth_enabled:
         return state.default_tenant_id  # type: ignore[no-any-return]
     scheme, _, key = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    key = key.strip()
+    if scheme.lower() != "bearer" or not key or not (guard.local or guard.known_good(key)):
         return None
-    found = keys.remembered(key.strip())
+    found = keys.remembered(key)
     if found is None:
         return None
     if found[1] > keys.VERIFIED_TTL_SECONDS / 2:
-        _renew_soon(state, key.strip())
+        _renew_soon(state, key)
     return found[0]
 
 
@@ -226,7 +230,7 @@ def count_remembered(request: Request, authorization: str | None, tenant_id: str
 def count_remembered_at(
     state: Any, authorization: str | None, address: str, method: str, tenant_id: str
 ) -> None:
-    """`count_remembered` from the app's state and the request's parts (app.api.fast_poll has no Request)."""
+    """`count_remembered` from the app's state and the request's parts (app.api.poll has no Request)."""
     guard: Guard = state.guard
     if state.settings.auth_enabled:
         key = _bearer(authorization)
@@ -234,6 +238,18 @@ def count_remembered_at(
         guard.before_authentication(key, parsed[0] if parsed else None, address)
         guard.authenticated(key)
     guard.request(tenant_id, method)
+
+
+async def count_remembered_async(
+    state: Any, authorization: str | None, address: str, method: str, tenant_id: str
+) -> None:
+    """`count_remembered_at` for a caller `remembered_tenant_id_at(on_loop=True)` recognised: limits shared
+    in Redis are counted on the event loop (`Guard.request_async`), with no thread."""
+    guard: Guard = state.guard
+    if guard.local:
+        count_remembered_at(state, authorization, address, method, tenant_id)
+    else:
+        await guard.request_async(tenant_id, method)
 
 
 def get_tenant(

@@ -327,7 +327,7 @@ class Guard:
     async def request_async(self, tenant_id: str, method: str) -> None:
         """`request` for a shared (Redis) storage, counted on the event loop (limits.aio, the same keys and
         Lua scripts as the synchronous limiter, so every process and both paths count in one window): a
-        poll answered before the stack (app/api/shared_poll.py) needs no thread for its limit. A storage
+        poll answered before the stack (app/api/poll.py) needs no thread for its limit. A storage
         outage lets the request through (logged), as `request` does."""
         checks = [(self._rate, ("tenant", tenant_id), "Too many requests: this tenant")]
         if method in _WRITES:

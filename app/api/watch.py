@@ -18,12 +18,10 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-import threading
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 from anyio import to_thread
-from cachetools import LRUCache
 from fastapi import Depends, Query
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
@@ -38,7 +36,6 @@ MAX_WAIT_SECONDS = 60.0
 # `30s` or `30`, at most MAX_WAIT_SECONDS (60) with up to 3 decimals: the schema states the whole rule.
 WAIT_PATTERN = r"^(60(\.0{1,3})?|[0-5]?[0-9](\.[0-9]{1,3})?)s?$"
 CACHE_CONTROL = "private, no-cache"
-BODY_CACHE_BYTES = 32 * 2**20
 
 
 def etag_of(row: Any) -> str:
@@ -176,49 +173,3 @@ class AuditWatch:
 
 def watch_of(app: Any) -> AuditWatch:
     return app.state.audit_watch
-
-
-class FinishedBodies:
-    """Finished audits' ETag and rendered JSON by (tenant id, audit id), LRU-bounded by bytes
-    (thread-safe). A terminal state is final (every write of an audit's state is conditioned on PENDING or
-    RUNNING, app/db/audits.py) and its `updated_at` is its finish time, so the answer to a poll of a
-    finished audit never changes: once rendered, it is served without reading the database (a dataset's
-    purge rewrites one: `forget`, in the process that purges). Running
-    audits are never stored. Keyed by tenant: an entry is made only from a tenant-scoped read, so a body
-    never crosses tenants."""
-
-    def __init__(self, max_bytes: int = BODY_CACHE_BYTES) -> None:
-        self._cache: LRUCache[tuple[str, str], tuple[str, str, bytes]] = LRUCache(
-            max_bytes, getsizeof=lambda entry: len(entry[2])
-        )
-        self._lock = threading.Lock()
-
-    def get(self, tenant_id: str, audit_id: str) -> tuple[str, str, bytes] | None:
-        """(ETag, state, body) of the tenant's finished audit, if rendered before."""
-        with self._lock:
-            return self._cache.get((tenant_id, audit_id))
-
-    def forget(self, tenant_id: str, audit_ids: list[str]) -> None:
-        with self._lock:
-            for audit_id in audit_ids:
-                self._cache.pop((tenant_id, audit_id), None)
-
-    def put(self, tenant_id: str, audit_id: str, etag: str, state: str, body: bytes) -> None:
-        if len(body) <= self._cache.maxsize:
-            with self._lock:
-                self._cache[(tenant_id, audit_id)] = (etag, state, body)
-
-
-def forget_finished(app: Any, tenant_id: str, audit_ids: list[str]) -> None:
-    """Drop the kept answers of finished audits whose stored result was rewritten (a dataset's purge)."""
-    bodies = getattr(app.state, "finished_bodies", None)
-    if bodies is not None:
-        bodies.forget(tenant_id, audit_ids)
-
-
-def bodies_of(app: Any) -> FinishedBodies:
-    """The app's FinishedBodies (made on first use, on the event loop)."""
-    bodies = getattr(app.state, "finished_bodies", None)
-    if bodies is None:
-        bodies = app.state.finished_bodies = FinishedBodies()
-    return bodies

@@ -1,4 +1,4 @@
-"""Write counts in shared memory, so that a kept answer to a poll (app.api.fast_poll) is served only while
+"""Write counts in shared memory, so that a kept answer to a poll (app.api.poll) is served only while
 no write that could change it has begun since it was read (issue 23).
 
 A writer is a slot: 0 is the API process (any transaction that writes: its sessions do not say which

@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import event, select, update
 
-from app.api import fast_poll
+from app.api import poll
 from app.db import audits as audit_rows
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
@@ -135,7 +135,7 @@ def test_healthz_needs_no_database_and_no_slot(client) -> None:
             slots.release()
 
 
-# --- app/api/fast_poll.py: the outermost answer to polls of audits rendered here (issue 23) ----------------
+# --- app/api/poll.py: the outermost answer to polls of audits rendered here (issue 23) ----------------
 
 
 def _finished_audit(client, interval: float = 0.05) -> str:
@@ -152,7 +152,7 @@ def _headers(response) -> dict[str, str]:
 
 
 def test_the_outermost_answer_is_the_stacks_answer(client) -> None:
-    """A poll with no query string takes app.api.fast_poll; `?wait=0` goes down the stack (a query string):
+    """A poll with no query string takes app.api.poll; `?wait=0` goes down the stack (a query string):
     the same status, body and headers, for 200 and 304, and each carries a request id."""
     audit_id = _finished_audit(client)
     fast, stack = client.get(f"/v1/audits/{audit_id}"), client.get(f"/v1/audits/{audit_id}?wait=0")
@@ -254,7 +254,7 @@ def test_the_audit_processs_writes_show_in_the_next_poll(app_client, make_key) -
 def test_a_write_to_one_audit_keeps_the_others_answers(app_client, make_key, monkeypatch) -> None:
     """Invalidation is by audit: a write by the process running one audit (its heartbeat) ends that
     audit's kept answer only; another audit's (queued, PENDING) is still served without a read."""
-    monkeypatch.setattr(fast_poll, "RUNNING_TTL_SECONDS", 600.0)
+    monkeypatch.setattr(poll, "RUNNING_TTL_SECONDS", 600.0)
     with _held(app_client, make_key, heartbeat_seconds=0.3) as (client, _, running):
         engine = client.app.state.session_factory.kw["bind"]
         queued = client.post("/v1/audits", json=bound_request()).json()["id"]

@@ -1,4 +1,4 @@
-"""app.jobs.writes: the write counts the kept poll answers (app.api.fast_poll) are checked against."""
+"""app.jobs.writes: the write counts the kept poll answers (app.api.poll) are checked against."""
 
 from __future__ import annotations
 
