@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from testkit.servers import _die_with_parent, free_port
+from testkit.tenants import create_key
 
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 CHROMIUM = os.environ.get("ICLAUDIT_CHROMIUM", "/usr/bin/chromium")
@@ -116,15 +117,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 def make_key(state: Path, tenant: str) -> str:
     """A key for `tenant` in the server's SQLite database (what `iclaudit keys create` does)."""
-    from app.db import keys
-    from app.db.engine import make_engine, make_session_factory
-
-    engine = make_engine(f"sqlite:///{state / 'iclaudit.db'}")
-    try:
-        with make_session_factory(engine).begin() as session:
-            return keys.create_api_key(session, tenant)[1]
-    finally:
-        engine.dispose()
+    return create_key(f"sqlite:///{state / 'iclaudit.db'}", tenant)
 
 
 def offline_context(browser, base_url: str, width: int = 1400, height: int = 900):
@@ -160,7 +153,7 @@ class SteppedGate:
     The server allows `url` (ICLAUDIT_ENDPOINT_ALLOWLIST, `allowlist_env`). An `http_endpoint` audit of it
     (`request`) makes real calls, each of which waits here until `allow` counts it in or `release` opens the
     gate for good; `wait_held(n)` returns once call n arrived, so the audit is RUNNING and its worker waits here.
-    Like tests/service/gate.py's `Gate`, but calls can be let through in steps (the progress test moves the
+    Like testkit/gate.py's `Gate`, but calls can be let through in steps (the progress test moves the
     bar one chunk of calls at a time). One gate serves a module's server: `rearm` before each held audit."""
 
     def __init__(self) -> None:

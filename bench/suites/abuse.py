@@ -13,7 +13,7 @@ audit's length (its own run time), or for M4 how long its webhook delivery took 
 - H4 sweep: a 1.9 MiB base x 64 points to POST /v1/sweeps (413), 2 senders; H4 list: GET
   /v1/audits?view=full over 20 stored audits of ~0.5 MB, back to back.
 - M3: 100 queued `mia` audits of the attacker (oracle, 150k trials each, about a second).
-- M4: 32 deliveries to the attacker's receiver answering after 3 s (tests/service/internal_server.py).
+- M4: 32 deliveries to the attacker's receiver answering after 3 s (testkit/internal_server.py).
 - R1 reply flood: endpoint audits (4 calls in flight) against a target whose every reply streams 400 MB
   (chunked, and with a Content-Length saying so), and a webhook to a receiver that does the same, 2 senders.
 - R2 template blow-up: a 1.8 MB body template of `{context}` × 180,000 (422 at submit), and one of
@@ -44,11 +44,10 @@ import psutil
 from app.audit.kinds.registry import kind_module
 from bench import loadgen
 from bench.suites import api_load
+from testkit.internal_server import internal_server  # the tests' slow webhook receiver
+from testkit.servers import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-from testkit.internal_server import internal_server  # noqa: E402 - the tests' slow webhook receiver
-from testkit.servers import free_port, wait_for_port  # noqa: E402
 
 SECONDS = float(os.environ.get("ICLAUDIT_BENCH_ATTACK_SECONDS", "15"))
 FLOOD = 400 * 2**20  # bytes each reply of the flooding target and receiver would send
@@ -567,17 +566,10 @@ async def _run(bench: Bench) -> list[dict]:
 
 
 def _keys(url: str, tenants: tuple[str, ...]) -> dict[str, str]:
-    from app.db import keys
-    from app.db.engine import make_engine, make_session_factory
-    from app.db.migrate import upgrade
+    from testkit.tenants import key_maker
 
-    upgrade(url)
-    engine = make_engine(url)
-    try:
-        with make_session_factory(engine).begin() as session:
-            return {tenant: keys.create_api_key(session, tenant)[1] for tenant in tenants}
-    finally:
-        engine.dispose()
+    with key_maker(url, migrate=True) as make:
+        return {tenant: make(tenant) for tenant in tenants}
 
 
 @contextlib.contextmanager

@@ -18,9 +18,8 @@ from fastapi.testclient import TestClient
 from app.audit.kinds.registry import kind_module
 from app.config import Settings
 from app.db import keys
-from app.db.engine import make_engine, make_session_factory
-from app.db.migrate import upgrade
 from app.main import create_app
+from testkit.tenants import create_key
 
 REPEATS = 200
 
@@ -42,11 +41,7 @@ def _wait(client: TestClient, audit_id: str) -> None:
 def run() -> Iterator[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings(state_dir=Path(tmp), auth_enabled=True, preload_models=False)
-        upgrade(settings.sqlalchemy_url)
-        engine = make_engine(settings.sqlalchemy_url)
-        with make_session_factory(engine).begin() as session:
-            key = keys.create_api_key(session, "bench")[1]
-        engine.dispose()
+        key = create_key(settings.sqlalchemy_url, "bench", migrate=True)
         body = kind_module("bound").EXAMPLE
         with TestClient(create_app(settings)) as client:
             client.headers["Authorization"] = f"Bearer {key}"

@@ -13,7 +13,7 @@ If-None-Match, and submit bursts; at the end every audit that ran during the loa
 
 Stacks (ICLAUDIT_BENCH_STACKS, default `embedded`): the embedded default (`iclaudit serve`: SQLite, inline
 executor) and `postgres_celery` (PostgreSQL + Redis + one `iclaudit worker`), started as
-tests/service/servers.py starts them, authentication on. `/healthz` is probed every 0.5 s throughout. The
+testkit/servers.py starts them, authentication on. `/healthz` is probed every 0.5 s throughout. The
 load generator (bench/loadgen.py) runs in this process and shares the machine's cores with the servers.
 `ICLAUDIT_BENCH_LOAD_SECONDS` sets every phase's length (default 20).
 
@@ -39,14 +39,8 @@ from pathlib import Path
 import aiohttp
 
 from app.audit.kinds.registry import kind_module
-from app.db import keys
-from app.db.engine import make_engine, make_session_factory
-from app.db.migrate import upgrade
 from bench import loadgen
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-from testkit.servers import (  # noqa: E402 - the tests' real-server helpers
+from testkit.servers import (  # the tests' real-server helpers
     _die_with_parent,
     create_database,
     free_port,
@@ -54,6 +48,9 @@ from testkit.servers import (  # noqa: E402 - the tests' real-server helpers
     start_redis,
     wait_for_port,
 )
+from testkit.tenants import create_key
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 SECONDS = float(os.environ.get("ICLAUDIT_BENCH_LOAD_SECONDS", "20"))
@@ -102,12 +99,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _key(url: str) -> str:
-    upgrade(url)
-    engine = make_engine(url)
-    with make_session_factory(engine).begin() as session:
-        key = keys.create_api_key(session, "bench")[1]
-    engine.dispose()
-    return key
+    return create_key(url, "bench", migrate=True)
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -313,7 +305,7 @@ def _bare(workdir: Path, workers: int) -> Iterator[tuple[str, int]]:
     port = free_port()
     proc = _start(
         [sys.executable, "-m", "bench.bare_app", "--port", str(port), "--workers", str(workers)],
-        {"PYTHONPATH": str(ROOT), "ICLAUDIT_STATE_DIR": str(workdir)},
+        {"ICLAUDIT_STATE_DIR": str(workdir)},
         workdir / "bare.log",
     )
     try:

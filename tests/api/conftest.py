@@ -12,10 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.db import keys
-from app.db.engine import make_engine, make_session_factory
 from app.main import create_app
 from testkit.servers import database_url, postgres_server  # noqa: F401 - fixtures
+from testkit.tenants import key_maker
 
 
 @pytest.fixture
@@ -37,16 +36,9 @@ def settings(database_url: str, tmp_path: Path, data_dir: Path) -> Settings:  # 
 
 
 @pytest.fixture
-def make_key(settings: Settings) -> Callable[[str], str]:
-    engine = make_engine(settings.sqlalchemy_url)
-    sessions = make_session_factory(engine)
-
-    def make(tenant: str) -> str:
-        with sessions.begin() as session:
-            return keys.create_api_key(session, tenant)[1]
-
-    yield make
-    engine.dispose()
+def make_key(settings: Settings) -> Iterator[Callable[[str], str]]:
+    with key_maker(settings.sqlalchemy_url) as make:
+        yield make
 
 
 @pytest.fixture

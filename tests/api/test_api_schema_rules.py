@@ -20,13 +20,11 @@ from app.audit.icl.templates import custom_template
 from app.audit.kinds.iclinf import EXAMPLE_FORMAT_PATTERN, TEMPLATE_PATTERN
 from app.audit.kinds.iclinf import Request as IclinfRequest
 from app.config import Settings
-from app.db import keys
-from app.db.engine import make_engine, make_session_factory
-from app.db.migrate import upgrade
 from app.main import create_app
 from app.schemas.audits import request_adapter
 from app.schemas.errors import REFUSALS
 from app.schemas.schedules import CRON_PATTERN, ScheduleCreate
+from testkit.tenants import create_key
 
 BOUND = {"kind": "bound", "counts": {"tp": 3, "fn": 1, "fp": 1, "tn": 3}}
 ONE_SCORE = {"kind": "bound", "scores_in": [0.9], "scores_out": [0.1], "threshold_strategy": "in_sample"}
@@ -120,11 +118,7 @@ def client(tmp_path: Any, data_dir: Any) -> Any:
         sweep_seconds=3600,
         sweep_max_audits=4,
     )
-    upgrade(settings.sqlalchemy_url)
-    engine = make_engine(settings.sqlalchemy_url)
-    with make_session_factory(engine).begin() as session:
-        key = keys.create_api_key(session, "rules")[1]
-    engine.dispose()
+    key = create_key(settings.sqlalchemy_url, "rules", migrate=True)
     with TestClient(create_app(settings)) as c:
         c.headers["Authorization"] = f"Bearer {key}"
         yield c

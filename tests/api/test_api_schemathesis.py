@@ -33,10 +33,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app.config import Settings
-from app.db import keys
-from app.db.engine import make_engine, make_session_factory
-from app.db.migrate import upgrade
 from app.main import create_app
+from testkit.tenants import create_key
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 POSITIVE_EXAMPLES = 18
@@ -69,11 +67,7 @@ def _settings(state: Path, data_dir: Path) -> Settings:
 def api(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -> Iterator[TestClient]:
     """The app with its lifespan running and a client holding a real key."""
     settings = _settings(tmp_path_factory.mktemp("schemathesis"), data_dir)
-    upgrade(settings.sqlalchemy_url)
-    engine = make_engine(settings.sqlalchemy_url)
-    with make_session_factory(engine).begin() as session:
-        key = keys.create_api_key(session, "fuzz")[1]
-    engine.dispose()
+    key = create_key(settings.sqlalchemy_url, "fuzz", migrate=True)
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {key}"
         yield client
@@ -223,11 +217,7 @@ def test_every_operation_with_all_checks(
     schema, and a 405's Allow names exactly the documented methods. Extra headers and query parameters are
     not generated: HTTP lets a client send them and the server ignores them."""
     settings = _settings(tmp_path_factory.mktemp("all-checks"), data_dir)
-    upgrade(settings.sqlalchemy_url)
-    engine = make_engine(settings.sqlalchemy_url)
-    with make_session_factory(engine).begin() as session:
-        key = keys.create_api_key(session, "fuzz-all")[1]
-    engine.dispose()
+    key = create_key(settings.sqlalchemy_url, "fuzz-all", migrate=True)
     checks = _all_checks()
     assert len(checks) >= 10, checks
     before = sum(CASES.values())

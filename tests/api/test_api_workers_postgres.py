@@ -17,9 +17,8 @@ from datetime import timedelta
 import httpx
 import pytest
 
-from app.db import audits, keys
+from app.db import audits
 from app.db.engine import make_engine, make_session_factory
-from app.db.migrate import upgrade
 from app.db.models import Audit, AuditState, utcnow
 from app.schemas.audits import AuditResource
 from testkit.client import bound_request
@@ -32,6 +31,7 @@ from testkit.servers import (  # noqa: F401 - fixtures
     redis_server,
     wait_for_port,
 )
+from testkit.tenants import create_key
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +39,7 @@ def served(tmp_path_factory, postgres_server, redis_server) -> Iterator[tuple[st
     """(base URL, API key, database URL) of two API processes on one port."""
     state = tmp_path_factory.mktemp("workers-pg")
     url = create_database(postgres_server.url, "iclaudit_workers_pg")
-    upgrade(url)
-    engine = make_engine(url)
-    with make_session_factory(engine).begin() as session:
-        key = keys.create_api_key(session, "w-pg")[1]
-    engine.dispose()
+    key = create_key(url, "w-pg", migrate=True)
     port = free_port()
     env = {
         **os.environ,

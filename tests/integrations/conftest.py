@@ -19,10 +19,9 @@ import uvicorn
 from fastapi.testclient import TestClient
 
 from app.config import Settings
-from app.db import keys
-from app.db.engine import make_engine, make_session_factory
 from app.main import create_app
 from testkit.servers import database_url, free_port, postgres_server  # noqa: F401 - fixtures
+from testkit.tenants import key_maker
 
 
 @dataclass
@@ -107,15 +106,8 @@ def settings(database_url: str, tmp_path: Path, data_dir: Path, receiver: Receiv
 
 @pytest.fixture
 def make_key(settings: Settings) -> Iterator[Callable[[str], str]]:
-    engine = make_engine(settings.sqlalchemy_url)
-    sessions = make_session_factory(engine)
-
-    def make(tenant: str) -> str:
-        with sessions.begin() as session:
-            return keys.create_api_key(session, tenant)[1]
-
-    yield make
-    engine.dispose()
+    with key_maker(settings.sqlalchemy_url) as make:
+        yield make
 
 
 @pytest.fixture

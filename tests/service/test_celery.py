@@ -18,13 +18,12 @@ from fastapi.testclient import TestClient
 
 from app.audit.kinds.registry import KINDS
 from app.config import Settings, get_settings
-from app.db import keys
-from app.db.engine import make_engine, make_session_factory
 from app.jobs.broker import TASK_NAME, create_celery
 from app.main import create_app
 from testkit.client import bound_request, long_mia_request, sse_events, wait_for
 from testkit.gated_model import gate_server, gated_iclinf
 from testkit.servers import _die_with_parent, fresh_database
+from testkit.tenants import key_maker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"
@@ -162,11 +161,9 @@ def test_another_tenants_audit_does_not_wait_behind_a_backlog(
         get_settings.cache_clear()
         env = {k.removeprefix("ICLAUDIT_").lower(): v for k, v in stack.items() if k.startswith("ICLAUDIT_")}
         settings = Settings(**{**env, "auth_enabled": True, "celery_tenant_audits": 2})
-        engine = make_engine(settings.sqlalchemy_url)
-        with make_session_factory(engine).begin() as session:
-            flood = {"Authorization": f"Bearer {keys.create_api_key(session, 'flood')[1]}"}
-            well = {"Authorization": f"Bearer {keys.create_api_key(session, 'well')[1]}"}
-        engine.dispose()
+        with key_maker(settings.sqlalchemy_url) as make_key:
+            flood = {"Authorization": f"Bearer {make_key('flood')}"}
+            well = {"Authorization": f"Bearer {make_key('well')}"}
         start_worker("w1")
         try:
             with TestClient(create_app(settings)) as api:

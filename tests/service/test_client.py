@@ -22,12 +22,11 @@ import uvicorn
 
 import iclaudit.client as client_module
 from app.config import Settings
-from app.db import keys
-from app.db.engine import make_engine, make_session_factory
 from app.main import create_app
 from iclaudit.client import ApiError, IclauditClient, ServiceUnreachable, retry_after_seconds
 from testkit.client import bound_request
 from testkit.servers import free_port, fresh_database
+from testkit.tenants import create_key
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -179,10 +178,7 @@ def test_light_client_installs_alone_and_runs_an_audit(tmp_path: Path, data_dir:
         auth_enabled=True,
         preload_models=False,
     )
-    engine = make_engine(settings.sqlalchemy_url)
-    with make_session_factory(engine).begin() as session:
-        key = keys.create_api_key(session, "light")[1]
-    engine.dispose()
+    key = create_key(settings.sqlalchemy_url, "light")
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(settings), port=port, log_config=None))
     thread = threading.Thread(target=server.run, daemon=True)
