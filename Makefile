@@ -27,7 +27,7 @@ serve: venv
 	exec $(VENV)/bin/iclaudit serve --host $${HOST:-127.0.0.1} --port $${PORT:-8000}
 
 # pytest-xdist: PYTEST_WORKERS processes (the cores, at most 4; PYTEST_WORKERS=0 runs in this process), each
-# with its own PostgreSQL, Redis and servers on free ports and temporary directories (tests/service/servers.py);
+# with its own PostgreSQL, Redis and servers on free ports and temporary directories (testkit/servers.py);
 # --dist loadfile keeps a file's tests, and its module fixtures, in one worker and in order. The tests that
 # compare two timings of their own (polls of a computing audit against idle ones; the load generator's
 # pacing) run alone afterwards, so a sibling worker never loads one side of the comparison only.

@@ -25,7 +25,6 @@ from pathlib import Path
 
 import aiohttp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from app.audit.kinds.registry import kind_module
 from bench import loadgen
 from bench.suites import api_load

@@ -13,8 +13,6 @@ import argparse
 import importlib
 import json
 import os
-import sys
-from pathlib import Path
 
 SUITES = ("stats", "engines", "iclinf", "api", "integrations", "abuse", "endpoint", "memory")
 # run only when named: `api_load` is the load part of `api` alone (bench/suites/api_load.py; e.g.
@@ -23,7 +21,6 @@ ONLY_NAMED = ("api_load",)
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("suites", nargs="*", choices=SUITES + ONLY_NAMED, default=None)
     parser.add_argument("--quick", action="store_true", help="shorter load phases (5 s) for a check")

@@ -46,7 +46,6 @@ def load_runs() -> dict[str, dict]:
 
 
 def run(files: list[str]) -> None:
-    sys.path.insert(0, str(ROOT))
     from app.audit.local import local_context, run_request
 
     ctx = local_context()

@@ -32,7 +32,6 @@ def load_runs() -> dict[str, dict]:
 
 
 def run(files: list[str]) -> None:
-    sys.path.insert(0, str(ROOT))
     from app.audit.local import local_context, run_request
 
     ctx = local_context()
@@ -102,7 +101,6 @@ def report() -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(IMG / "synthgen-rdp-curves.png", dpi=120)
-    sys.path.insert(0, str(ROOT))
     from app.reports.plots import (
         render,
     )  # the result plot the service serves (GET /v1/audits/{id}/result.png)

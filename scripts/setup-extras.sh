@@ -31,7 +31,7 @@ HELPERS=(numpy==2.3.5 httpx==0.28.1 pydantic==2.14.4 pydantic-settings==2.16.3 p
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SELF="$ROOT/scripts/setup-extras.sh"
 PYTHON="${PYTHON:-python3}"
-STAMP_NAME=".iclaudit-extras-v1"  # tests/engines/extras_support.py looks for it
+STAMP_NAME=".iclaudit-extras-v1"  # testkit/extras.py looks for it
 
 python_id() { "$1" -c 'import os, platform, sys; print(sys.version, platform.machine(), os.path.realpath(sys.executable))'; }
 

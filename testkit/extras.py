@@ -8,6 +8,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 EXTRAS_VENV = Path(os.environ.get("EXTRAS_VENV", ROOT / ".venv-extras"))
 EXTRAS_STAMP = EXTRAS_VENV / ".iclaudit-extras-v1"
+VLLM_PROBE = Path(__file__).with_name("vllm_probe.py")  # run by the extras venv's python, not imported
 
 
 def extras_env() -> dict[str, str]:

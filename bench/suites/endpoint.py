@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,6 @@ from pathlib import Path
 import numpy as np
 from fastapi import FastAPI, Request  # module level: the route's annotations resolve here
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 from testkit.servers import serve_in_thread
 
 LATENCY = 0.05  # seconds each answer takes at the target

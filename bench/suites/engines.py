@@ -38,6 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
+from testkit.extras import EXTRAS_VENV, VLLM_PROBE, extras_env
+
 MODEL = "smollm2-135m-instruct"
 CALLS, PARTITIONS, SHOTS, DISTINCT = 32, 4, 2, 64
 ANSWERS = ["Yes", "No"]
@@ -236,23 +238,12 @@ def _likelihood_records() -> list[dict]:
     return records
 
 
-def _extras():
-    """(.venv-extras, its process environment), from tests/engines/extras_support.py."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "engines"))
-    from testkit.extras import EXTRAS_VENV, extras_env
-
-    return EXTRAS_VENV, extras_env
-
-
 def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
 def _extras_missing() -> str | None:
     """Why the peers cannot run here (no built .venv-extras), or None."""
-    EXTRAS_VENV, _ = _extras()
     if not (EXTRAS_VENV / "bin" / "python").exists():
         return f"{EXTRAS_VENV} is not built (bash scripts/setup-extras.sh): vLLM and llama.cpp skipped"
     return None
@@ -266,7 +257,6 @@ def _llama_cpp_python() -> Path | None:
     .venv-extras' own if it has the package), or None."""
     import subprocess
 
-    EXTRAS_VENV, _ = _extras()
     named = os.environ.get(LLAMA_CPP_PYTHON)
     python = Path(named) if named else EXTRAS_VENV / "bin" / "python"
     has = "import importlib.util, sys; sys.exit(importlib.util.find_spec('llama_cpp') is None)"
@@ -289,8 +279,6 @@ def _llama_cpp(
 
     from app.engines.openai_engine import OpenAIEngine
     from app.engines.protocol import ModelInfo
-
-    _, extras_env = _extras()
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -416,7 +404,6 @@ def peers() -> Iterator[dict]:
             "load": [load0, _load()],
         }
         if not missing:
-            EXTRAS_VENV, extras_env = _extras()
             load0 = _load()
             spec = {
                 "model_dir": str(engine.model_dir),
@@ -424,9 +411,8 @@ def peers() -> Iterator[dict]:
                 "answers": ANSWERS,
                 "likelihood": records,
             }
-            probe = Path(__file__).resolve().parents[2] / "tests" / "engines" / "vllm_probe.py"
             run = subprocess.run(
-                [str(EXTRAS_VENV / "bin" / "python"), str(probe), "bench"],
+                [str(EXTRAS_VENV / "bin" / "python"), str(VLLM_PROBE), "bench"],
                 input=json.dumps(spec),
                 capture_output=True,
                 text=True,

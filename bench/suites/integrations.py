@@ -27,10 +27,7 @@ from standardwebhooks import Webhook
 from app.config import Settings
 from app.db.migrate import upgrade
 from app.main import create_app
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))
-from testkit.servers import (  # noqa: E402 - the tests' real-server helpers
+from testkit.servers import (  # the tests' real-server helpers
     _die_with_parent,
     create_database,
     free_port,
@@ -38,6 +35,7 @@ from testkit.servers import (  # noqa: E402 - the tests' real-server helpers
     start_redis,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 DATA_DIR = ROOT.parent / "shared" / "datasets"
 OUTAGE_SECONDS = float(os.environ.get("ICLAUDIT_BENCH_OUTAGE_SECONDS", "30"))

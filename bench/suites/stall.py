@@ -22,13 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+from bench import loadgen
+from testkit.client import bound_request, long_mia_request
+from testkit.servers import free_port, wait_for_port
 
-from bench import loadgen  # noqa: E402
-from testkit.client import bound_request, long_mia_request  # noqa: E402
-from testkit.servers import free_port, wait_for_port  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 SETUP = """
 import sys

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -26,7 +25,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 from app.audit.local import local_context, run_request  # noqa: E402
 from app.audit.mechanisms.bugs import BUGS  # noqa: E402

@@ -38,10 +38,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from scipy import stats
 
-from scipy import stats  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
 FIRST_SEED = 5000

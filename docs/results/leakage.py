@@ -27,17 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from app.audit.attacks import released_text
+from app.audit.attacks.likelihood import collect, run_audit
+from app.audit.attacks.registry import attack_module
+from app.audit.kinds.mia import Request
+from app.audit.local import local_context
+from app.audit.mechanisms.registry import build_mechanism
+from app.audit.runtime import no_progress
+from app.audit.seeds import SeedTree
 
-from app.audit.attacks import released_text  # noqa: E402
-from app.audit.attacks.likelihood import collect, run_audit  # noqa: E402
-from app.audit.attacks.registry import attack_module  # noqa: E402
-from app.audit.kinds.mia import Request  # noqa: E402
-from app.audit.local import local_context  # noqa: E402
-from app.audit.mechanisms.registry import build_mechanism  # noqa: E402
-from app.audit.runtime import no_progress  # noqa: E402
-from app.audit.seeds import SeedTree  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 FAMILY = ("min_k", "min_k_pp", "zlib_ratio", "lira_offline", "recall")
 """The likelihood family (app/audit/attacks/token_likelihood.py): one collection per secret scores them all."""

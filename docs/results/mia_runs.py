@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 RUNS = ROOT / "docs" / "results" / "mia-runs.jsonl"
 EPSILONS = (1, 2, 4, 8)

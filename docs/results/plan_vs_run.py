@@ -3,7 +3,7 @@
     HF_HUB_OFFLINE=1 ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/plan_vs_run.py
 
 Six requests — two oracle, two SmolLM2-135M (transformers on the CPU), one endpoint (the randomized
-response target of tests/targets/target_server.py, served by uvicorn on 127.0.0.1), one SmolLM2 `iclinf` —
+response target of testkit/target_server.py, served by uvicorn on 127.0.0.1), one SmolLM2 `iclinf` —
 each planned with `app.audit.plan.plan_request`, then run in this process with `app.audit.local` (the
 library road: no queue), measuring the run's wall time, its `distinct_prompts` or `endpoint_calls` (iclinf:
 the prompts the engine was sent, counted at the engine), the calls the target counted and the engine's
@@ -24,18 +24,16 @@ import dataclasses
 import json
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "targets")]
+from app.audit.kinds.registry import kind_module
+from app.audit.local import local_context
+from app.audit.plan import Rates, model_tokens, plan_request
+from app.audit.runtime import no_progress
+from app.engines.registry import load_llm
 
-from app.audit.kinds.registry import kind_module  # noqa: E402
-from app.audit.local import local_context  # noqa: E402
-from app.audit.plan import Rates, model_tokens, plan_request  # noqa: E402
-from app.audit.runtime import no_progress  # noqa: E402
-from app.engines.registry import load_llm  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 EXAMPLES = ROOT / "examples"
 DOC = ROOT / "docs" / "results" / "plan.md"

@@ -50,7 +50,6 @@ def submit(env: dict[str, str]) -> tuple[float, dict]:
 
 def time_warm(runs: int) -> None:
     """The demo `runs` times in one process with the model loaded and its prompt cache emptied before each."""
-    sys.path.insert(0, str(ROOT))
     from app.audit.local import local_context, run_request
     from app.audit.runtime import no_progress
 

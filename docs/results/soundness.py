@@ -3,7 +3,7 @@
     HF_HUB_OFFLINE=1 ICLAUDIT_DATA_DIR=../shared/datasets .venv/bin/python docs/results/soundness.py
 
 Every audit is `app.audit.kinds.mia.run` on a request built here (seeds 0 … n − 1); the randomized-
-response endpoints are real HTTP servers (tests/audit/mia/dp_icl_server.py) on 127.0.0.1. `--quick`
+response endpoints are real HTTP servers (testkit/dp_icl_server.py) on 127.0.0.1. `--quick`
 runs 20 audits per cell (a smoke run; it does not write the doc).
 """
 
@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "audit" / "mia")]
+from app.audit.kinds import mia
+from app.audit.local import local_context
+from app.audit.mechanisms.bugs import BUGS
+from app.audit.runtime import no_progress
+from testkit.dp_icl_server import randomized_response, serve
 
-from app.audit.kinds import mia  # noqa: E402
-from app.audit.local import local_context  # noqa: E402
-from app.audit.mechanisms.bugs import BUGS  # noqa: E402
-from app.audit.runtime import no_progress  # noqa: E402
-from testkit.dp_icl_server import randomized_response, serve  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DOC = ROOT / "docs" / "results" / "soundness.md"
 PARTITIONS = (4, 16, 64)
@@ -347,7 +345,7 @@ to the claim: the verdict must still err at most at the stated rate.
 ## Randomized-response endpoint over HTTP (`http_endpoint`, direct, {rr_calls} calls per context)
 
 An endpoint that answers "1"/"0" by randomized response on "the canary is in the context" is exactly
-(ε, 0)-DP and not Gaussian (tests/audit/mia/dp_icl_server.py). The verdict uses the assumption-free
+(ε, 0)-DP and not Gaussian (testkit/dp_icl_server.py). The verdict uses the assumption-free
 bound; the GDP route, shown for comparison only, reads ε = 5.58 into the (1, 0)-DP endpoint's exact
 rates (TPR 0.731 / FPR 0.269) — a false violation as soon as the calls pin the rates down. {n_rr} seeded
 audits each; the server's own coin flips are seeded too (seed 1000 × true ε).

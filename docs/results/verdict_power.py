@@ -23,7 +23,6 @@ import argparse
 import math
 import os
 import re
-import sys
 import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -32,16 +31,15 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT)]
+from app.audit.accounting.gdp import mu_for_epsilon
+from app.audit.kinds import bound as bound_kind
+from app.audit.kinds import mia
+from app.audit.mechanisms.base import calibrate
+from app.audit.mechanisms.bugs import factor_for_multiple
+from app.audit.runtime import RunContext
+from app.audit.stats.verdict import DETECT_PROBABILITY, POWER_FACTOR
 
-from app.audit.accounting.gdp import mu_for_epsilon  # noqa: E402
-from app.audit.kinds import bound as bound_kind  # noqa: E402
-from app.audit.kinds import mia  # noqa: E402
-from app.audit.mechanisms.base import calibrate  # noqa: E402
-from app.audit.mechanisms.bugs import factor_for_multiple  # noqa: E402
-from app.audit.runtime import RunContext  # noqa: E402
-from app.audit.stats.verdict import DETECT_PROBABILITY, POWER_FACTOR  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DOC = ROOT / "docs" / "results" / "soundness.md"
 BEGIN, END = "<!-- verdict_power.py: begin -->", "<!-- verdict_power.py: end -->"

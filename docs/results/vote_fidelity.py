@@ -34,7 +34,6 @@ CASES = {
 
 
 def main() -> None:
-    sys.path.insert(0, str(ROOT))
     from app.audit.icl.vote_fidelity import compare
     from app.engines.protocol import Prompt
     from app.engines.registry import load_llm

@@ -37,7 +37,7 @@ def test_same_seed_gives_the_same_result(client) -> None:
 
 
 def test_cancel_running_audit_ends_cancelled(app_client, make_key) -> None:
-    """Held RUNNING at a gate (tests/service/gate.py), not by a trial count: the cancel reaches a running
+    """Held RUNNING at a gate (testkit/gate.py), not by a trial count: the cancel reaches a running
     audit on any machine, which stops at its next progress check once its calls return."""
     with Gate() as gate, app_client(endpoint_allowlist=[gate.url]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"

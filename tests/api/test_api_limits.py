@@ -98,7 +98,7 @@ def test_write_rate_limit_is_429(app_client, make_key) -> None:
 
 
 def test_active_audits_cap_is_429_and_stores_nothing(app_client, make_key) -> None:
-    """The active audit is held at a gate (tests/service/gate.py), not by its size: it cannot end before
+    """The active audit is held at a gate (testkit/gate.py), not by its size: it cannot end before
     the second submit on a fast machine."""
     with Gate() as gate, app_client(max_active_audits=1, endpoint_allowlist=[gate.url]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"

@@ -51,7 +51,7 @@ def app_client(app_client: Callable[..., Any], gate: Gate) -> Callable[..., Any]
 
 
 def _hold_the_worker(client, gate: Gate) -> dict[str, Any]:
-    """An audit RUNNING at the gate (tests/service/gate.py) on the single inline worker, so that audits
+    """An audit RUNNING at the gate (testkit/gate.py) on the single inline worker, so that audits
     submitted after it stay PENDING until the gate opens, however fast or busy the machine is."""
     running = client.post("/v1/audits", json=gate.request()).json()
     gate.wait_entered()

@@ -33,7 +33,7 @@ def test_result_png_of_a_succeeded_audit(client) -> None:
 
 
 def test_result_png_is_404_until_succeeded(app_client, make_key) -> None:
-    """Held by a gate (tests/service/gate.py), not a trial count: the first audit is RUNNING and the
+    """Held by a gate (testkit/gate.py), not a trial count: the first audit is RUNNING and the
     second PENDING for as long as the checks take, on any machine (issue 23)."""
     with Gate() as gate, app_client(endpoint_allowlist=[gate.url]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"

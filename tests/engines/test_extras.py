@@ -17,7 +17,7 @@ import pytest
 from app.engines.openai_engine import OpenAIEngine
 from app.engines.protocol import ModelInfo, Prompt
 from app.engines.transformers_engine import TransformersEngine
-from testkit.extras import ROOT, extras_env
+from testkit.extras import ROOT, VLLM_PROBE, extras_env
 
 pytestmark = [pytest.mark.extras, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def test_vllm_engine_in_process_matches_transformers(extras_python: Path, smollm
     labels = ["Yes", "No", " Paris", "Paris is nice"]
     spec = {"model_dir": str(smollm2_dir), "prompts": [YES_NO, CAPITAL], "labels": labels, "top_k": 5}
     run = subprocess.run(
-        [str(extras_python), str(ROOT / "tests" / "engines" / "vllm_probe.py"), "check"],
+        [str(extras_python), str(VLLM_PROBE), "check"],
         input=json.dumps(spec),
         capture_output=True,
         text=True,

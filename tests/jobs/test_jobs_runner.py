@@ -134,7 +134,7 @@ def test_sweep_reruns_an_audit_whose_process_died(db) -> None:
 
 
 def test_shutdown_returns_a_running_inline_audit_to_pending(db) -> None:
-    """Held RUNNING in its worker process at a gate (tests/service/gate.py), not by its size: the gate
+    """Held RUNNING in its worker process at a gate (testkit/gate.py), not by its size: the gate
     opens only once the shutdown began, so the audit cannot end first on a fast machine."""
     sessions, settings, tenant_id = db
     with Gate() as gate:

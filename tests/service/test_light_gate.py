@@ -1,7 +1,7 @@
 """The CI gate with only the light client installed: docs/ci.md's GitHub Actions workflow and GitLab job,
 run as written (their YAML read from the document) in a fresh venv holding nothing but `iclaudit-client`,
 installed by the workflow's own `pip install "iclaudit-client @ git+…#subdirectory=clients/python"` from a
-git repository of this checkout's client, against a live `iclaudit serve` (ui/served.py) with auth on.
+git repository of this checkout's client, against a live `iclaudit serve` (testkit/served.py) with auth on.
 Also: the light `iclaudit` has the client commands with the gate's exit codes; `--help` and `status`
 start fast in both distributions; a base URL ending in `/v1` works."""
 

@@ -5,13 +5,10 @@ schedule and charges a slow server for the queueing, the closed loop sends If-No
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from pathlib import Path
 
 from aiohttp import web
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench import loadgen
 
 

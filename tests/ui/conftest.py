@@ -1,4 +1,4 @@
-"""Fixtures of the browser tests (helpers in ui/served.py)."""
+"""Fixtures of the browser tests (helpers in testkit/served.py)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from testkit.served import (
 
 @pytest.fixture(scope="module")
 def module_gate() -> Iterator[SteppedGate]:
-    """The gated endpoint of the module's server (ui/served.py): it holds the audits a test needs RUNNING."""
+    """The gated endpoint of the module's server (testkit/served.py): it holds the audits a test needs RUNNING."""
     with SteppedGate() as gate:
         yield gate
 
