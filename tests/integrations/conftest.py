@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,12 +16,11 @@ from typing import Any
 
 import pytest
 import uvicorn
-from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.main import create_app
+from testkit.app_fixtures import app_client, client, make_key  # noqa: F401 - fixtures
 from testkit.servers import database_url, free_port, postgres_server  # noqa: F401 - fixtures
-from testkit.tenants import key_maker
 
 
 @dataclass
@@ -102,32 +101,6 @@ def settings(database_url: str, tmp_path: Path, data_dir: Path, receiver: Receiv
         webhook_allowlist=[f"http://127.0.0.1:{receiver.port}/"],
         schedule_min_interval_seconds=1,  # schedules firing every second or two
     )
-
-
-@pytest.fixture
-def make_key(settings: Settings) -> Iterator[Callable[[str], str]]:
-    with key_maker(settings.sqlalchemy_url) as make:
-        yield make
-
-
-@pytest.fixture
-def app_client(settings: Settings) -> Callable[..., Any]:
-    """`with app_client(**setting_changes) as client:` a TestClient around a fresh app."""
-
-    @contextmanager
-    def open_client(**changes: Any) -> Iterator[TestClient]:
-        with TestClient(create_app(settings.model_copy(update=changes))) as client:
-            yield client
-
-    return open_client
-
-
-@pytest.fixture
-def client(app_client: Callable[..., Any], make_key: Callable[[str], str]) -> Iterator[TestClient]:
-    """Authenticated as tenant `alice`."""
-    with app_client() as c:
-        c.headers["Authorization"] = f"Bearer {make_key('alice')}"
-        yield c
 
 
 @contextmanager

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from api.conftest import app_client, make_key, settings  # noqa: F401 - fixtures
+from api.conftest import settings  # noqa: F401 - fixture
 
+from testkit.app_fixtures import app_client, make_key  # noqa: F401 - fixtures
 from testkit.servers import fresh_database
 
 
