@@ -33,8 +33,9 @@ Errors: `ApiError` (the server answered 4xx/5xx: status, message, per-field deta
 
 Server-only code (FastAPI, SQLAlchemy, Celery) is never imported (tests/service/test_layering.py). The
 server's models (every kind's result and request models: numpy, scipy, seconds on a busy machine) are
-imported on first use, so importing the client costs httpx and pydantic only; `typed=False` keeps even a
-result loose (the CLI's `status`, `list` and `cancel`).
+imported on first use, and so are the client's own pydantic models (iclaudit/_audit.py): importing the
+client costs httpx only, and `get_json` reads an audit with no model made (the CLI's `status`). `typed=False`
+keeps even a result loose (the CLI's `status --format json`, `list` and `cancel`).
 
 A base URL ending in `/v1` (`http://host:8000/v1`) is read as the service's root (`http://host:8000`).
 """
@@ -52,7 +53,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import httpx
-from pydantic import BaseModel, ConfigDict, ValidationInfo, model_validator
 
 
 def _server_models() -> bool:
@@ -70,8 +70,9 @@ def _server_models() -> bool:
 TYPED = _server_models()
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from app.audit.results.base import ResultBase
-    from app.audit.results.digest import Verdict
     from app.schemas.schedules import ScheduleList, ScheduleResource, ScheduleRunList
     from app.schemas.sweeps import SweepList, SweepResource, SweepResult
     from app.schemas.webhooks import (
@@ -82,6 +83,19 @@ if TYPE_CHECKING:
         WebhookList,
         WebhookResource,
     )
+    from iclaudit._audit import Audit, AuditPage
+
+MODELS = frozenset({"Audit", "AuditFailure", "AuditPage", "Progress"})
+"""The audit models (iclaudit/_audit.py), made on first use: importing the client loads no pydantic."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in MODELS:
+        from iclaudit import _audit
+
+        return getattr(_audit, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})  # app/db/constants.py (test_client.py)
 RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -140,7 +154,7 @@ class WaitTimeout(ClientError):
     last state seen."""
 
     def __init__(self, last: Audit | SweepResource, timeout: float) -> None:
-        what = "audit" if isinstance(last, Audit) else "sweep"
+        what = "sweep" if type(last).__name__.startswith("Sweep") else "audit"
         super().__init__(f"{what} {last.id} still {last.state} after {timeout:g} s")
         self.last = last
 
@@ -172,7 +186,7 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
 
 def _body(value: Mapping[str, Any] | BaseModel) -> dict[str, Any]:
     """A request body from a dict or from the API's own request model (dumped as the server stores it)."""
-    return value.model_dump(mode="json") if isinstance(value, BaseModel) else dict(value)
+    return dict(value) if isinstance(value, Mapping) else value.model_dump(mode="json")
 
 
 def _schema(module: str, name: str, typed: bool = True) -> Any:
@@ -227,95 +241,6 @@ class _Pause:
 # --- resources ----------------------------------------------------------------------------------------
 
 
-class Progress(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    stage: str
-    fraction: float
-    eta_seconds: float | None = None
-    message: str = ""
-
-
-class AuditFailure(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    code: str
-    message: str
-
-
-class Audit(BaseModel):
-    """An audit as the API returns it (the list's summary view has no `request` and no `result`)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    id: str
-    kind: str
-    state: str
-    progress: Progress
-    request: dict[str, Any] | None = None
-    result: Any = None
-    """The result once SUCCEEDED: its kind's typed model (the server's distribution, unless the client was
-    made with `typed=False`), else a loose model with every field the server sent."""
-    error: AuditFailure | None = None
-    cancel_requested: bool = False
-    attempt: int = 0
-    created_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    epsilon_claimed: float | None = None
-    verdict: dict[str, Any] | None = None
-    """The server's verdict digest as sent (null until SUCCEEDED); `digest` is it typed."""
-
-    @property
-    def done(self) -> bool:
-        return self.state in TERMINAL_STATES
-
-    @property
-    def digest(self) -> Verdict | None:
-        """The verdict digest (`outcome`, `headline`, `epsilon_lower`, `epsilon_theory`, `epsilon_detectable`,
-        `violation`; app/audit/results/digest.py)."""
-        if self.verdict is None:
-            return None
-        return _schema("audits", "Verdict").model_validate(self.verdict)  # type: ignore[no-any-return]
-
-    def _field(self, digest_name: str, result_name: str) -> Any:
-        """A verdict field from the digest, else from the result (a server that sends no digest)."""
-        if self.verdict is not None and self.verdict.get(digest_name) is not None:
-            return self.verdict[digest_name]
-        return getattr(self.result, result_name, None) if self.result is not None else None
-
-    @property
-    def outcome(self) -> str | None:
-        """violation, leak, inconclusive or consistent; None until SUCCEEDED or for a kind without one."""
-        return self._field("outcome", "verdict")  # type: ignore[no-any-return]
-
-    @property
-    def headline(self) -> str | None:
-        """The verdict in plain words."""
-        return self._field("headline", "headline")  # type: ignore[no-any-return]
-
-    @property
-    def epsilon_detectable(self) -> float | None:
-        """The audit's power: the smallest true ε it flags with probability ≥ 0.8 (None: unbounded, or not
-        needed for the verdict)."""
-        return self._field("epsilon_detectable", "epsilon_detectable")  # type: ignore[no-any-return]
-
-    @property
-    def failing(self) -> bool:
-        """What fails a CI gate: a violation, or a leak where nothing is claimed."""
-        return self.outcome in ("violation", "leak")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _typed_result(cls, data: Any, info: ValidationInfo) -> Any:
-        """The result as its kind's model (`validate_result`; loose when the validation context says
-        `typed: False`); a result sent without its `kind` (the result route's raw JSON) still parses."""
-        if isinstance(data, dict) and isinstance(data.get("result"), dict):
-            typed = (info.context or {}).get("typed", True)
-            data = {**data, "result": validate_result(data.get("kind", ""), data["result"], typed)}
-        return data
-
-
 class _Watched(io.RawIOBase):
     """A file being uploaded: reads go through, `on_progress(sent, total)` after each (a retry starts again
     from 0, as httpx seeks back to the start)."""
@@ -340,11 +265,6 @@ class _Watched(io.RawIOBase):
         if self.on_progress is not None:
             self.on_progress(self.raw.tell(), self.total)
         return chunk
-
-
-class AuditPage(BaseModel):
-    audits: list[Audit]
-    next_page_token: str | None = None
 
 
 # --- the client ---------------------------------------------------------------------------------------
@@ -475,9 +395,15 @@ class IclauditClient:
         )
 
     def get(self, audit_id: str) -> Audit:
-        return self._audit(self._json("GET", f"/v1/audits/{audit_id}"))
+        return self._audit(self.get_json(audit_id))
+
+    def get_json(self, audit_id: str) -> dict[str, Any]:
+        """GET /v1/audits/{id} as the server sends it (no model made: the CLI's `status` line reads it)."""
+        return self._json("GET", f"/v1/audits/{audit_id}")  # type: ignore[no-any-return]
 
     def _audit(self, body: Any) -> Audit:
+        from iclaudit._audit import Audit
+
         return Audit.model_validate(body, context={"typed": self.typed})
 
     def wait(
@@ -594,6 +520,30 @@ class IclauditClient:
         """One page of the caller's audits, newest first; `verdict` (violation, leak, inconclusive or
         consistent) keeps the SUCCEEDED audits whose result has it (ApiError 422 for another word);
         `id_prefix` those whose id starts with it."""
+        from iclaudit._audit import AuditPage
+
+        body = self._list_json(
+            state=state,
+            kind=kind,
+            labels=labels,
+            verdict=verdict,
+            id_prefix=id_prefix,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return AuditPage.model_validate(body, context={"typed": self.typed})
+
+    def _list_json(
+        self,
+        *,
+        state: str | None = None,
+        kind: str | None = None,
+        labels: dict[str, str] | None = None,
+        verdict: str | None = None,
+        id_prefix: str | None = None,
+        page_size: int = 50,
+        page_token: str | None = None,
+    ) -> dict[str, Any]:
         params: list[tuple[str, str | int]] = [("page_size", page_size)]
         filters = (
             ("state", state),
@@ -604,9 +554,7 @@ class IclauditClient:
         )
         params += [(k, v) for k, v in filters if v]
         params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
-        return AuditPage.model_validate(
-            self._json("GET", "/v1/audits", params=params), context={"typed": self.typed}
-        )
+        return self._json("GET", "/v1/audits", params=params)  # type: ignore[no-any-return]
 
     def resolve_id(self, given: str) -> str:
         """The whole id of the caller's one audit whose id starts with `given` (a whole id is returned as
@@ -614,12 +562,13 @@ class IclauditClient:
         prefix = given.strip().lower()
         if len(prefix) >= 32 or not prefix or any(c not in "0123456789abcdef" for c in prefix):
             return given
-        found = self.list(id_prefix=prefix, page_size=AmbiguousId.SHOWN + 1).audits
+        page = self._list_json(id_prefix=prefix, page_size=AmbiguousId.SHOWN + 1)
+        found = [audit["id"] for audit in page["audits"]]
         if len(found) == 1:
-            return found[0].id
+            return found[0]
         if not found:
             raise ApiError(404, f"no audit of yours has an id starting with {prefix!r}")
-        raise AmbiguousId(prefix, [a.id for a in found])
+        raise AmbiguousId(prefix, found)
 
     def iter_audits(self, **filters: Any) -> Iterator[Audit]:
         """Every audit matching the filters (those of `list`: state, kind, labels, verdict), page after page."""

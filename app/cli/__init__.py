@@ -7,6 +7,7 @@ from __future__ import annotations
 import typer
 
 from iclaudit.cli import _flag_shows_no_type as _flag_shows_no_type  # on/off flags show no <bool>
+from iclaudit.cli import without_httpx_command_line
 
 app = typer.Typer(name="iclaudit", help="Audit privacy leakage of in-context learning.", no_args_is_help=True)
 
@@ -33,6 +34,7 @@ def main() -> None:
 
     from iclaudit.cli.reach import preflight
 
+    without_httpx_command_line()
     preflight(sys.argv[1:])  # before the client's imports: a server that is down is said so at once
     _register()
     app()

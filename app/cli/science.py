@@ -13,7 +13,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE
 
@@ -70,6 +69,8 @@ def _emit(result: dict, as_json: bool, title: str) -> None:
     if as_json:
         typer.echo(json.dumps(result))
         return
+    from rich.table import Table  # here: the other commands start without it
+
     table = Table(title=title)
     table.add_column("quantity")
     table.add_column("value", justify="right")

@@ -20,8 +20,9 @@ The last line of the report is the verdict's headline (red: violation or leak; y
 green: consistent), followed by the result's next steps when it has any (`next: …`, what would make an
 inconclusive audit answer). Other client commands exit 0 on success and 3 on a usage or connection error.
 
-Imports are lazy (the client, httpx and pydantic on a command's first call; rich's tables and progress
-bars when drawn), so `iclaudit --help` and `iclaudit status` start fast.
+Imports are lazy (the client and httpx on a command's first call; pydantic when a command makes a model,
+which `status` does not; rich's tables and progress bars when drawn), so `iclaudit --help` and `iclaudit
+status` start fast (tests/service/test_cli_start.py).
 """
 
 from __future__ import annotations
@@ -349,29 +350,34 @@ def result_table(result: Any, title: str, explain: bool | None = None, *, headli
 FAILING = frozenset({"violation", "leak"})
 
 
+def _get(result: Any, name: str) -> Any:
+    """A field of a result: a typed or loose model, or the JSON object as the server sent it (`status`)."""
+    return result.get(name) if isinstance(result, dict) else getattr(result, name, None)
+
+
 def outcome_of(result: Any) -> str | None:
     """The outcome the gate acts on, as the server wrote it: the result's `verdict`; for a result stored
     before verdicts existed, `violation` when the result says it is one; None for a kind that measures no
     leakage (iclinf) or no result."""
     if result is None:
         return None
-    verdict = getattr(result, "verdict", None)
+    verdict = _get(result, "verdict")
     if isinstance(verdict, str):
         return verdict
-    return "violation" if getattr(result, "violation", None) is True else None
+    return "violation" if _get(result, "violation") is True else None
 
 
 def gate_fails(result: Any) -> bool:
     """What fails the gate (exit 1): a violation, a leak, or (mia) a claim its noise cannot give even in
     theory (the result's `theory_violation`)."""
-    return outcome_of(result) in FAILING or getattr(result, "theory_violation", None) is True
+    return outcome_of(result) in FAILING or _get(result, "theory_violation") is True
 
 
 def headline_text(result: Any, kind: str) -> Text:
     """The verdict in plain words, coloured by outcome (red: violation or leak; yellow: inconclusive;
     green: consistent); for a kind without a verdict, a dim line saying the gate passes it."""
     outcome = outcome_of(result)
-    headline = getattr(result, "headline", None)
+    headline = _get(result, "headline")
     if isinstance(headline, str) and headline:
         return Text(headline, style=OUTCOME_STYLE.get(outcome or "", "bold"))
     if outcome is not None:
@@ -383,7 +389,7 @@ def headline_text(result: Any, kind: str) -> Text:
 def next_step_lines(result: Any) -> list[Text]:
     """The result's `next_steps` (what would make the audit answer), one line each, under the headline."""
     lines = []
-    for step in getattr(result, "next_steps", None) or []:
+    for step in _get(result, "next_steps") or []:
         text = step.get("text") if isinstance(step, dict) else getattr(step, "text", None)
         if isinstance(text, str) and text:
             lines.append(Text(f"next: {text}", style="yellow"))
@@ -857,21 +863,23 @@ def status(
 ) -> None:
     """Show an audit's state and progress."""
     with connected(url, api_key, typed=False) as client:
-        audit = client.get(client.resolve_id(audit_id))
-    if format_ == OutputFormat.json:
-        print(audit.model_dump_json(indent=2))
-        return
-    p = audit.progress
+        found = client.resolve_id(audit_id)
+        if format_ == OutputFormat.json:
+            print(client.get(found).model_dump_json(indent=2))
+            return
+        audit = client.get_json(found)  # one line of text: read as sent, no models to load and make
+    p = audit["progress"]
     console.print(
-        f"{audit.id} {audit.kind} [bold]{audit.state}[/] attempt {audit.attempt} · "
-        f"{p.stage} {100 * p.fraction:.0f}% {_eta(p.eta_seconds)}" + (f" {p.message}" if p.message else ""),
+        f"{audit['id']} {audit['kind']} [bold]{audit['state']}[/] attempt {audit.get('attempt', 0)} · "
+        f"{p['stage']} {100 * p['fraction']:.0f}% {_eta(p.get('eta_seconds'))}"
+        + (f" {p['message']}" if p.get("message") else ""),
         highlight=False,
     )
-    if audit.error:
-        console.print(f"[red]{audit.error.code}[/] {audit.error.message}", highlight=False)
-    if audit.state == "SUCCEEDED" and audit.result is not None:
-        console.print(headline_text(audit.result, audit.kind), highlight=False, soft_wrap=True)
-        for line in next_step_lines(audit.result):
+    if error := audit.get("error"):
+        console.print(f"[red]{error['code']}[/] {error['message']}", highlight=False)
+    if audit["state"] == "SUCCEEDED" and audit.get("result") is not None:
+        console.print(headline_text(audit["result"], audit["kind"]), highlight=False, soft_wrap=True)
+        for line in next_step_lines(audit["result"]):
             console.print(line, highlight=False, soft_wrap=True)
 
 
