@@ -29,6 +29,25 @@ capped by the request's) are chosen on a pilot that the measurement does not reu
    (V_in − V_out = e_y+ − e_other, μ = √2/σ), Ṽ_y+ when the partition without the canary casts no vote
    (V_in − V_out = e_y+: μ = 1/σ against 1/(√2σ) for the difference).
 
+   Candidates are tried in AUTO_DESIGNS order, T ascending; the first (design, T) that flips its
+   partition's vote on every pilot context (effect 1 and a valid vote without the canary: 003 Lemma 3.1's
+   two-count move, the most one canary can move) ends the pilot, and the best candidate so far wins: that
+   saves the later candidates' forward passes, which on a CPU are most of the audit's.
+
+Canary search (`search_canary`, the designs that plant their own canary exemplar: copy, copy_count): DP
+holds for every neighbouring pair, so the auditor may pick the pair. Among SEARCH_RECORDS canary records
+(the drawn one first, then records of the same split that are not in C0) and every label y* of the
+dataset, the pair (C0, C1 with the exemplar (x, y*), the query "classify x") with the largest exact μ of
+the chosen score (sum over the threat models, from the exact clean label distributions of the candidate
+prompts) is audited, its white-box score Ṽ_y+ − Ṽ_w with w the label the canary's partition votes without
+the canary (the Neyman-Pearson score of the move e_y+ − e_w; the strongest other label would add the
+noise of every label to it); records are tried in order until one flips its partition's vote (effect 1, valid
+without). The search reads the model's exact clean label distributions of the candidate pairs only: no
+noise, no drawn vote and no trial, so, given the pair it picks, the trials are the same i.i.d. draws of
+the mechanism as for a pair fixed in advance, and the Clopper-Pearson bound holds as for any fixed pair
+(soundness.md, "Design selection"; tests/audit/mia/test_mia_design.py's null runs it). The pilot runs
+the same search on its own contexts, so its μ is the one the measurement's search will look for.
+
 The measurement is then an ordinary audit of the chosen design on the even records, its threshold
 chosen on the held-out split as in every audit (thresholds.Split). Soundness: the choice is a function
 of the pilot alone, independent of the measurement's records and streams, so given the choice the
@@ -44,7 +63,7 @@ from typing import Any
 import numpy as np
 
 from app.audit.attacks.base import AttackOptions, AuditQuery
-from app.audit.icl.contexts import build_contexts
+from app.audit.icl.contexts import NeighbouringContexts, build_contexts
 from app.audit.runtime import AuditError
 from app.audit.seeds import SeedTree
 from app.datasets.types import Dataset, Example
@@ -53,6 +72,9 @@ MECHANISMS = frozenset({"private_voting"})
 AUTO_DESIGNS = ("copy", "rare_token", "inquiry", "signal_text")
 AUTO_PARTITIONS = (2, 4, 8)
 PILOT_CONTEXTS = 2
+SEARCH_RECORDS = 8
+SEARCHED = ("copy",)  # the designs whose canary the search picks
+FLIP = 1.0 - 1e-9  # an effect this large is a full flip of the canary partition's vote
 
 
 def build_query(
@@ -132,22 +154,131 @@ def partition_candidates(requested: int, shots: int, n_train: int) -> list[int]:
     return [t for t in values if t * shots + 1 <= n_train]
 
 
+def pair_mus(
+    mechanism: Any, query: AuditQuery, prompts_in: list, prompts_out: list, source: Any, request: Any
+) -> tuple[float, float, dict | None]:
+    """(exact μ summed over the requested threat models with the Ṽ_y+ − Ṽ_other white-box score, the same
+    with the Ṽ_y+ score, the canary signal) of one neighbouring pair, from its exact clean label
+    distributions (no noise is drawn)."""
+    from app.audit.attacks.count_score import exact_count_mu
+    from app.audit.stats.exact import exact_vote_audit
+
+    probs_in = mechanism.label_probs(prompts_in, query.answers, source)
+    probs_out = mechanism.label_probs(prompts_out, query.answers, source)
+    target = mechanism.binary_target(query, source)
+    exact = exact_vote_audit(
+        probs_in,
+        probs_out,
+        sigma=mechanism.std,
+        target=target.positive,
+        other=target.negative,
+        delta=request.delta,
+    )
+    tm = request.attack.threat_model
+    black = exact.mu_black_box if tm != "white_box" else 0.0
+    mu = black + (exact.mu_white_box if tm != "black_box" else 0.0)
+    count_mu = black + (
+        exact_count_mu(probs_in, probs_out, sigma=mechanism.std, target=target.positive)
+        if tm != "black_box"
+        else 0.0
+    )
+    signal = canary_signal(mechanism, query, prompts_in, prompts_out, source)
+    return (
+        float(mu) if np.isfinite(mu) else 0.0,
+        float(count_mu) if np.isfinite(count_mu) else 0.0,
+        signal,
+    )
+
+
+def flips(signal: dict | None) -> bool:
+    """Whether the canary's partition votes y+ with the canary and a valid other label without it."""
+    return bool(signal) and signal["effect"] >= FLIP and signal["valid_without"] >= FLIP
+
+
+def _swap(parts: list, old: Any, new: Any) -> list:
+    """`parts` with the canary exemplar `old` (the object C1's partition holds) replaced by `new`."""
+    return [tuple(new if e is old else e for e in part) for part in parts]
+
+
+def search_canary(
+    *,
+    request: Any,
+    module: Any,
+    mechanism: Any,
+    dataset: Dataset,
+    contexts: NeighbouringContexts,
+    parts_in: list,
+    parts_out: list,
+    source: Any,
+    rng: np.random.Generator,
+) -> tuple[NeighbouringContexts, list, AuditQuery, dict]:
+    """The canary search of the module docstring: (contexts, C1's partitions, query, what it tried) of the
+    pair with the largest exact μ of the request's white-box score among the canary records and labels."""
+    count = request.attack.name.endswith("_count")
+    in_c0 = {e.text for e in contexts.without}
+    others = [e for e in dataset.train if e.text not in in_c0 and e.text != contexts.canary.text]
+    picks = rng.choice(len(others), size=min(SEARCH_RECORDS - 1, len(others)), replace=False)
+    records = [contexts.canary, *(others[int(i)] for i in picks)]
+    best: tuple[float, NeighbouringContexts, list, AuditQuery, dict | None] | None = None
+    tried = n_records = 0
+    at = next(k for k, (a, b) in enumerate(zip(parts_in, parts_out, strict=True)) if a != b)
+    for record in records:
+        n_records += 1
+        for label in dataset.labels:
+            pair = planted(contexts, replace(record, label=label))
+            parts = _swap(parts_in, contexts.canary, pair.canary)
+            query = module.build_query(canary=pair.canary, dataset=dataset, spec=request.attack, rng=rng)
+            prompts_out = mechanism.audit_inputs(query, parts_out)
+            # the white box compares y+ with the label the canary's partition votes without the canary
+            # (the Neyman-Pearson score of the move e_y+ − e_w)
+            p_out = mechanism.label_probs([prompts_out[at]], query.answers, source)[0].copy()
+            p_out[query.positive] = -1.0
+            query = replace(query, negative=int(np.argmax(p_out)))
+            mu, count_mu, signal = pair_mus(
+                mechanism, query, mechanism.audit_inputs(query, parts), prompts_out, source, request
+            )
+            tried += 1
+            value = count_mu if count else mu
+            if best is None or value > best[0]:
+                best = (value, pair, parts, query, signal)
+        assert best is not None
+        if flips(best[4]):
+            break
+    assert best is not None
+    value, pair, parts, query, signal = best
+    report = {
+        "records_tried": n_records,
+        "pairs_tried": tried,
+        "canary": pair.canary.text,
+        "label": pair.canary.label,
+        "mu": value,
+        "effect": signal["effect"] if signal else None,
+    }
+    return pair, parts, query, report
+
+
+def planted(contexts: NeighbouringContexts, canary: Example) -> NeighbouringContexts:
+    """The pair with `canary` at the canary's position of C1 (C0 unchanged: still neighbouring)."""
+    at = contexts.canary_position
+    with_canary = (*contexts.with_canary[:at], canary, *contexts.with_canary[at + 1 :])
+    return replace(contexts, with_canary=with_canary, canary=canary)
+
+
 def _pilot_score(
     request: Any, design: str, partitions: int, dataset: Dataset, llm: Any, seeds: SeedTree
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, bool]:
     """(mean exact μ summed over the threat models with the Ṽ_y+ − Ṽ_other white-box score, the same with
-    the Ṽ_y+ score, mean canary effect) of one candidate on the pilot."""
-    from app.audit.attacks.count_score import exact_count_mu
+    the Ṽ_y+ score, mean canary effect, whether every pilot context flips) of one candidate on the pilot;
+    a design that plants its canary is scored after the canary search, as the measurement will run it."""
     from app.audit.attacks.registry import attack_module
     from app.audit.mechanisms.base import CleanSource
     from app.audit.mechanisms.registry import build_mechanism
-    from app.audit.stats.exact import exact_vote_audit
 
     spec = request.attack.model_copy(update={"name": design})
     mech_spec = request.mechanism.model_copy(update={"partitions": partitions})
     module = attack_module(design)
     rng = seeds.rng("pilot")  # every candidate starts from the same pilot state
-    mus, count_mus, effects = [], [], []
+    mus, count_mus, effects, flipped = [], [], [], []
     for _ in range(PILOT_CONTEXTS):
         mechanism = build_mechanism(mech_spec, epsilon=request.epsilon, delta=request.delta)
         contexts = build_contexts(dataset, mechanism.context_size(mech_spec), rng, None)
@@ -156,35 +287,57 @@ def _pilot_score(
         query = module.build_query(canary=contexts.canary, dataset=dataset, spec=spec, rng=rng)
         parts_in, parts_out = mechanism.partition(contexts, rng)
         source = CleanSource(llm, None, seed=seeds.integer("pilot"))
-        prompts_in, prompts_out = (
-            mechanism.audit_inputs(query, parts_in),
-            mechanism.audit_inputs(query, parts_out),
-        )
-        probs_in = mechanism.label_probs(prompts_in, query.answers, source)
-        probs_out = mechanism.label_probs(prompts_out, query.answers, source)
-        target = mechanism.binary_target(query, source)
-        exact = exact_vote_audit(
-            probs_in,
-            probs_out,
-            sigma=mechanism.std,
-            target=target.positive,
-            other=target.negative,
-            delta=request.delta,
-        )
-        tm = request.attack.threat_model
-        mu = (exact.mu_black_box if tm != "white_box" else 0.0) + (
-            exact.mu_white_box if tm != "black_box" else 0.0
-        )
-        mus.append(mu if np.isfinite(mu) else 0.0)
-        count_mu = (exact.mu_black_box if tm != "white_box" else 0.0) + (
-            exact_count_mu(probs_in, probs_out, sigma=mechanism.std, target=target.positive)
-            if tm != "black_box"
-            else 0.0
-        )
-        count_mus.append(count_mu if np.isfinite(count_mu) else 0.0)
-        signal = canary_signal(mechanism, query, prompts_in, prompts_out, source)
+        if searches(request.model_copy(update={"attack": spec})):
+            for white_box_score in (design, f"{design}_count"):
+                scored = request.model_copy(
+                    update={"attack": spec.model_copy(update={"name": white_box_score})}
+                )
+                _, parts, found, _ = search_canary(
+                    request=scored,
+                    module=module,
+                    mechanism=mechanism,
+                    dataset=dataset,
+                    contexts=contexts,
+                    parts_in=parts_in,
+                    parts_out=parts_out,
+                    source=source,
+                    rng=np.random.default_rng(seeds.integer("pilot")),
+                )
+                result = pair_mus(
+                    mechanism,
+                    found,
+                    mechanism.audit_inputs(found, parts),
+                    mechanism.audit_inputs(found, parts_out),
+                    source,
+                    request,
+                )
+                if white_box_score == design:
+                    mu, signal = result[0], result[2]
+                else:
+                    count_mu = result[1]
+        else:
+            mu, count_mu, signal = pair_mus(
+                mechanism,
+                query,
+                mechanism.audit_inputs(query, parts_in),
+                mechanism.audit_inputs(query, parts_out),
+                source,
+                request,
+            )
+        mus.append(mu)
+        count_mus.append(count_mu)
         effects.append(signal["effect"] if signal else 0.0)
-    return float(np.mean(mus)), float(np.mean(count_mus)), float(np.mean(effects))
+        flipped.append(flips(signal))
+    return float(np.mean(mus)), float(np.mean(count_mus)), float(np.mean(effects)), all(flipped)
+
+
+def searches(request: Any) -> bool:
+    """Whether the canary search runs for the request's attack: a copy canary (SEARCHED, either white-box
+    score) asked of private voting, whose exact clean label distributions the search reads."""
+    from app.audit.attacks.count_score import SUFFIX
+
+    name = request.attack.name
+    return name.removesuffix(SUFFIX) in SEARCHED and request.mechanism.name == "private_voting"
 
 
 def choose(
@@ -205,7 +358,7 @@ def choose(
             request.mechanism.partitions, request.mechanism.shots_per_partition, len(pilot.train)
         ):
             try:
-                mu, count_mu, effect = _pilot_score(request, design, t, pilot, llm, seeds)
+                mu, count_mu, effect, flipped = _pilot_score(request, design, t, pilot, llm, seeds)
             except AuditError as exc:  # the design cannot run here (e.g. the engine refuses its query)
                 candidates.append({"attack": design, "partitions": t, "skipped": str(exc)[:200]})
                 break
@@ -218,6 +371,8 @@ def choose(
                 )
                 if best is None or value > best[0]:
                     best = (value, name, t)
+            if flipped and best is not None:  # every pilot context flips: nothing moves more (docstring)
+                return Choice(best[1], best[2], candidates, llm.counters.forward_passes - passes_before)
     if best is None:
         raise AuditError("attack.name: auto found no design this model and dataset can run")
     return Choice(best[1], best[2], candidates, llm.counters.forward_passes - passes_before)

