@@ -448,7 +448,7 @@ class Settings(BaseSettings):
     @field_validator("endpoint_allowlist", "webhook_allowlist")
     @classmethod
     def _parsed_urls(cls, entries: list[str], info: ValidationInfo) -> list[str]:
-        parse_allowlist(entries, setting=f"ICLAUDIT_{info.field_name.upper()}")  # fails at load
+        parse_allowlist(entries, setting=f"ICLAUDIT_{str(info.field_name).upper()}")  # fails at load
         return entries
 
     @field_validator("secrets_grants")
@@ -473,7 +473,7 @@ class Settings(BaseSettings):
                 parse_many(text)
         except ValueError:
             raise ValueError(
-                f"ICLAUDIT_{info.field_name.upper()}: {text!r} is not a rate such as '20/second;600/minute'"
+                f"ICLAUDIT_{str(info.field_name).upper()}: {text!r} is not a rate such as '20/second;600/minute'"
             ) from None
         return text
 
@@ -497,6 +497,13 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.state_dir / 'iclaudit.db').resolve()}"
+
+    @property
+    def required_broker_url(self) -> str:
+        """ICLAUDIT_BROKER_URL for the code that only runs with a broker (the Celery executor, workers)."""
+        if not self.broker_url:
+            raise ValueError("ICLAUDIT_BROKER_URL is not set: the Celery executor and workers need a broker")
+        return self.broker_url
 
     @property
     def model_cache_dir(self) -> Path:

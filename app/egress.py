@@ -501,7 +501,7 @@ class EgressTransport(httpx.HTTPTransport):
         limits: httpx.Limits | None = None,
     ) -> None:
         self._allowlist = allowlist
-        self._pool = httpcore.ConnectionPool(  # type: ignore[assignment]
+        self._pool = httpcore.ConnectionPool(
             network_backend=_GuardedBackend(allowlist),
             **_pool_options(verify, retries, limits or httpx.Limits(max_connections=10)),
         )
@@ -532,7 +532,7 @@ class AsyncEgressTransport(httpx.AsyncHTTPTransport):
         limits: httpx.Limits | None = None,
     ) -> None:
         self._allowlist = allowlist
-        self._pool = httpcore.AsyncConnectionPool(  # type: ignore[assignment]
+        self._pool = httpcore.AsyncConnectionPool(
             network_backend=_AsyncGuardedBackend(allowlist),
             **_pool_options(verify, retries, limits or httpx.Limits(max_connections=10)),
         )

@@ -18,10 +18,10 @@ is not a bound on the system's ε (no audit gives one).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from app.audit.results.digest import bound_used
-from app.audit.stats.bounds import Counts, epsilon_upper_from_counts
+from app.audit.stats.bounds import Assumption, Counts, epsilon_upper_from_counts
 
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_DELTA = 1e-5
@@ -74,13 +74,14 @@ def compare(result: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
         raise RegressionError(
             "the audit and its baseline share no membership test (a mia or bound audit of each, with counts)"
         )
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in names:
         test, base = ours[name], theirs[name]
         lower = _lower(test)
         if lower is None:
             continue
-        assumption = test.get("assumption") or result.get("assumption") or "gdp"
+        stated = test.get("assumption") or result.get("assumption") or "gdp"
+        assumption = cast(Assumption, stated)  # a stored result's: "gdp" or "none"
         confidence = _number(base.get("confidence"), baseline.get("confidence"), default=DEFAULT_CONFIDENCE)
         delta = _number(base.get("delta"), baseline.get("delta"), default=DEFAULT_DELTA)
         counts = Counts(**{k: int(base["counts"][k]) for k in ("tp", "fn", "fp", "tn")})

@@ -64,7 +64,7 @@ def make_engine(
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pooling)
 
         @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
             cursor = dbapi_connection.cursor()
             cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute("PRAGMA foreign_keys=ON")
@@ -74,7 +74,7 @@ def make_engine(
     if connect_retry_seconds > 0:
 
         @event.listens_for(engine, "do_connect")
-        def _connect_with_retry(dialect, _record, cargs, cparams):  # type: ignore[no-untyped-def]
+        def _connect_with_retry(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
             for attempt in retrying(connect_retry_seconds, what=f"{name}: connect"):
                 with attempt:
                     return dialect.connect(*cargs, **cparams)
@@ -84,7 +84,9 @@ def make_engine(
     return engine
 
 
-def _scrubbed_parameters(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+def _scrubbed_parameters(
+    conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool
+) -> tuple[str, Any]:
     """Every row this process writes (INSERT, UPDATE) passes through the secret scrubber (app/secrets.py):
     a resolved target secret never reaches the database, whatever text carried it (an error, a result, a
     stored reply). A no-op until this process has resolved a secret."""

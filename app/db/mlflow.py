@@ -22,13 +22,13 @@ def add_sink(session: Session, **fields: Any) -> MlflowSink:
 
 
 def get_sink(session: Session, *, tenant_id: str, sink_id: str) -> MlflowSink | None:
-    return session.scalar(owned(MlflowSink, tenant_id).where(MlflowSink.id == sink_id))  # type: ignore[type-var]
+    return session.scalar(owned(MlflowSink, tenant_id).where(MlflowSink.id == sink_id))
 
 
 def list_sinks(
     session: Session, *, tenant_id: str, page_size: int = 50, page_token: str | None = None
 ) -> Page:
-    return keyset_page(session, owned(MlflowSink, tenant_id), MlflowSink, page_size, page_token)  # type: ignore[type-var]
+    return keyset_page(session, owned(MlflowSink, tenant_id), MlflowSink, page_size, page_token)
 
 
 def delete_sink(session: Session, *, tenant_id: str, sink_id: str) -> bool:
@@ -45,7 +45,7 @@ def sinks_of(session: Session, *, tenant_id: str) -> list[MlflowSink]:
 def list_deliveries(
     session: Session, *, tenant_id: str, sink_id: str, page_size: int = 50, page_token: str | None = None
 ) -> Page:
-    query = owned(WebhookDelivery, tenant_id).where(WebhookDelivery.sink_id == sink_id)  # type: ignore[type-var]
+    query = owned(WebhookDelivery, tenant_id).where(WebhookDelivery.sink_id == sink_id)
     return keyset_page(session, query, WebhookDelivery, page_size, page_token)
 
 

@@ -26,13 +26,13 @@ def count_schedules(session: Session, *, tenant_id: str) -> int:
 
 
 def get_schedule(session: Session, *, tenant_id: str, schedule_id: str) -> Schedule | None:
-    return session.scalar(owned(Schedule, tenant_id).where(Schedule.id == schedule_id))  # type: ignore[type-var]
+    return session.scalar(owned(Schedule, tenant_id).where(Schedule.id == schedule_id))
 
 
 def list_schedules(
     session: Session, *, tenant_id: str, page_size: int = 50, page_token: str | None = None
 ) -> Page:
-    return keyset_page(session, owned(Schedule, tenant_id), Schedule, page_size, page_token)  # type: ignore[type-var]
+    return keyset_page(session, owned(Schedule, tenant_id), Schedule, page_size, page_token)
 
 
 def delete_schedule(session: Session, *, tenant_id: str, schedule_id: str) -> bool:

@@ -12,16 +12,26 @@ from typing import Any, TypeVar
 from sqlalchemy import Select, and_, or_, select
 from sqlalchemy.orm import Session
 
-from app.db.models import Audit, UploadedDataset
+from app.db.models import (
+    Audit,
+    MlflowSink,
+    Schedule,
+    Sweep,
+    UploadedDataset,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 
-Owned = TypeVar("Owned", Audit, UploadedDataset)
+Owned = TypeVar(
+    "Owned", Audit, UploadedDataset, WebhookEndpoint, WebhookDelivery, Sweep, Schedule, MlflowSink
+)
 
 
 class InvalidPageToken(ValueError):
     """A page token that this service did not issue."""
 
 
-def owned(model: type[Owned], tenant_id: str) -> Select[tuple[Owned]]:
+def owned(model: type[Owned], tenant_id: str) -> Select[Owned]:
     """THE tenant filter: every tenant-facing query starts here."""
     return select(model).where(model.tenant_id == tenant_id)
 
@@ -82,7 +92,8 @@ def keyset_page_by_bytes(
     marks = session.execute(
         narrow.order_by(model.created_at.desc(), model.id.desc()).limit(page_size + 1)
     ).all()
-    taken, total = [], 0
+    taken: list[tuple[str, datetime]] = []
+    total = 0
     for row_id, created_at, row_size in marks[:page_size]:
         total += int(row_size or 0)
         if taken and total > max_bytes:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Float, case, cast, func, select
+from sqlalchemy import ColumnElement, Float, case, cast, func, select
 from sqlalchemy.orm import Session
 
 from app.db.audits import stored_outcome
@@ -26,7 +27,7 @@ class DurationBuckets:
     total_seconds: float
 
 
-def _seconds(session: Session):  # type: ignore[no-untyped-def]
+def _seconds(session: Session) -> ColumnElement[Any]:
     """finished_at − started_at in seconds, in the dialect's own date arithmetic."""
     if session.get_bind().dialect.name == "postgresql":
         return func.extract("epoch", Audit.finished_at - Audit.started_at)

@@ -23,13 +23,13 @@ def add_child(session: Session, **fields: Any) -> None:
 
 
 def get_sweep(session: Session, *, tenant_id: str, sweep_id: str) -> Sweep | None:
-    return session.scalar(owned(Sweep, tenant_id).where(Sweep.id == sweep_id))  # type: ignore[type-var]
+    return session.scalar(owned(Sweep, tenant_id).where(Sweep.id == sweep_id))
 
 
 def list_sweeps(
     session: Session, *, tenant_id: str, page_size: int = 50, page_token: str | None = None
 ) -> Page:
-    return keyset_page(session, owned(Sweep, tenant_id), Sweep, page_size, page_token)  # type: ignore[type-var]
+    return keyset_page(session, owned(Sweep, tenant_id), Sweep, page_size, page_token)
 
 
 def children(session: Session, *, sweep_id: str) -> list[tuple[SweepChild, Audit]]:

@@ -36,13 +36,13 @@ def add_endpoint(session: Session, **fields: Any) -> WebhookEndpoint:
 
 
 def get_endpoint(session: Session, *, tenant_id: str, endpoint_id: str) -> WebhookEndpoint | None:
-    return session.scalar(owned(WebhookEndpoint, tenant_id).where(WebhookEndpoint.id == endpoint_id))  # type: ignore[type-var]
+    return session.scalar(owned(WebhookEndpoint, tenant_id).where(WebhookEndpoint.id == endpoint_id))
 
 
 def list_endpoints(
     session: Session, *, tenant_id: str, page_size: int = 50, page_token: str | None = None
 ) -> Page:
-    return keyset_page(session, owned(WebhookEndpoint, tenant_id), WebhookEndpoint, page_size, page_token)  # type: ignore[type-var]
+    return keyset_page(session, owned(WebhookEndpoint, tenant_id), WebhookEndpoint, page_size, page_token)
 
 
 def delete_endpoint(session: Session, *, tenant_id: str, endpoint_id: str) -> bool:
@@ -81,13 +81,13 @@ def add_delivery(session: Session, **fields: Any) -> None:
 
 
 def get_delivery(session: Session, *, tenant_id: str, delivery_id: str) -> WebhookDelivery | None:
-    return session.scalar(owned(WebhookDelivery, tenant_id).where(WebhookDelivery.id == delivery_id))  # type: ignore[type-var]
+    return session.scalar(owned(WebhookDelivery, tenant_id).where(WebhookDelivery.id == delivery_id))
 
 
 def list_deliveries(
     session: Session, *, tenant_id: str, endpoint_id: str, page_size: int = 50, page_token: str | None = None
 ) -> Page:
-    query = owned(WebhookDelivery, tenant_id).where(WebhookDelivery.endpoint_id == endpoint_id)  # type: ignore[type-var]
+    query = owned(WebhookDelivery, tenant_id).where(WebhookDelivery.endpoint_id == endpoint_id)
     return keyset_page(session, query, WebhookDelivery, page_size, page_token)
 
 

@@ -61,7 +61,9 @@ def ensure_safetensors(gguf_path: Path, cache_dir: Path) -> Path:
     src_dir, name = str(gguf_path.resolve().parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=name, dtype=torch.float32)
-    model.hf_quantizer = None  # save_pretrained refuses a model that still has its GGUF quantizer
+    # save_pretrained refuses a model that still has its GGUF quantizer (nn.Module types a set attribute
+    # as Tensor | Module)
+    model.hf_quantizer = None  # type: ignore[assignment]
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         model.save_pretrained(tmp)

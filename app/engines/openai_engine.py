@@ -129,7 +129,7 @@ class JsonClient:
         if response.status_code >= 400 or (300 <= response.status_code < 400 and not self.show_body):
             body = f": {response.text[:500]}" if self.show_body else " (the reply is not shown)"
             raise OpenAIServerError(f"POST {url}: HTTP {response.status_code}{body}")
-        return response.json()  # type: ignore[no-any-return]
+        return response.json()
 
     def map(self, fn: Any, items: Sequence[Any]) -> list[Any]:
         """`fn` over `items` in order, at most `max_concurrency` calls (requests) in flight."""
@@ -180,19 +180,19 @@ class OpenAIEngine:
         self.info = info
         self.model = str(opts["model"])
         self.chat = info.chat
-        self.top_k = int(opts.get("top_k", 20))  # type: ignore[arg-type]
+        self.top_k = int(opts.get("top_k", 20))
         self.continue_final_message = bool(opts.get("continue_final_message", False))
         self.tokens_as_ids = bool(opts.get("tokens_as_ids", False))
-        self.eos_retries = int(opts.get("eos_retries", 8))  # type: ignore[arg-type]
+        self.eos_retries = int(opts.get("eos_retries", 8))
         self.counters = EngineCounters()
         self.cache = ResultCache(64 * 2**20)
         self._lock = threading.Lock()
         self.client = client or JsonClient(
             str(opts["base_url"]),
             api_key=os.environ.get(str(key_env)) if key_env else None,
-            timeout_s=float(opts.get("timeout_s", 60.0)),  # type: ignore[arg-type]
-            max_retries=int(opts.get("max_retries", 4)),  # type: ignore[arg-type]
-            max_concurrency=int(opts.get("max_concurrency", 4)),  # type: ignore[arg-type]
+            timeout_s=float(opts.get("timeout_s", 60.0)),
+            max_retries=int(opts.get("max_retries", 4)),
+            max_concurrency=int(opts.get("max_concurrency", 4)),
         )
 
     # ------------------------------------------------------------------ requests

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -138,4 +138,4 @@ class ModelInfo:
     chat: bool
     context_length: int | None = None
     source: str | None = None  # hub id, local path, GGUF file or base URL
-    options: dict[str, object] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # the registry file's values, read per engine

@@ -70,7 +70,8 @@ def _map_file(path: Path, wanted: dict[str, Any]) -> dict[str, Any] | None:
         if begin % itemsize:
             return None
         view = torch.empty(0, dtype=dtype)
-        view.set_(storage, begin // itemsize, tuple(entry["shape"]))
+        # torch types from_file() as _StorageBase | TypedStorage, which no set_() overload names
+        view.set_(storage, begin // itemsize, tuple(entry["shape"]))  # type: ignore[call-overload]
         tensors[name] = view
     return tensors
 

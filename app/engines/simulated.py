@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -68,7 +68,7 @@ def parse_simulated_name(name: str) -> SimulatedParams:
     """`simulated` or `simulated:shift=0.2,alpha=1,seed=3` → parameters (ValueError naming the bad part)."""
     if not is_simulated_name(name):
         raise ValueError(f"not a simulated engine name: {name!r}")
-    values: dict[str, float | int] = {}
+    values: dict[str, Any] = {}  # keyword arguments of SimulatedParams
     spec = name[len(PREFIX) + 1 :]
     for part in filter(None, spec.split(",")):
         key, _, value = part.partition("=")

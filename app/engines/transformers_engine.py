@@ -97,6 +97,14 @@ def as_prompt(prompt: PromptLike) -> Prompt:
     return Prompt(prompt) if isinstance(prompt, str) else prompt
 
 
+def _row_kv(t: Any, b: int, kept: slice, tail: int) -> Any:
+    """Row b of a layer's batched keys (or values) as its own cache: the `kept` past positions, then
+    the row's suffix (positions from `tail` on)."""
+    import torch
+
+    return torch.cat([t[b : b + 1, :, kept], t[b : b + 1, :, tail:]], dim=2)
+
+
 def _batches(rows: Sequence[Row], batch_size: int, slack: tuple[int, float]) -> list[list[Row]]:
     """Rows (seq, keep, reused, source, store) cut into batches of at most `batch_size` rows of similar
     suffix length: a batch is padded to its longest suffix, and padding is real compute, so a row
@@ -209,7 +217,8 @@ class TransformersEngine:
             self.model_dir = Path(source) if Path(source).exists() else source  # type: ignore[assignment]
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
         model = AutoModelForCausalLM.from_pretrained(str(self.model_dir), dtype=self.dtype)
-        self.model = model.to(self.device).eval()
+        # transformers wraps .to() with functools.wraps(Module.to), whose typing loses the bound self
+        self.model = model.to(self.device).eval()  # type: ignore[arg-type]
         if self.device.type == "cpu":
             share_weights(self.model, self.model_dir, cache_dir)
         self.vocab_size: int = int(self.model.get_output_embeddings().weight.shape[0])
@@ -243,7 +252,7 @@ class TransformersEngine:
 
     def decode(self, token_ids: Sequence[int]) -> str:
         """Token ids → text, special tokens skipped."""
-        return self.tokenizer.decode(list(token_ids), skip_special_tokens=True)
+        return str(self.tokenizer.decode(list(token_ids), skip_special_tokens=True))  # flat ids: one text
 
     def runtime(self) -> dict[str, Any]:
         """What a result records about how its scores were computed: engine, device, dtype, threads and
@@ -287,10 +296,11 @@ class TransformersEngine:
         todo = list(range(len(seqs)))
         while todo:
             caps = [len(seqs[i]) - keeps[i] for i in todo]
-            found = [self.kv_store.longest_prefix(seqs[i], cap) for i, cap in zip(todo, caps, strict=True)]
+            prefixes = [self.kv_store.longest_prefix(seqs[i], cap) for i, cap in zip(todo, caps, strict=True)]
             # the sources are taken (held) now: a batch's stores may evict them before a later batch
             found = [
-                (r, self.kv_store.get(key)) if r >= self.min_shared_prefix else (0, None) for r, key in found
+                (r, self.kv_store.get(key)) if key is not None and r >= self.min_shared_prefix else (0, None)
+                for r, key in prefixes
             ]
             wave = next_wave(
                 [seqs[i] for i in todo],
@@ -359,16 +369,13 @@ class TransformersEngine:
             result[seq] = logprobs[b, keep - k :].copy()
             if store:
                 tail = past_len + width - len(suffixes[b])
+                kept = slice(past_len - r, past_len)
+                cached: list[Any] = past.layers  # a full-attention model's: each layer has keys and values
                 self.kv_store.put(
                     seq,
                     [
-                        tuple(
-                            torch.cat(
-                                [t[b : b + 1, :, past_len - r : past_len], t[b : b + 1, :, tail:]], dim=2
-                            )
-                            for t in (layer.keys, layer.values)
-                        )
-                        for layer in past.layers
+                        (_row_kv(layer.keys, b, kept, tail), _row_kv(layer.values, b, kept, tail))
+                        for layer in cached
                     ],
                 )
         return result
@@ -460,7 +467,11 @@ class TransformersEngine:
         k = int(top_k)
         if not 1 <= k <= self.vocab_size:
             raise ValueError(f"top_k must be in [1, {self.vocab_size}] or 'all', got {top_k}")
-        return [top_k_distribution(d, k, self.tokenizer.decode) for d in dists]
+
+        def token_text(ids: list[int]) -> str:  # special tokens shown as themselves
+            return str(self.tokenizer.decode(ids))
+
+        return [top_k_distribution(d, k, token_text) for d in dists]
 
     def generate(
         self,

@@ -72,7 +72,7 @@ class VLLMEngine:
         opts = info.options
         kwargs: dict[str, Any] = {k: opts[k] for k in _ENGINE_OPTIONS if k in opts}
         kwargs.setdefault("enforce_eager", True)
-        self.max_logprobs = int(opts.get("max_logprobs", -1))  # type: ignore[arg-type]
+        self.max_logprobs = int(opts.get("max_logprobs", -1))
         self.llm = LLM(model=model, enable_prefix_caching=True, max_logprobs=self.max_logprobs, **kwargs)
         self.name = info.name
         self.info = info

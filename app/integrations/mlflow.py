@@ -226,7 +226,7 @@ class Tracking:
             "run_name": tags.get("mlflow.runName", ""),
             "tags": [{"key": k, "value": v} for k, v in tags.items()],
         }
-        return self.call("POST", "/runs/create", body)["run"]  # type: ignore[no-any-return]
+        return self.call("POST", "/runs/create", body)["run"]
 
     def log(
         self,

@@ -100,7 +100,7 @@ def run_resource(run: ScheduleRun, audit: Audit | None) -> ScheduleRunResource:
         sweep_id=run.sweep_id,
         state=AuditState(audit.state) if audit is not None else None,
         violation=v.violation if v else None,
-        outcome=v.outcome if v else None,  # type: ignore[arg-type]
+        outcome=v.outcome if v else None,
         headline=v.headline if v else None,
     )
 

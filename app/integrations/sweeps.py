@@ -172,7 +172,12 @@ def submit_sweep(
     (`reserve_active`): a sweep that would pass the cap is refused (429), none of it stored."""
     check_notify(request, settings)
     children = expand(request, max_audits=settings.sweep_max_audits, max_bytes=settings.sweep_max_bytes)
-    quota = {"tenant_id": tenant_id, "settings": settings, "adding": len(children), "what": "this sweep"}
+    quota: dict[str, Any] = {
+        "tenant_id": tenant_id,
+        "settings": settings,
+        "adding": len(children),
+        "what": "this sweep",
+    }
     check_active_quota(session, **quota)
     for point, _, child in children:
         try:
@@ -294,7 +299,7 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
         eps = [r.epsilon_lower for r in group if r.epsilon_lower is not None]
         theory = [r.epsilon_theory for r in group if r.epsilon_theory is not None]
         judged = [r for r in group if r.outcome is not None]
-        worst = min(judged, key=lambda r: OUTCOMES.index(r.outcome), default=None)  # type: ignore[arg-type]
+        worst = min(judged, key=lambda r: OUTCOMES.index(r.outcome), default=None)
         summary.append(
             SweepPoint(
                 point=group[0].point,
@@ -305,7 +310,7 @@ def result(sweep: Sweep, rows: list[tuple[SweepChild, Audit]]) -> SweepResult:
                 epsilon_theory=theory[0] if theory else None,
                 violations=sum(1 for r in group if r.violation),
                 outcome=worst.outcome if worst else None,
-                outcomes=dict(Counter(r.outcome for r in judged)),
+                outcomes=dict(Counter(r.outcome for r in judged if r.outcome is not None)),
                 headline=worst.headline if worst else None,
             )
         )

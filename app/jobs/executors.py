@@ -197,7 +197,7 @@ class CeleryExecutor:
         from app.jobs.release import Releaser
 
         self._celery = create_celery(settings)
-        self._broker_url = settings.broker_url
+        self._broker_url = settings.required_broker_url
         self._per_tenant = settings.celery_tenant_audits
         self._releaser = Releaser(
             session_factory=session_factory,

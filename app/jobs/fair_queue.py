@@ -43,7 +43,9 @@ class FairQueue:
             if not queue:
                 del self._queues[tenant_id]
             if len(self._served_at) > self.REMEMBERED:  # forget the longest-idle tenants with nothing waiting
-                idle = sorted((t for t in self._served_at if t not in self._queues), key=self._served_at.get)
+                idle = sorted(
+                    (t for t in self._served_at if t not in self._queues), key=self._served_at.__getitem__
+                )
                 for tenant in idle[: len(idle) // 2]:
                     del self._served_at[tenant]
             return item

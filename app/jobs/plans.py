@@ -88,7 +88,7 @@ def measured_rates(session: Session, *, tenant_id: str, request: Any) -> Any:
     load: float | None = None
     for audit in rows:
         body = audit.request or {}
-        if audit.finished_at is None:
+        if audit.finished_at is None or audit.started_at is None:
             continue
         loaded = audit.model_load_seconds or 0.0
         if loaded and load is None and body.get("model") == request.model:
@@ -440,7 +440,7 @@ class CeleryPlanner:
         from app.jobs.broker import create_celery
 
         self._celery = create_celery(settings)
-        self._broker_url = settings.broker_url
+        self._broker_url = settings.required_broker_url
         self._settings = settings
 
     def plan(
@@ -494,15 +494,16 @@ def answer_plan(
     waiting API process."""
     import redis
 
-    client = redis.Redis.from_url(settings.broker_url, socket_connect_timeout=5)
-    asked = {"at": 0.0, "stop": False}
+    client = redis.Redis.from_url(settings.required_broker_url, socket_connect_timeout=5)
+    asked_at, stopped = 0.0, False
 
     def stop() -> bool:  # the stop key, read at most once a second
-        if not asked["stop"] and time.monotonic() - asked["at"] >= 1.0:
-            asked["at"] = time.monotonic()
+        nonlocal asked_at, stopped
+        if not stopped and time.monotonic() - asked_at >= 1.0:
+            asked_at = time.monotonic()
             with contextlib.suppress(redis.exceptions.RedisError):
-                asked["stop"] = bool(client.exists(PLAN_STOP_KEY + plan_id))
-        return asked["stop"]
+                stopped = bool(client.exists(PLAN_STOP_KEY + plan_id))
+        return stopped
 
     check = stop_check(time.time() + settings.plan_timeout_seconds, stop, settings.plan_timeout_seconds)
     try:
@@ -580,4 +581,4 @@ def plan_of(answer: dict) -> dict:
         raise PlanUnavailable(answer["stopped"])
     if "plan" not in answer:
         raise RuntimeError(f"the plan failed in the worker ({answer.get('error')})")
-    return answer["plan"]  # type: ignore[no-any-return]
+    return answer["plan"]

@@ -64,11 +64,11 @@ llama). Importing torch starts no thread (its intra-op pool starts at the first 
 forkserver never runs), so forking after it is safe. The weights themselves are shared through a
 memory-mapped file (app/engines/shared_weights.py)."""
 
-_context: multiprocessing.context.BaseContext | None = None
+_context: multiprocessing.context.ForkServerContext | None = None
 _context_lock = threading.Lock()
 
 
-def context() -> multiprocessing.context.BaseContext:
+def context() -> multiprocessing.context.ForkServerContext:
     """The forkserver context, its server preloading this module (and through it the runner and the db)."""
     global _context
     with _context_lock:
@@ -189,7 +189,7 @@ def child_main(
             with bind(request_id=request_id):
                 while not stopping.is_set():
                     try:
-                        run_audit(audit_id, session_factory=sessions, settings=settings, stopping=stopping)  # type: ignore[arg-type]
+                        run_audit(audit_id, session_factory=sessions, settings=settings, stopping=stopping)
                         break
                     except Exception as exc:
                         if not is_transient(exc):

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -89,7 +89,7 @@ class RegistryEngines:
         with _lock:
             if name not in _embedders:
                 try:
-                    _embedders[name] = load_embedder() if name is None else load_embedder(name)  # type: ignore[call-arg]
+                    _embedders[name] = load_embedder(name)
                 except UnknownModel as exc:
                     raise AuditError(
                         f"unknown embedder {exc.name!r}; registered: {', '.join(exc.known)}"
@@ -180,7 +180,8 @@ class TenantDatasets:
         from app.datasets.validate import DatasetValidationError, parse_dataset
 
         try:
-            return parse_dataset(content, fmt=fmt, name=ds_name, max_rows=self._max_rows)
+            stored = cast(Literal["jsonl", "csv", "json"], fmt)  # the upload validated it
+            return parse_dataset(content, fmt=stored, name=ds_name, max_rows=self._max_rows)
         except DatasetValidationError as exc:
             raise AuditError(f"uploaded dataset {name!r} no longer parses: {exc.message}") from exc
 

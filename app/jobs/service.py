@@ -283,7 +283,8 @@ def with_default_budget(request: AuditRequestBase, settings: Settings) -> AuditR
     from app.audit.budget import BudgetSpec
 
     default = BudgetSpec.model_validate(settings.default_budget).model_dump()
-    given = request.budget.model_dump() if request.budget is not None else {}
+    budget = getattr(request, "budget", None)  # the kinds that take a budget declare it
+    given = budget.model_dump() if budget is not None else {}
     caps = {
         cap: min((v for v in (default.get(cap), given.get(cap)) if v is not None), default=None)
         for cap in BudgetSpec.model_fields

@@ -65,9 +65,8 @@ def render_sweep(grid: dict[str, list[Any]], rows: list[dict[str, Any]]) -> byte
                 )
             bad = [(x, r["epsilon_lower"]) for x, r in zip(xs, members, strict=True) if r.get("violation")]
             if bad:
-                ax.scatter(
-                    *zip(*bad, strict=True), s=90, facecolors="none", edgecolors="tab:red", linewidths=1.5
-                )
+                bad_x, bad_y = zip(*bad, strict=True)
+                ax.scatter(bad_x, bad_y, s=90, facecolors="none", edgecolors="tab:red", linewidths=1.5)
         if any(r.get("violation") for r in drawn):
             ax.scatter([], [], s=90, facecolors="none", edgecolors="tab:red", label="violation")
         if not numeric:

@@ -53,10 +53,13 @@ def request_adapter() -> TypeAdapter[Any]:
     return TypeAdapter(request_union())
 
 
-AuditResult = Annotated[
-    Union[tuple(result_model(kind) for kind in KINDS)],  # noqa: UP007 - built at import from the registry
-    Field(discriminator="kind"),
-]
+if TYPE_CHECKING:  # the union below is built at import: a type checker sees its common base
+    AuditResult = ResultBase
+else:
+    AuditResult = Annotated[
+        Union[tuple(result_model(kind) for kind in KINDS)],  # noqa: UP007 - built at import from the registry
+        Field(discriminator="kind"),
+    ]
 """The typed result of any kind (`kind` tells which)."""
 
 
@@ -161,10 +164,10 @@ class AuditResource(AuditSummary):
     )
 
     @classmethod
-    def of(cls, audit: Audit, epsilon_claimed: float | None = None) -> Self:
-        typed = typed_result(audit.kind, audit.result)
-        summary = AuditSummary.of(audit, epsilon_claimed or claimed_epsilon(audit.request), typed)
-        return cls(**dict(summary), request=audit.request, result=typed)
+    def of(cls, row: Audit, epsilon_claimed: float | None = None, typed: ResultBase | None = None) -> Self:
+        typed = typed if typed is not None else typed_result(row.kind, row.result)
+        summary = AuditSummary.of(row, epsilon_claimed or claimed_epsilon(row.request), typed)
+        return cls(**dict(summary), request=row.request, result=typed)
 
 
 class AuditSummaryList(BaseModel):

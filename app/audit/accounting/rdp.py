@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 from dp_accounting.rdp.rdp_privacy_accountant import compute_epsilon
@@ -339,7 +340,7 @@ def synthetic_generation_parameters(
     Returns {temperature, clip, batch_size, alpha, epsilon}.
     """
     params = {"temperature": temperature, "clip": clip, "batch_size": batch_size}
-    common = {
+    common: dict[str, Any] = {  # what every accountant call below takes
         "delta": delta,
         "sequences": sequences,
         "max_new_tokens": max_new_tokens,
@@ -354,6 +355,7 @@ def synthetic_generation_parameters(
             f"{missing[0]} is required" + (f" when solving for {solve_for}" if solve_for else "")
         )
     if solve_for is None:
+        assert clip is not None and batch_size is not None and temperature is not None  # not `missing`
         eps, alpha = synthetic_generation_epsilon(
             clip=clip, batch_size=batch_size, temperature=temperature, **common
         )
@@ -361,14 +363,17 @@ def synthetic_generation_parameters(
     if target_epsilon is None:
         raise ValueError(f"target_epsilon is required when solving for {solve_for}")
     if solve_for == "temperature":
+        assert clip is not None and batch_size is not None
         value, alpha, eps = solve_temperature(
             target_epsilon=target_epsilon, clip=clip, batch_size=batch_size, **common
         )
     elif solve_for == "clip":
+        assert temperature is not None and batch_size is not None
         value, alpha, eps = solve_clip(
             target_epsilon=target_epsilon, temperature=temperature, batch_size=batch_size, **common
         )
     else:
+        assert clip is not None and temperature is not None
         value, alpha, eps = solve_batch_size(
             target_epsilon=target_epsilon, clip=clip, temperature=temperature, **common
         )

@@ -87,6 +87,7 @@ def partition_disjoint_poisson(
         blocks = _disjoint_poisson_draw(n, parts, rng)
         if keep is None or any(keep in block for block in blocks):
             return blocks
+    assert keep is not None  # without one to keep, the first draw was returned
     k = int(rng.integers(parts))
     blocks[k] = np.sort(np.append(blocks[k], keep))
     return blocks

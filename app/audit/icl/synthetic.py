@@ -257,6 +257,7 @@ def generate_private_sequence(
             curves.append(step_privacy_curve(step, orders) if released is not None else accounted[-1])
             token = int(rng.choice(step.log_p.shape[0], p=_probabilities(step.log_p)))
         else:
+            assert svt is not None  # only the sparse vector test sends a token to the public side
             curves.append(zero)
             accounted.append(zero)
             log_pub = log_softmax(public / svt.public_temperature)

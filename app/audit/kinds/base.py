@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,6 +55,9 @@ class AuditRequestBase(BaseModel):
     """`dataset`, `model` and `seed` are common to all kinds (a `bound` audit needs neither data nor model)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN/∞ are no numbers a request needs
+
+    if TYPE_CHECKING:  # each kind's request declares its own `kind` literal (the union's discriminator)
+        kind: str
 
     dataset: str | None = Field(default=None, description="Built-in dataset name or an uploaded dataset id.")
     model: str | None = Field(default=None, description="Registered model name (GET /v1/models).")

@@ -16,7 +16,7 @@ violation). Ask for "gdp" only when the mechanism is a Gaussian mechanism (or it
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -146,9 +146,9 @@ class Request(AuditRequestBase):
         if (self.counts is None) == (not has_scores):
             raise ValueError("give either counts or scores_in and scores_out (not both, not neither)")
         if has_scores:
-            for name in ("scores_in", "scores_out"):
-                if not getattr(self, name):
-                    raise ValueError(f"{name} must be a non-empty list when scores are given")
+            if not self.scores_in or not self.scores_out:
+                name = "scores_out" if self.scores_in else "scores_in"
+                raise ValueError(f"{name} must be a non-empty list when scores are given")
             if self.threshold_strategy == "split" and min(len(self.scores_in), len(self.scores_out)) < 2:
                 raise ValueError("the split threshold_strategy needs at least two scores on each side")
         return self
@@ -158,21 +158,26 @@ def run(request: Request, ctx: RunContext) -> dict:
     """Compute both bounds; `epsilon_lower` is the one `assumption` names, `violation` compares it with the
     claimed `epsilon`; `biased: true`, a note and no verdict when the threshold was chosen in-sample."""
     ctx.progress("bound", 0.0, "computing the privacy lower bound")
-    common = {"confidence": request.confidence, "delta": request.delta, "assumption": request.assumption}
+    common: dict[str, Any] = {
+        "confidence": request.confidence,
+        "delta": request.delta,
+        "assumption": request.assumption,
+    }
+    scores_in, scores_out = request.scores_in or [], request.scores_out or []  # empty with counts
     if request.counts is not None:
         c = request.counts
         bound = gdp_bound_from_counts(Counts(tp=c.tp, fn=c.fn, fp=c.fp, tn=c.tn), **common)
     else:
         bound = bound_from_scores(
-            np.asarray(request.scores_in, dtype=np.float64),
-            np.asarray(request.scores_out, dtype=np.float64),
+            np.asarray(scores_in, dtype=np.float64),
+            np.asarray(scores_out, dtype=np.float64),
             strategy=strategy_from_name(request.threshold_strategy, seed=request.seed),
             **common,
         )
     result = bound.as_dict()
     if request.counts is None:
-        result["scored"] = {"in": len(request.scores_in), "out": len(request.scores_out)}
-        result["above_every_out"] = sum(s > max(request.scores_out) for s in request.scores_in)
+        result["scored"] = {"in": len(scores_in), "out": len(scores_out)}
+        result["above_every_out"] = sum(s > max(scores_out) for s in scores_in)
     result["epsilon_claimed"] = request.epsilon
     result["max_epsilon"] = request.max_epsilon if request.epsilon is None else None
     threshold = request.epsilon if request.epsilon is not None else request.max_epsilon
@@ -188,7 +193,7 @@ def run(request: Request, ctx: RunContext) -> dict:
     )
     result.update(judgement.as_dict())
     result["violation"] = judgement.verdict == "violation" if request.epsilon is not None else None
-    given = request.counts.tp + request.counts.fn if request.counts is not None else len(request.scores_in)
+    given = request.counts.tp + request.counts.fn if request.counts is not None else len(scores_in)
     steps = membership(
         request, result, [test], claimed=request.epsilon, field=None, units=given, seconds=None
     )

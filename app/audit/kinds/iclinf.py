@@ -218,7 +218,8 @@ def content_free_logprobs(
 
 
 def run(request: Request, ctx: RunContext) -> dict:
-    if ctx.engines is None or ctx.datasets is None:
+    engines = ctx.engines
+    if engines is None or ctx.datasets is None:
         raise AuditError("iclinf needs an engine and a dataset provider")
     dataset = ctx.datasets.load(request.dataset)
     if dataset.task != "classification" or len(dataset.labels) < 2:
@@ -231,7 +232,7 @@ def run(request: Request, ctx: RunContext) -> dict:
     words = template.words(dataset.labels)
     label_index = {label: i for i, label in enumerate(dataset.labels)}
     ctx, meter = with_budget(ctx, request.budget)
-    raw_engine = ctx.engines.llm(request.model)
+    raw_engine = engines.llm(request.model)
     passes_before = raw_engine.counters.forward_passes
     engine = MeteredEngine(raw_engine, meter) if request.budget is not None else raw_engine
 

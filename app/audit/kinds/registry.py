@@ -33,7 +33,7 @@ def kind_module(kind: str) -> ModuleType:
 
 def result_model(kind: str) -> type[ResultBase]:
     """The pydantic model of `kind`'s result (app/audit/results/<kind>.py: `Result`)."""
-    return importlib.import_module(f"app.audit.results.{kind}").Result  # type: ignore[no-any-return]
+    return importlib.import_module(f"app.audit.results.{kind}").Result
 
 
 def validate_result(kind: str, result: dict[str, Any]) -> ResultBase:

@@ -21,7 +21,7 @@ Thm 1, ρ = r·(½(c/(sτ))² + 2/(sσ)²) (with the step's exponential-mechanis
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
@@ -195,9 +195,19 @@ def private_token_budget(request: Request) -> int:
     return steps
 
 
-def theory(request: Request) -> dict[str, float]:
+class Theory(TypedDict):
+    """The accounted parameters of a run (τ, c, s), its RDP order α* and ε_theory."""
+
+    temperature: float
+    clip: float
+    batch_size: int
+    alpha: float
+    epsilon: float
+
+
+def theory(request: Request) -> Theory:
     """(τ, c, s, α*, ε_theory): solve the missing parameter from target_epsilon (Alg. 3) or account (Alg. 2)."""
-    common = {
+    common: dict[str, Any] = {  # what every accountant call below takes
         "delta": request.delta,
         "sequences": request.sequences,
         "max_new_tokens": request.max_new_tokens,
@@ -206,11 +216,14 @@ def theory(request: Request) -> dict[str, float]:
     }
     tau, clip, s = request.temperature, request.clip, request.batch_size
     if request.target_epsilon is not None:
+        # the request's validator leaves exactly one of (τ, c, s) to solve for
         if tau is None:
+            assert clip is not None and s is not None
             tau, alpha, eps = rdp.solve_temperature(
                 target_epsilon=request.target_epsilon, clip=clip, batch_size=s, **common
             )
         elif clip is None:
+            assert s is not None
             clip, alpha, eps = rdp.solve_clip(
                 target_epsilon=request.target_epsilon, temperature=tau, batch_size=s, **common
             )
@@ -219,6 +232,7 @@ def theory(request: Request) -> dict[str, float]:
                 target_epsilon=request.target_epsilon, clip=clip, temperature=tau, **common
             )
     else:
+        assert tau is not None and clip is not None and s is not None  # all given without a target
         eps, alpha = rdp.synthetic_generation_epsilon(clip=clip, batch_size=s, temperature=tau, **common)
     return {
         "temperature": float(tau),
@@ -230,7 +244,8 @@ def theory(request: Request) -> dict[str, float]:
 
 
 def run(request: Request, ctx: RunContext) -> dict:
-    if ctx.engines is None or ctx.datasets is None:
+    engines = ctx.engines
+    if engines is None or ctx.datasets is None:
         raise AuditError("synthetic_generation needs an engine and a dataset provider")
     params = theory(request)
     s, alpha = params["batch_size"], params["alpha"]
@@ -242,7 +257,7 @@ def run(request: Request, ctx: RunContext) -> dict:
             f"batch_size={s} needs at least that many"
         )
     ctx, meter = with_budget(ctx, request.budget)
-    raw_engine = ctx.engines.llm(request.model)
+    raw_engine = engines.llm(request.model)
     passes_before = raw_engine.counters.forward_passes
     engine = MeteredEngine(raw_engine, meter) if request.budget is not None else raw_engine
     rng = np.random.default_rng(request.seed)
@@ -341,9 +356,9 @@ def run(request: Request, ctx: RunContext) -> dict:
     if request.budget is not None:
         verdict.update(meter.as_dict())
     if stop is not None and verdict["verdict"] == "inconclusive":
-        step = budget_step(verdict["stopped"], verdict.get("spent"), done=len(texts), needed=n, unit="texts")
-        if step is not None:
-            verdict["next_steps"] = [step.as_dict()]
+        more = budget_step(verdict["stopped"], verdict.get("spent"), done=len(texts), needed=n, unit="texts")
+        if more is not None:
+            verdict["next_steps"] = [more.as_dict()]
     return {
         **verdict,
         "violation": verdict["verdict"] == "violation",

@@ -316,7 +316,7 @@ class Mechanism(ABC):
     @abstractmethod
     def collect(
         self,
-        prompts: Sequence[Prompt],
+        prompts: Sequence[Any],  # what `audit_inputs` gave (prompts, or an endpoint's calls)
         answers: Sequence[str],
         source: CleanSource,
         n_calls: int,
@@ -326,7 +326,7 @@ class Mechanism(ABC):
 
     def collect_pair(
         self,
-        prompts: tuple[Sequence[Prompt], Sequence[Prompt]],
+        prompts: tuple[Sequence[Any], Sequence[Any]],
         answers: Sequence[str],
         source: CleanSource,
         n_calls: int,

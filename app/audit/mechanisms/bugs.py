@@ -92,15 +92,18 @@ def factor_for_multiple(theory: Theory, k: float) -> float:
 
 def noise_std(theory: Theory, bug: str | None, partitions: int, factor: float | None = None) -> float:
     """The standard deviation the (possibly buggy) release really uses."""
-    if bug == SCALES_NOISE:
-        return theory.sigma * (factor if factor is not None else 1.0)
-    if bug == "noise_divided_by_t":
-        return theory.sigma / partitions
     if bug == "sensitivity_one":
-        return calibrate(theory.epsilon, theory.delta, 1.0, theory.calibration).sigma
+        theory = calibrate(theory.epsilon, theory.delta, 1.0, theory.calibration)
+    sigma = theory.sigma
+    if sigma is None:
+        raise ValueError("a Gaussian release needs its calibrated σ (this theory has none)")
+    if bug == SCALES_NOISE:
+        return sigma * (factor if factor is not None else 1.0)
+    if bug == "noise_divided_by_t":
+        return sigma / partitions
     if bug == "sigma_as_variance":
-        return float(np.sqrt(theory.sigma))
-    return theory.sigma
+        return float(np.sqrt(sigma))
+    return sigma
 
 
 def vote_noise(clean: np.ndarray, std: float, bug: str | None, rng: np.random.Generator) -> np.ndarray:

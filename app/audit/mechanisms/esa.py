@@ -110,6 +110,8 @@ class ESA(Mechanism):
         −‖ẽ − emb(y1)‖ (003 Prompt 5's distance); "reference" ⟨ẽ, v_ref⟩ (002 App. D);
         "output_only" the distance from ẽ to the released candidate (002 App. E.1, no ẽ needed
         beyond that distance)."""
+        if target.present is None or target.absent is None:
+            raise ValueError("ESA's binary view needs the signal embeddings (present and absent)")
         anchors = np.stack([target.present, target.absent])
         cand = _sq_dist(self.candidate_embeddings, anchors)
         decision = (cand[:, 0] < cand[:, 1])[release.answer]

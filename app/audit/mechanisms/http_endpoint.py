@@ -859,10 +859,11 @@ class HttpEndpoint(Mechanism):
         """Whether a 429 stretch may wait `pause` more seconds: under a max_seconds budget while the budget
         has them (else BudgetExhausted: the audit stops and keeps its trials), without one until
         RATE_LIMIT_PATIENCE seconds have gone (else an AuditError saying how long it waited)."""
-        left = self.meter.seconds_left() if self.meter is not None else None
-        if left is not None:
+        meter = self.meter
+        left = meter.seconds_left() if meter is not None else None
+        if meter is not None and meter.spec is not None and left is not None:  # left: a max_seconds cap
             if pause >= left:
-                raise BudgetExhausted("max_seconds", self.meter.spec.max_seconds)  # type: ignore[union-attr]
+                raise BudgetExhausted("max_seconds", meter.spec.max_seconds or 0)
             return
         waited = time.monotonic() - began
         if waited + pause > RATE_LIMIT_PATIENCE:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +32,9 @@ class ResultBase(BaseModel):
     The verdict fields (app/audit/stats/verdict.py) are shared by every kind that measures leakage."""
 
     model_config = ConfigDict(extra="allow")
+
+    if TYPE_CHECKING:  # each kind's result declares its own `kind` literal (the union's discriminator)
+        kind: str
 
     verdict: Literal["violation", "leak", "inconclusive", "consistent"] | None = Field(
         default=None,

@@ -186,9 +186,12 @@ def assumption_free_epsilon_lower(
     return assumption_free_epsilon(*rate_bounds(tp, n_in, fp, n_out, alpha), delta)
 
 
-class _BothBounds(Protocol):
-    epsilon_empirical: float
-    epsilon_empirical_assumption_free: float
+class _BothBounds(Protocol):  # read-only, so frozen dataclasses match
+    @property
+    def epsilon_empirical(self) -> float: ...
+
+    @property
+    def epsilon_empirical_assumption_free(self) -> float: ...
 
 
 def verdict_epsilon(bound: _BothBounds, assumption: Assumption) -> float:

@@ -169,7 +169,11 @@ def exact_vote_audit(
 
 
 def assumption_free_epsilon_log(
-    log_fnr: np.ndarray, log_fpr: np.ndarray, log_tnr: np.ndarray, log_tpr: np.ndarray, delta: float
+    log_fnr: np.ndarray | float,
+    log_fpr: np.ndarray | float,
+    log_tnr: np.ndarray | float,
+    log_tpr: np.ndarray | float,
+    delta: float,
 ) -> np.ndarray:
     """bounds.assumption_free_epsilon from log rates, each taken from its own tail:
     ε_af = max(0, ln(TPR − δ) − ln FPR, ln(TNR − δ) − ln FNR).
@@ -205,7 +209,8 @@ def vote_distribution(label_probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     radix = (t + 1) ** np.arange(k, dtype=np.int64)
     if float(t + 1) ** k > 2**62:
         raise ValueError(f"{k} labels with {t} partitions is too many to enumerate exactly")
-    codes, weights = np.zeros(1, dtype=np.int64), np.ones(1)
+    codes: np.ndarray = np.zeros(1, dtype=np.int64)
+    weights: np.ndarray = np.ones(1)
     invalid = np.clip(1.0 - probs.sum(axis=1), 0.0, 1.0)
     for row, rest in zip(probs, invalid, strict=True):
         steps = np.concatenate([[0], radix])
@@ -337,7 +342,7 @@ def _log_cdf(d: np.ndarray, w: np.ndarray, tau: np.ndarray, scale: float) -> np.
     )
 
 
-def _probit(log_sf: np.ndarray, log_cdf: np.ndarray) -> np.ndarray:
+def _probit(log_sf: np.ndarray | float, log_cdf: np.ndarray | float) -> np.ndarray:
     """Φ⁻¹(P(D ≥ τ)) stable in both tails: from log P(D ≥ τ), or −Φ⁻¹ of log P(D < τ) when P(D ≥ τ) > ½."""
     return np.where(log_sf < np.log(0.5), special.ndtri_exp(log_sf), -special.ndtri_exp(log_cdf))
 

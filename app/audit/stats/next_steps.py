@@ -240,7 +240,7 @@ def point_estimate(
 
     point = []
     for t in tests:
-        side = result.get(t.name) if isinstance(result.get(t.name), dict) else result
+        side = found if isinstance(found := result.get(t.name), dict) else result
         auc = side.get("auc")
         if t.efficiency_source != "measured" or not isinstance(auc, float) or auc <= 0.5 or t.biased:
             continue

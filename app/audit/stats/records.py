@@ -25,9 +25,13 @@ import csv
 import io
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy import stats
+
+if TYPE_CHECKING:
+    from app.audit.stats.bounds import Assumption
 
 COLUMNS = (
     "rank",
@@ -68,7 +72,7 @@ def record_table(
     *,
     confidence: float,
     delta: float,
-    assumption: str,
+    assumption: Assumption,
 ) -> list[dict]:
     """One row per record (see the module docstring), riskiest first."""
     from app.audit.stats.bounds import verdict_epsilon
@@ -94,7 +98,7 @@ def record_table(
                 "score_out_std": _finite(np.std(s_out)),
                 "gap_mean": _finite(np.mean(s_in - s_out)),
                 "auc": float(auc(s_in, s_out)),
-                "epsilon_lower": _finite(verdict_epsilon(bound, assumption)),  # type: ignore[arg-type]
+                "epsilon_lower": _finite(verdict_epsilon(bound, assumption)),
                 "p_value": p,
                 "flagged": p <= alpha,
             }

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy import special
@@ -109,7 +109,7 @@ def bound_from_scores(
     """Both lower bounds (GDP, 003 §2; assumption-free) of the test "score ≥ t", with t chosen by `strategy`
     to maximize the bound named by `assumption` (the one the verdict will use)."""
     s_in, s_out = _as_scores(scores_in, "scores_in"), _as_scores(scores_out, "scores_out")
-    common = {"confidence": confidence, "delta": delta, "assumption": assumption}
+    common: dict[str, Any] = {"confidence": confidence, "delta": delta, "assumption": assumption}
     if _is_binary(s_in) and _is_binary(s_out):
         tp, fp = int(s_in.sum()), int(s_out.sum())
         counts = Counts(tp=tp, fn=s_in.size - tp, fp=fp, tn=s_out.size - fp)
@@ -132,8 +132,8 @@ def bound_from_scores(
         counts = _counts_at(rest_in, rest_out, t)
     elif isinstance(strategy, Bonferroni):
         candidates = _bonferroni_candidates(sorted_out, strategy.max_thresholds)
-        tp, fp = _counts_at_many(sorted_in, sorted_out, candidates)
-        value = objective(*rate_bounds(tp, s_in.size, fp, s_out.size, alpha / candidates.size))
+        tps, fps = _counts_at_many(sorted_in, sorted_out, candidates)
+        value = objective(*rate_bounds(tps, s_in.size, fps, s_out.size, alpha / candidates.size))
         t = float(candidates[int(np.argmax(value))])
         counts = _counts_at(sorted_in, sorted_out, t)
         corrected = common | {"confidence": 1 - (1 - confidence) / candidates.size}

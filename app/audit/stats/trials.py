@@ -140,7 +140,8 @@ def bootstrap_trials(
         raise ValueError("n_trials and chunk_size must be ≥ 1")
     if rngs is None:
         sequence = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-        rngs = tuple(np.random.default_rng(s) for s in sequence.spawn(2))
+        first, second = sequence.spawn(2)
+        rngs = (np.random.default_rng(first), np.random.default_rng(second))
     pick_in, pick_out = resample(clean_in, rngs[0]), resample(clean_out, rngs[1])
     return run_trials(
         lambda size: (pick_in(size), pick_out(size)),

@@ -220,7 +220,7 @@ def _best_point(test: MembershipTest, mu: float) -> tuple[float, float]:
     counts, at the α its strategy chooses with (Split penalises the selection 100×, thresholds.py)."""
     fpr, tpr = _operating_points(test, mu)
     exact = test.n_in is None or test.n_out is None
-    expected = (tpr, fpr) if exact else (tpr * test.n_in, fpr * test.n_out)  # type: ignore[operator]
+    expected = (tpr, fpr) if exact else (tpr * test.n_in, fpr * test.n_out)
     score = _bound_scale(test, *expected, test.alpha / test.selection_penalty)
     i = int(np.argmax(score))
     return float(tpr[i]), float(fpr[i])
