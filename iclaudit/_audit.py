@@ -64,7 +64,7 @@ class Audit(BaseModel):
         `violation`; app/audit/results/digest.py)."""
         if self.verdict is None:
             return None
-        return _schema("audits", "Verdict").model_validate(self.verdict)  # type: ignore[no-any-return]
+        return _schema("audits", "Verdict").model_validate(self.verdict)
 
     def _field(self, digest_name: str, result_name: str) -> Any:
         """A verdict field from the digest, else from the result (a server that sends no digest)."""
@@ -75,18 +75,18 @@ class Audit(BaseModel):
     @property
     def outcome(self) -> str | None:
         """violation, leak, inconclusive or consistent; None until SUCCEEDED or for a kind without one."""
-        return self._field("outcome", "verdict")  # type: ignore[no-any-return]
+        return self._field("outcome", "verdict")
 
     @property
     def headline(self) -> str | None:
         """The verdict in plain words."""
-        return self._field("headline", "headline")  # type: ignore[no-any-return]
+        return self._field("headline", "headline")
 
     @property
     def epsilon_detectable(self) -> float | None:
         """The audit's power: the smallest true ε it flags with probability ≥ 0.8 (None: unbounded, or not
         needed for the verdict)."""
-        return self._field("epsilon_detectable", "epsilon_detectable")  # type: ignore[no-any-return]
+        return self._field("epsilon_detectable", "epsilon_detectable")
 
     @property
     def failing(self) -> bool:

@@ -42,6 +42,7 @@ A base URL ending in `/v1` (`http://host:8000/v1`) is read as the service's root
 
 from __future__ import annotations
 
+import builtins
 import email.utils
 import io
 import random
@@ -399,7 +400,7 @@ class IclauditClient:
 
     def get_json(self, audit_id: str) -> dict[str, Any]:
         """GET /v1/audits/{id} as the server sends it (no model made: the CLI's `status` line reads it)."""
-        return self._json("GET", f"/v1/audits/{audit_id}")  # type: ignore[no-any-return]
+        return self._json("GET", f"/v1/audits/{audit_id}")
 
     def _audit(self, body: Any) -> Audit:
         from iclaudit._audit import Audit
@@ -461,7 +462,7 @@ class IclauditClient:
 
     def result_json(self, audit_id: str) -> dict[str, Any]:
         """GET /v1/audits/{id}/result as the server sends it."""
-        return self._json("GET", f"/v1/audits/{audit_id}/result")  # type: ignore[no-any-return]
+        return self._json("GET", f"/v1/audits/{audit_id}/result")
 
     def records(self, audit_id: str, *, full: bool = False) -> list[dict[str, Any]]:
         """Every row of GET /v1/audits/{id}/records (per-record risk, riskiest first), page by page; the
@@ -496,9 +497,7 @@ class IclauditClient:
     def regression(self, audit_id: str, baseline_id: str) -> dict[str, Any]:
         """GET /v1/audits/{id}/regression?baseline=…: each membership test's lower bound on ε against the
         baseline audit's upper confidence bound; `regressed`, `headline` and the `tests` compared."""
-        return self._json(  # type: ignore[no-any-return]
-            "GET", f"/v1/audits/{audit_id}/regression", params={"baseline": baseline_id}
-        )
+        return self._json("GET", f"/v1/audits/{audit_id}/regression", params={"baseline": baseline_id})
 
     def result_png(self, audit_id: str) -> bytes:
         return self.request("GET", f"/v1/audits/{audit_id}/result.png").content
@@ -554,7 +553,7 @@ class IclauditClient:
         )
         params += [(k, v) for k, v in filters if v]
         params += [("label", f"{k}={v}") for k, v in (labels or {}).items()]
-        return self._json("GET", "/v1/audits", params=params)  # type: ignore[no-any-return]
+        return self._json("GET", "/v1/audits", params=params)
 
     def resolve_id(self, given: str) -> str:
         """The whole id of the caller's one audit whose id starts with `given` (a whole id is returned as
@@ -600,7 +599,7 @@ class IclauditClient:
         fields = {k: v for k, v in (("name", name), ("format", fmt)) if v}
         with path.open("rb") as fh:
             body = _Watched(fh, total, on_progress)
-            return self._json(  # type: ignore[no-any-return]
+            return self._json(
                 "POST",
                 "/v1/datasets",
                 files={"file": (path.name, body, "application/octet-stream")},
@@ -610,10 +609,10 @@ class IclauditClient:
             )
 
     def datasets(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/datasets")  # type: ignore[no-any-return]
+        return self._json("GET", "/v1/datasets")
 
     def models(self) -> dict[str, Any]:
-        return self._json("GET", "/v1/models")  # type: ignore[no-any-return]
+        return self._json("GET", "/v1/models")
 
     # -- sweeps --------------------------------------------------------------------------------------
 
@@ -685,22 +684,22 @@ class IclauditClient:
     # -- webhooks ------------------------------------------------------------------------------------
 
     def create_webhook(
-        self, url: str, events: list[str] | None = None, *, description: str = ""
+        self, url: str, events: builtins.list[str] | None = None, *, description: str = ""
     ) -> WebhookCreated:
         """POST /v1/webhooks (`events` None or empty: all of them); the answer holds the signing secret,
         shown this once."""
         body = {"url": url, "events": events or [], "description": description}
-        return _schema("webhooks", "WebhookCreated", self.typed).model_validate(  # type: ignore[no-any-return]
+        return _schema("webhooks", "WebhookCreated", self.typed).model_validate(
             self._json("POST", "/v1/webhooks", json=body, replay_safe=False)
         )
 
     def get_webhook(self, webhook_id: str) -> WebhookResource:
-        return _schema("webhooks", "WebhookResource", self.typed).model_validate(  # type: ignore[no-any-return]
+        return _schema("webhooks", "WebhookResource", self.typed).model_validate(
             self._json("GET", f"/v1/webhooks/{webhook_id}")
         )
 
     def list_webhooks(self, *, page_size: int = 50, page_token: str | None = None) -> WebhookList:
-        return _schema("webhooks", "WebhookList", self.typed).model_validate(  # type: ignore[no-any-return]
+        return _schema("webhooks", "WebhookList", self.typed).model_validate(
             self._json("GET", "/v1/webhooks", params=_page(page_size, page_token))
         )
 
@@ -712,20 +711,18 @@ class IclauditClient:
         self, webhook_id: str, *, page_size: int = 50, page_token: str | None = None
     ) -> DeliveryList:
         """Newest first: each event sent to the webhook, its state, attempts and last answer."""
-        return _schema("webhooks", "DeliveryList", self.typed).model_validate(  # type: ignore[no-any-return]
+        return _schema("webhooks", "DeliveryList", self.typed).model_validate(
             self._json("GET", f"/v1/webhooks/{webhook_id}/deliveries", params=_page(page_size, page_token))
         )
 
     def redeliver(self, webhook_id: str, delivery_id: str) -> DeliveryResource:
         """Send a delivery again (same `webhook-id`, so a receiver de-duplicates it)."""
         path = f"/v1/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver"
-        return _schema("webhooks", "DeliveryResource", self.typed).model_validate(  # type: ignore[no-any-return]
-            self._json("POST", path)
-        )
+        return _schema("webhooks", "DeliveryResource", self.typed).model_validate(self._json("POST", path))
 
     def notify_secret(self) -> NotifySecret:
         """The secret that signs deliveries to a request's `notify` URL."""
-        return _schema("webhooks", "NotifySecret", self.typed).model_validate(  # type: ignore[no-any-return]
+        return _schema("webhooks", "NotifySecret", self.typed).model_validate(
             self._json("GET", "/v1/webhooks/notify-secret")
         )
 

@@ -192,7 +192,9 @@ def pair_mus(
 
 def flips(signal: dict | None) -> bool:
     """Whether the canary's partition votes y+ with the canary and a valid other label without it."""
-    return bool(signal) and signal["effect"] >= FLIP and signal["valid_without"] >= FLIP
+    if not signal:
+        return False
+    return bool(signal["effect"] >= FLIP and signal["valid_without"] >= FLIP)
 
 
 def _swap(parts: list, old: Any, new: Any) -> list:

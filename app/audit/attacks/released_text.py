@@ -158,7 +158,8 @@ class _Scorer:
     """overlap(text, secret), memoized by text (a DP release repeats few distinct texts)."""
 
     def __init__(self, name: str, secret: str) -> None:
-        self.score, self.secret, self.memo = SCORES[name], secret, {}
+        self.score, self.secret = SCORES[name], secret
+        self.memo: dict[str, float] = {}
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         for t in texts:
@@ -234,7 +235,8 @@ def collect(
     source = CountingSource(llm, embedder, seed=seeds.integer("generations"), cost=cost)
     passes0, tokens0 = llm.counters.forward_passes, llm.counters.prompt_tokens
     plain = isinstance(mechanism, PlainICL)
-    synthetic = isinstance(mechanism, SyntheticGeneration)
+    generator = mechanism if isinstance(mechanism, SyntheticGeneration) else None
+    synthetic = generator is not None
     temperature = mechanism.temperature  # type: ignore[attr-defined]
     calls = 1 if plain and temperature == 0 else request.llm_calls
     if synthetic and not callable(getattr(llm, "encode", None)):
@@ -262,16 +264,19 @@ def collect(
                 secret_words = [at[w] for w in keywords(secret) if w in at]
         for c in range(spec.contexts):
             pair = record_contexts(train, others, canary, n_exemplars, rng_contexts)
-            if synthetic:  # remove-one: C0 = C1 without the record's one-shot prompt, still divided by s
-                batch = [generation_prompt(e.text, e.label) for e in pair.with_canary]
+            if generator is not None:  # remove-one: C0 = C1 without the record's one-shot prompt, still ÷ s
+                # str(label): as the prompt's f-string shows it (a generation dataset is labelled)
+                batch = [generation_prompt(e.text, str(e.label)) for e in pair.with_canary]
                 without = batch[: pair.canary_position] + batch[pair.canary_position + 1 :]
                 prefix_ids = tuple(query.prefill_ids or ())
-                public = public_generation_prompt(canary.label)  # the same in C1 and C0: no private example
+                public = public_generation_prompt(
+                    str(canary.label)
+                )  # the same in C1 and C0: no private example
                 d_in, t_in, n_in = _synthetic_side(
-                    mechanism, llm, batch, public, prefix_ids, calls, noise_in, scorer, len(batch)
+                    generator, llm, batch, public, prefix_ids, calls, noise_in, scorer, len(batch)
                 )
                 d_out, t_out, n_out = _synthetic_side(
-                    mechanism, llm, without, public, prefix_ids, calls, noise_out, scorer, len(batch)
+                    generator, llm, without, public, prefix_ids, calls, noise_out, scorer, len(batch)
                 )
                 steps += n_in + n_out
                 for key, value in (("d_in", d_in), ("d_out", d_out), ("s_in", d_in), ("s_out", d_out)):

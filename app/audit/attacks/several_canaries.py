@@ -83,7 +83,7 @@ def tpr_at(scores_in: np.ndarray, scores_out: np.ndarray, fprs: Sequence[float] 
     """TPR at FPR = each of `fprs` (threshold = the C0 scores' (1 − FPR) quantile, strictly above), the
     low-FPR operating points the membership-inference literature reports (Carlini et al. 2022). None
     when there are fewer than 1/FPR C0 trials (the point is not resolved)."""
-    out = {}
+    out: dict[str, float | None] = {}
     for fpr in fprs:
         if scores_out.size < 1 / fpr:
             out[f"{fpr:g}"] = None

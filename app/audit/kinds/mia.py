@@ -49,6 +49,7 @@ from app.audit.kinds.mia_schema import add_rules
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism
 from app.audit.mechanisms.bugs import BUGS
 from app.audit.mechanisms.http_endpoint import ChatTargetSpec, HeaderValue, StepSpec, TargetEngines
+from app.audit.mechanisms.private_voting import PrivateVoting
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism, check_bug
 from app.audit.runtime import AuditError, NoSolution, RunContext
 from app.audit.seeds import SeedTree
@@ -464,6 +465,7 @@ def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
     if ctx.datasets is None or ctx.engines is None:
         raise AuditError("a mia audit needs datasets and engines in its run context")
     seeds = SeedTree.from_seed(request.seed)
+    assert request.dataset is not None  # the request's validator requires one
     dataset = ctx.datasets.load(request.dataset)
     if measured:  # after `auto` selection: only the records its pilot did not see (app/audit/design.py)
         from app.audit.design import measurement_records
@@ -484,7 +486,8 @@ def _setup(request: Request, ctx: RunContext, measured: bool = False) -> Setup:
         canary=contexts.canary, dataset=dataset, spec=request.attack, rng=seeds.rng("attack")
     )
     parts_in, parts_out = mechanism.partition(contexts, seeds.rng("partitions"))
-    meter = ctx.extra.get("meter") or Meter(request.budget)
+    given = ctx.extra.get("meter")  # the one `run` counts the whole audit with
+    meter = given if isinstance(given, Meter) else Meter(request.budget)
     mechanism.meter = meter  # an endpoint's calls are checked and charged per call
     llm = ctx.engines.llm(request.model or "oracle") if mechanism.needs_llm else None
     if llm is not None and request.budget is not None:
@@ -537,10 +540,11 @@ def _design_mus(setup: Setup, threat_models: tuple[str, ...]) -> dict[str, float
     mechanism, theory = setup.mechanism, setup.mechanism.theory
     if mechanism.name != "private_voting" or theory is None or not theory.sigma:
         return {}
+    assert isinstance(mechanism, PrivateVoting)  # its name says so
     answers = setup.query.answers
     exact = exact_vote_audit(
-        mechanism.label_probs(setup.prompts_in, answers, setup.source),  # type: ignore[attr-defined]
-        mechanism.label_probs(setup.prompts_out, answers, setup.source),  # type: ignore[attr-defined]
+        mechanism.label_probs(setup.prompts_in, answers, setup.source),
+        mechanism.label_probs(setup.prompts_out, answers, setup.source),
         sigma=theory.sigma,
         target=setup.target.positive,
         other=setup.target.negative,
@@ -559,6 +563,7 @@ def _exact(setup: Setup, ctx: RunContext, threat_models: tuple[str, ...]) -> dic
     from app.audit.stats.exact import exact_vote_audit
 
     request, mechanism, query = setup.request, setup.mechanism, setup.query
+    assert isinstance(mechanism, PrivateVoting)  # the request allows `exact` for private voting only
     ctx.progress("collect C1", 0.0, "label distributions with the canary")
     probs_in = mechanism.label_probs(setup.prompts_in, query.answers, setup.source)
     ctx.progress("collect C0", 0.3, "label distributions without the canary")
@@ -681,7 +686,7 @@ def run(request: Request, ctx: RunContext) -> dict:
         owns = getattr(module, "owns_audit", lambda _request: True)
         # an attack over several canaries runs its own trials
         own = own_audit is not None and owns(request)
-        result = own_audit(request, ctx) if own else _run_trials(request, ctx)
+        result = own_audit(request, ctx) if own_audit is not None and own else _run_trials(request, ctx)
         return judged(request, result, seconds=time.monotonic() - started)
     except BudgetExhausted as exc:  # stopped before a trial on each side: fail with the final spend
         raise (meter.unfinished(exc, "a trial on each side") if meter is not None else exc) from None
@@ -791,12 +796,12 @@ def _evidence(setup: Setup, trials: Any) -> dict:
 
     canary = setup.contexts.canary
     at = next((k for k, part in enumerate(setup.parts_in) if canary in part), None)
-    same = at is not None and at < len(setup.prompts_out)
+    at_out = at if at is not None and at < len(setup.prompts_out) else None
     return one_canary(
         canary=canary.text,
         query=_text(setup.query.prompt(())),
         prompt_in=_text(setup.prompts_in[at]) if at is not None else None,
-        prompt_out=_text(setup.prompts_out[at]) if same else None,
+        prompt_out=_text(setup.prompts_out[at_out]) if at_out is not None else None,
         answers=setup.query.answers,
         positive=setup.query.positive,
         trials=trials,
@@ -812,6 +817,7 @@ def _run_auto(request: Request, ctx: RunContext) -> dict:
         raise AuditError("a mia audit needs datasets and engines in its run context")
     ctx.progress("pilot", 0.0, "choosing the canary design on the pilot records")
     llm = ctx.engines.llm(request.model or "oracle")
+    assert request.dataset is not None  # the request's validator requires one
     choice = choose(request, ctx.datasets.load(request.dataset), llm, SeedTree.from_seed(request.seed))
     chosen = request.model_copy(
         update={

@@ -26,7 +26,12 @@ from app.datasets.types import Example
 from app.engines.protocol import Embedder, LLMEngine, Prompt
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from app.audit.attacks.base import AuditQuery
+    from app.audit.budget import Meter
+    from app.audit.runtime import ResponseStore
+    from app.egress import AllowList
 
 
 @dataclass(frozen=True)
@@ -260,6 +265,11 @@ class Mechanism(ABC):
         self.noise_factor = 1.0  # `bug: noise_scale`: the release's σ is noise_factor × the calibrated σ
         # whether every partitioning drawn so far (`partition`) put the canary in C1's partitions
         self.canary_included = True
+        # set by the kind from its run context; only a mechanism that calls out (http_endpoint) reads them
+        self.egress: AllowList | None = None  # where it may call (the service always sets it)
+        self.secrets: Callable[[str], str] | None = None  # its headers' secrets; None: ICLAUDIT_SECRET_* only
+        self.responses: ResponseStore | None = None  # answered calls, replayed on resume
+        self.meter: Meter | None = None  # the audit's budget
 
     @classmethod
     @abstractmethod

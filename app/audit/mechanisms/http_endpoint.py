@@ -48,10 +48,10 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.audit.budget import BudgetExhausted, Meter
+from app.audit.budget import BudgetExhausted
 from app.audit.icl.contexts import format_exemplar
 from app.audit.mechanisms.base import BinaryTarget, CleanSource, Mechanism, Release, Theory, claimed_theory
-from app.audit.runtime import AuditError, ResponseStore
+from app.audit.runtime import AuditError
 from app.datasets.types import Example
 from app.egress import AllowList, EgressRefused, egress_client, header_refused
 from app.secrets import NAME_PATTERN, MissingSecret, resolver
@@ -457,12 +457,6 @@ class HttpEndpoint(Mechanism):
         self.timeout_s = timeout_s
         self.retries = retries
         self.calls = 0
-        self.egress: AllowList | None = None  # set from RunContext.egress by the kind (the service always)
-        self.secrets: Callable[[str], str] | None = None  # RunContext.secrets; None: ICLAUDIT_SECRET_* only
-        self.meter: Meter | None = None  # the audit's budget (set by the kind)
-        self.responses: ResponseStore | None = (
-            None  # RunContext.responses: answered calls, replayed on resume
-        )
         self.replayed = 0
         self.close_failures = 0
         self._seen: dict[str, int] = {}

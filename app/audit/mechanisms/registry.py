@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from app.audit.mechanisms.base import Mechanism
 from app.audit.mechanisms.bugs import SCALES_NOISE
@@ -22,15 +22,19 @@ MECHANISMS: dict[str, type[Mechanism]] = {
 """Names a request may use; `theory` is None for `none` and `prompt_defense` (no ε, leakage only)."""
 
 
-def build_mechanism(spec: Any, *, epsilon: float, delta: float) -> Mechanism:
-    """The mechanism `spec.name` with its noise calibrated for the claimed (ε, δ)."""
+def build_mechanism(spec: Any, *, epsilon: float | None, delta: float) -> Mechanism:
+    """The mechanism `spec.name` with its noise calibrated for the claimed (ε, δ); `epsilon` is None for a
+    mechanism that claims nothing (a mia request's validator leaves it None exactly then)."""
     cls = MECHANISMS.get(spec.name)
     if cls is None:
         raise AuditError(
             f"mechanism.name: unknown mechanism {spec.name!r}; choose one of {', '.join(MECHANISMS)}"
         )
     check_bug(spec.bug, cls)
-    mechanism = cls.from_spec(spec, epsilon=epsilon, delta=delta)
+    if epsilon is None and cls.claims:
+        raise AuditError(f"epsilon: mechanism {spec.name!r} claims an (ε, δ) and needs its ε")
+    # a mechanism that claims nothing ignores ε (None here)
+    mechanism = cls.from_spec(spec, epsilon=cast(float, epsilon), delta=delta)
     if spec.bug == SCALES_NOISE:
         mechanism.noise_factor = float(spec.bug_factor or 1.0)
     return mechanism
