@@ -305,8 +305,9 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @contextmanager
-def serve_in_thread(app: Any, what: str = "the test server") -> Iterator[str]:
-    """Run an ASGI `app` with uvicorn in a thread on a free 127.0.0.1 port; yields its base URL."""
+def serve_in_thread(app: Any, what: str = "the test server", timeout: float = 30.0) -> Iterator[str]:
+    """Run an ASGI `app` (its lifespan included) with uvicorn in a thread on a free 127.0.0.1 port; yields
+    its base URL once it serves (within `timeout` seconds) and stops it on leaving."""
     import uvicorn
 
     server = uvicorn.Server(
@@ -314,7 +315,7 @@ def serve_in_thread(app: Any, what: str = "the test server") -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + timeout
     while not server.started:
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError(f"{what} did not start")
@@ -324,4 +325,4 @@ def serve_in_thread(app: Any, what: str = "the test server") -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        thread.join(timeout=10)
+        thread.join(timeout=timeout)

@@ -3,13 +3,10 @@ SUCCEEDED audit (the same bytes app.reports.plots renders), 404 before and for a
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 from typer.testing import CliRunner
 
 from app.cli import _register, app
@@ -17,7 +14,7 @@ from app.main import create_app
 from app.reports.plots import render
 from testkit.client import bound_request, wait_for
 from testkit.gate import Gate
-from testkit.servers import free_port
+from testkit.servers import serve_in_thread
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -65,17 +62,8 @@ def test_result_png_is_tenant_scoped(client, make_key) -> None:
 @pytest.fixture
 def live_server(settings) -> Iterator[str]:
     """The app served by uvicorn on a loopback port in a thread, for the CLI's real HTTP client."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), port=port, log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serve_in_thread(create_app(settings), "the service") as url:
+        yield url
 
 
 def test_cli_result_format_png_writes_the_plot(live_server: str, make_key, tmp_path: Path) -> None:

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from app.config import Settings
 from app.main import create_app
 from testkit.app_fixtures import app_client, client, make_key  # noqa: F401 - fixtures
-from testkit.servers import database_url, free_port, postgres_server  # noqa: F401 - fixtures
+from testkit.servers import database_url, free_port, postgres_server, serve_in_thread  # noqa: F401 - fixtures
 
 
 @dataclass
@@ -104,28 +103,7 @@ def settings(database_url: str, tmp_path: Path, data_dir: Path, receiver: Receiv
 
 
 @contextmanager
-def serve(app: Any) -> Iterator[str]:
-    """An ASGI app under a real uvicorn (its own thread and event loop); yields the base URL."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise AssertionError("uvicorn did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-
-
-@contextmanager
 def live_server(settings: Settings) -> Iterator[str]:
     """The service itself under a real uvicorn."""
-    with serve(create_app(settings)) as url:
+    with serve_in_thread(create_app(settings), "the service") as url:
         yield url

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
-from integrations.conftest import Receiver, serve
+from integrations.conftest import Receiver
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
@@ -28,7 +28,7 @@ from app.audit.kinds.registry import verdict_of
 from app.config import Settings
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, ScheduleRun, utcnow
-from testkit.servers import _die_with_parent, free_port, wait_for_port
+from testkit.servers import _die_with_parent, free_port, serve_in_thread, wait_for_port
 
 # The two-process test is about concurrent firings, so it runs on both databases; the rest on SQLite.
 SQLITE_ONLY = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -95,7 +95,7 @@ def test_a_schedule_fires_once_per_time_with_two_api_processes(
     settings: Settings, make_key: Any, receiver: Receiver, tmp_path: Path
 ) -> None:
     deployment = Deployment()
-    with serve(deployment.app) as endpoint:
+    with serve_in_thread(deployment.app, "the deployment") as endpoint:
         env = {
             "ICLAUDIT_DATABASE_URL": settings.sqlalchemy_url,
             "ICLAUDIT_STATE_DIR": str(tmp_path),

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-import uvicorn
 
 import iclaudit.client as client_module
 from app.config import Settings
 from app.main import create_app
 from iclaudit.client import ApiError, IclauditClient, ServiceUnreachable, retry_after_seconds
 from testkit.client import bound_request
-from testkit.servers import free_port, fresh_database
+from testkit.servers import free_port, fresh_database, serve_in_thread
 from testkit.tenants import create_key
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,16 +178,7 @@ def test_light_client_installs_alone_and_runs_an_audit(tmp_path: Path, data_dir:
         preload_models=False,
     )
     key = create_key(settings.sqlalchemy_url, "light")
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), port=port, log_config=None))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}"
+    with serve_in_thread(create_app(settings), "the service") as url:
         out = subprocess.run(
             [str(light["python"]), "-c", LIGHT_SCRIPT, url, key, json.dumps(bound_request())],
             capture_output=True,
@@ -203,6 +193,3 @@ def test_light_client_installs_alone_and_runs_an_audit(tmp_path: Path, data_dir:
         assert seen["typed"] is False and seen["state"] == "SUCCEEDED" == audit.state
         assert (seen["outcome"], seen["headline"]) == (audit.outcome, audit.headline) and audit.outcome
         assert seen["epsilon_lower"] == audit.result.epsilon_lower and seen["listed"] == [audit.id]  # type: ignore[union-attr]
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
