@@ -34,17 +34,20 @@ serve: venv
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
 SERIAL_TESTS := $(wildcard tests/jobs/test_pool.py tests/service/test_loadgen.py)
 
+# ruff (lint, format) on the tree, then mypy on app/, iclaudit/ and workers/ ([tool.mypy] in pyproject.toml).
+LINT := $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
+
 test: venv
 	bash scripts/setup-extras.sh
 	bash scripts/setup-mlflow.sh
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(LINT)
 	$(VENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SERIAL_TESTS)); \
 	parallel=$$?; serial=0; \
 	$(if $(SERIAL_TESTS),$(VENV)/bin/pytest -p no:cacheprovider $(SERIAL_TESTS) || serial=$$?;) \
 	exit $$(( parallel || serial ))
 
 lint: venv
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	$(LINT)
 
 bench: venv
 	$(VENV)/bin/python bench/run.py

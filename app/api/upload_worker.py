@@ -10,6 +10,7 @@ bytes. This module imports no web or database code: a spawned worker imports onl
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +39,9 @@ class Refused:
     errors: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _plain(error: dict[str, Any]) -> dict[str, Any]:
+def _plain(error: Mapping[str, Any]) -> dict[str, Any]:
     """A pydantic error without its input (the whole body, perhaps) and with its context as text."""
-    out = {k: error[k] for k in ("loc", "msg", "type") if k in error}
+    out: dict[str, Any] = {k: error[k] for k in ("loc", "msg", "type") if k in error}
     if error.get("ctx"):
         out["ctx"] = {k: str(v) for k, v in error["ctx"].items()}
     return out

@@ -10,6 +10,7 @@ rich's tables only when a command needs them, so not for `--help` or `status`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -20,7 +21,7 @@ import typer.core
 _display_type_rich = typer.core.TyperOption.display_type_rich
 
 
-def _flag_shows_no_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+def _flag_shows_no_type(self: typer.core.TyperOption, ctx: Any) -> str | None:
     """An on/off flag takes no value, so its help row shows no `<bool>` (typer's default shows one)."""
     if self.is_flag and not self.count:
         return None
@@ -42,9 +43,10 @@ def _plain_values_first() -> None:
         from typer._param_types import coerce_cli_choice, lenient_issubclass
     except ImportError:
         return
-    build = getattr(typer.core, "build_runtime_param", None)
-    if build is None:
+    found = getattr(typer.core, "build_runtime_param", None)
+    if found is None:
         return
+    build: Callable[[TypeDescriptor], RuntimeParam] = found
 
     @dataclass(frozen=True)
     class PlainFirst(RuntimeParam):
@@ -97,7 +99,8 @@ def without_httpx_command_line() -> None:
     when those are installed, as they are beside the server; a process running `iclaudit` never runs it."""
     import sys
 
-    sys.modules.setdefault("httpx._main", None)  # httpx falls back to a stub `main` (its ImportError path)
+    # httpx falls back to a stub `main` (its ImportError path); typeshed types sys.modules' values as modules
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
 
 def main() -> None:
