@@ -71,6 +71,8 @@ def _server_models() -> bool:
 TYPED = _server_models()
 
 if TYPE_CHECKING:
+    import ssl
+
     from pydantic import BaseModel
 
     from app.audit.results.base import ResultBase
@@ -287,13 +289,15 @@ class IclauditClient:
         retry_unreachable: bool = True,
         typed: bool = True,
         transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         """`connect_timeout` bounds opening a connection (default: `timeout`); `retry_unreachable=False`
         gives up at once when the first call finds no server (refused, time-out), as the CLI does; once
         the server has answered, a lost connection is retried as usual. `url` is the service's root; one
         ending in `/v1` is read as the root it is under. `typed=False` returns loose models (every field the
         server sent) even where the server's typed ones are installed: no numpy or scipy to import, as the
-        CLI's `status` and `list` need none."""
+        CLI's `status` and `list` need none. `verify` is httpx's: True checks a TLS service against certifi's
+        authorities, or give the `ssl.SSLContext` to check it with (your own authority)."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = base_url(url)
         self.typed = typed
@@ -304,7 +308,11 @@ class IclauditClient:
         self._answered = False
         self.backoff, self.max_backoff = backoff, max_backoff
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=self._timeout(timeout), transport=transport
+            base_url=self.url,
+            headers=headers,
+            timeout=self._timeout(timeout),
+            transport=transport,
+            verify=verify,
         )
 
     def _timeout(self, seconds: float) -> httpx.Timeout:

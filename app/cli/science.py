@@ -4,8 +4,8 @@ A rich table by default, one JSON object with `--json`. Invalid values exit with
 the option.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads every command's signature a few times at each start,
+# and string annotations would be compiled and evaluated each time (tens of ms of `--help` and `status`).
 import json
 import math
 from collections.abc import Callable

@@ -1,8 +1,8 @@
 """Service commands: serve, worker, migrate, keys create|revoke. The client commands (submit, watch,
 status, result, list, cancel, datasets, models) are in iclaudit/cli/commands.py."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads every command's signature a few times at each start,
+# and string annotations would be compiled and evaluated each time (tens of ms of `--help` and `status`).
 from typing import Annotated, Any
 
 import typer

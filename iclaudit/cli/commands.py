@@ -25,8 +25,8 @@ which `status` does not; rich's tables and progress bars when drawn), so `iclaud
 status` start fast (tests/service/test_cli_start.py).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: typer reads every command's signature a few times at each start,
+# and string annotations would be compiled and evaluated each time (tens of ms of `--help` and `status`).
 import json
 import sys
 from collections.abc import Iterator
@@ -40,7 +40,7 @@ import typer.core
 from rich.console import Console
 from rich.text import Text
 
-from iclaudit.cli.reach import CONNECT_TIMEOUT_S, START_HINT, default_url
+from iclaudit.cli.reach import CONNECT_TIMEOUT_S, PROXY_VARIABLES, START_HINT, default_url
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -146,7 +146,7 @@ def fail(message: str, code: Exit = Exit.USAGE) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _client_error(exc: ClientError) -> typer.Exit:
+def _client_error(exc: "ClientError") -> typer.Exit:
     from iclaudit.client import ApiError, ServiceUnreachable
 
     if isinstance(exc, ApiError):
@@ -162,20 +162,34 @@ def _client_error(exc: ClientError) -> typer.Exit:
     return fail(str(exc))
 
 
-def _open(url: str | None, api_key: str | None, typed: bool = True) -> IclauditClient:
+def _open(url: str | None, api_key: str | None, typed: bool = True) -> "IclauditClient":
     from iclaudit.client import IclauditClient
 
+    url = url or default_url()
     return IclauditClient(
-        url or default_url(),
+        url,
         api_key,
         connect_timeout=CONNECT_TIMEOUT_S,
         retry_unreachable=False,
         typed=typed,
+        verify=_tls(url),
     )
 
 
+def _tls(url: str) -> Any:
+    """httpx's default (certifi's authorities) for a service over TLS or behind a proxy; for plain HTTP with
+    no proxy set, where the command speaks no TLS, a context that trusts no authority (it would refuse any
+    TLS peer): loading certifi's bundle is tens of ms of a command's start."""
+    import os
+    import ssl
+
+    if not url.startswith("http://") or any(os.environ.get(name) for name in PROXY_VARIABLES):
+        return True
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 @contextmanager
-def connected(url: str | None, api_key: str | None, *, typed: bool = True) -> Iterator[IclauditClient]:
+def connected(url: str | None, api_key: str | None, *, typed: bool = True) -> Iterator["IclauditClient"]:
     """The client for one command; a client error (the service refused, or is not there) becomes one line
     on stderr and exit 3. `typed=False` where the command shows no result table (status, list, cancel):
     no typed result models to import, so it starts as fast in the server's distribution as in the light
@@ -294,7 +308,7 @@ def _figure(kind: str, key: str) -> str | None:
     return KIND_FIGURES.get((kind, leaf)) or FIGURES.get(leaf)
 
 
-def result_table(result: Any, title: str, explain: bool | None = None, *, headline: bool = True) -> Table:
+def result_table(result: Any, title: str, explain: bool | None = None, *, headline: bool = True) -> "Table":
     """The typed result as field · value · what it means: the verdict first (verdict, headline — unless
     `headline` is False because the caller prints it as its last line —, reason, power), then every other
     field under "details", each ε figure with one short line on what it is. The meanings column shows when
@@ -428,7 +442,7 @@ def _eta(seconds: float | None) -> str:
     return f"ETA {int(seconds) // 60}:{int(seconds) % 60:02d}"
 
 
-def _stage(audit: Audit) -> str:
+def _stage(audit: "Audit") -> str:
     p = audit.progress
     return p.stage + (f" · {p.message}" if p.message else "")
 
@@ -436,12 +450,12 @@ def _stage(audit: Audit) -> str:
 # --- waiting and the gate -----------------------------------------------------------------------------
 
 
-def follow(client: IclauditClient, audit_id: str, *, live: bool, timeout: float | None) -> Audit:
+def follow(client: "IclauditClient", audit_id: str, *, live: bool, timeout: float | None) -> "Audit":
     """Wait for the end: a rich progress bar (`live`) or one stderr line per stage (CI logs)."""
     if not live:
         last = [""]
 
-        def note(audit: Audit) -> None:
+        def note(audit: "Audit") -> None:
             line = f"{audit.state} {_stage(audit)} {100 * audit.progress.fraction:.0f}%"
             if audit.progress.stage != last[0]:
                 err_console.print(line, highlight=False)
@@ -459,14 +473,14 @@ def follow(client: IclauditClient, audit_id: str, *, live: bool, timeout: float 
     with Progress(*columns, console=err_console, transient=False) as bar:
         task = bar.add_task("queued", total=1.0, eta="ETA –")
 
-        def draw(audit: Audit) -> None:
+        def draw(audit: "Audit") -> None:
             p = audit.progress
             bar.update(task, completed=p.fraction, description=_stage(audit), eta=_eta(p.eta_seconds))
 
         return client.wait(audit_id, timeout=timeout, on_update=draw)
 
 
-def gate_code(audit: Audit, *, allow_inconclusive: bool = False) -> Exit:
+def gate_code(audit: "Audit", *, allow_inconclusive: bool = False) -> Exit:
     """The gate's exit code (the module docstring's table)."""
     if audit.state != "SUCCEEDED":
         return Exit.AUDIT_FAILED
@@ -478,7 +492,7 @@ def gate_code(audit: Audit, *, allow_inconclusive: bool = False) -> Exit:
 
 
 def finish(
-    audit: Audit,
+    audit: "Audit",
     *,
     as_json: bool,
     junit: bytes | None = None,
@@ -527,7 +541,7 @@ def finish(
 
 
 def wait_and_report(
-    client: IclauditClient,
+    client: "IclauditClient",
     audit_id: str,
     *,
     live: bool,
@@ -568,7 +582,7 @@ def wait_and_report(
     )
 
 
-def against_baseline(client: IclauditClient, audit: Audit, ref: str) -> dict[str, Any] | None:
+def against_baseline(client: "IclauditClient", audit: "Audit", ref: str) -> dict[str, Any] | None:
     """The service's regression check of `audit` against the baseline `ref`: an audit id (or its prefix),
     or KEY=VALUE, the newest other SUCCEEDED audit of the same kind with that label. None, with a warning,
     when no audit has the label yet (a first run: the gate then goes by the verdict alone)."""
@@ -773,7 +787,7 @@ def submit(
     raise typer.Exit(code)
 
 
-def takeable_step(audit: Audit, seconds_left: float) -> dict[str, Any] | None:
+def takeable_step(audit: "Audit", seconds_left: float) -> dict[str, Any] | None:
     """The first next step of an inconclusive SUCCEEDED audit that sets request fields and whose expected
     seconds (when known) fit `seconds_left`; None when there is none."""
     result = audit.result
@@ -788,7 +802,7 @@ def takeable_step(audit: Audit, seconds_left: float) -> dict[str, Any] | None:
 
 
 def answer_within(
-    client: IclauditClient, body: dict[str, Any], max_seconds: float, *, live: bool, key: str | None
+    client: "IclauditClient", body: dict[str, Any], max_seconds: float, *, live: bool, key: str | None
 ) -> tuple[str, float]:
     """Submit `body`; while its audit ends inconclusive with a `takeable_step`, submit it again with the
     step's `set` applied. (the last audit's id, the seconds left to wait for it)."""
@@ -1045,7 +1059,7 @@ def list_audits(
 LIST_NARROW = 100  # below this many columns the list drops its rules and shortens progress and dates
 
 
-def audit_list_table(audits: list[Audit], width: int) -> Table:
+def audit_list_table(audits: "list[Audit]", width: int) -> "Table":
     """The list as a table whose ids are always whole on one line (copyable): at 120 columns every column
     fits; narrower than LIST_NARROW, no vertical rules, progress joins the state and dates lose the year."""
     from rich import box
@@ -1077,7 +1091,7 @@ def audit_list_table(audits: list[Audit], width: int) -> Table:
     return table
 
 
-def _list_verdict(audit: Audit) -> Text:
+def _list_verdict(audit: "Audit") -> Text:
     """The list's verdict cell: the outcome word, coloured; `—` while running or for a kind without one."""
     verdict = getattr(audit, "verdict", None) or {}
     if not isinstance(verdict, dict):

@@ -1,10 +1,12 @@
 """What keeps `iclaudit --help` and `iclaudit status` short (tests/service/test_light_gate.py times them):
 neither loads pydantic (typer's converters, the client's models) nor rich's tables, in either command line;
-typer converts their values as its own pydantic adapters would; `status` says what the typed audit says."""
+typer converts their values as its own pydantic adapters would; `status` says what the typed audit says; a
+plain-HTTP service is reached without loading certifi's authorities, and a TLS one still checked with them."""
 
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ from app.cli import science, service
 from app.config import Settings
 from app.main import create_app
 from iclaudit.cli import commands
+from iclaudit.cli.reach import PROXY_VARIABLES
 from iclaudit.client import IclauditClient
 from testkit.client import VERDICT_REQUESTS
 from testkit.servers import free_port, fresh_database
@@ -162,3 +165,17 @@ def test_status_says_what_the_typed_audit_says(audits: tuple[str, list[str]]) ->
             ]
             expected = [first + (f" {p.message}" if p.message else ""), audit.headline, *steps]
             assert out.stdout.splitlines() == expected, (out.stdout, expected)
+
+
+def test_plain_http_loads_no_authorities_and_tls_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over plain HTTP with no proxy set the command speaks no TLS: a context that trusts no authority (so
+    it would refuse any TLS peer, never accept one unchecked); TLS, or a proxy, keeps httpx's authorities."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    plain = commands._tls("http://127.0.0.1:8000")
+    assert isinstance(plain, ssl.SSLContext)
+    assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname
+    assert plain.cert_store_stats()["x509_ca"] == 0
+    assert commands._tls("https://audits.example.org") is True
+    monkeypatch.setenv("HTTPS_PROXY", "https://proxy.example.org:3128")
+    assert commands._tls("http://127.0.0.1:8000") is True
