@@ -39,7 +39,8 @@ holds for every neighbouring pair, so the auditor may pick the pair. Among SEARC
 (the drawn one first, then records of the same split that are not in C0) and every label y* of the
 dataset, the pair (C0, C1 with the exemplar (x, y*), the query "classify x") with the largest exact μ of
 the chosen score (sum over the threat models, from the exact clean label distributions of the candidate
-prompts) is audited, its white-box score Ṽ_y+ − Ṽ_w with w the label the canary's partition votes without
+prompts) is audited (first at the drawn canary position, for every record; only if none flips, at the
+other positions of C0, whose exemplar the canary then replaces instead), its white-box score Ṽ_y+ − Ṽ_w with w the label the canary's partition votes without
 the canary (the Neyman-Pearson score of the move e_y+ − e_w; the strongest other label would add the
 noise of every label to it); records are tried in order until one flips its partition's vote (effect 1, valid
 without). The search reads the model's exact clean label distributions of the candidate pairs only: no
@@ -221,19 +222,26 @@ def search_canary(
     others = [e for e in dataset.train if e.text not in in_c0 and e.text != contexts.canary.text]
     picks = rng.choice(len(others), size=min(SEARCH_RECORDS - 1, len(others)), replace=False)
     records = [contexts.canary, *(others[int(i)] for i in picks)]
+    drawn = contexts.canary_position
+    others_at = [j for j in range(len(contexts.without)) if j != drawn]
+    groups = [(r, drawn) for r in records] + [(r, j) for j in others_at for r in records]
     best: tuple[float, NeighbouringContexts, list, AuditQuery, dict | None] | None = None
-    tried = n_records = 0
-    at = next(k for k, (a, b) in enumerate(zip(parts_in, parts_out, strict=True)) if a != b)
-    for record in records:
-        n_records += 1
+    tried = n_groups = 0
+    for record, position in groups:
+        n_groups += 1
+        base = replace(contexts, with_canary=contexts.without, canary_position=position)
+        replaced = contexts.without[position]
         for label in dataset.labels:
-            pair = planted(contexts, replace(record, label=label))
-            parts = _swap(parts_in, contexts.canary, pair.canary)
+            pair = planted(base, replace(record, label=label))
+            parts = _swap(parts_out, replaced, pair.canary)
+            differ = [k for k, (a, b) in enumerate(zip(parts, parts_out, strict=True)) if a != b]
+            if len(differ) != 1:  # no partition holds this position (disjoint-Poisson partitions)
+                break
             query = module.build_query(canary=pair.canary, dataset=dataset, spec=request.attack, rng=rng)
             prompts_out = mechanism.audit_inputs(query, parts_out)
             # the white box compares y+ with the label the canary's partition votes without the canary
             # (the Neyman-Pearson score of the move e_y+ − e_w)
-            p_out = mechanism.label_probs([prompts_out[at]], query.answers, source)[0].copy()
+            p_out = mechanism.label_probs([prompts_out[differ[0]]], query.answers, source)[0].copy()
             p_out[query.positive] = -1.0
             query = replace(query, negative=int(np.argmax(p_out)))
             mu, count_mu, signal = pair_mus(
@@ -243,16 +251,18 @@ def search_canary(
             value = count_mu if count else mu
             if best is None or value > best[0]:
                 best = (value, pair, parts, query, signal)
-        assert best is not None
-        if flips(best[4]):
+        if best is not None and flips(best[4]):
             break
-    assert best is not None
+    if best is None:
+        raise AuditError("attack.name: the canary search found no position a partition holds")
     value, pair, parts, query, signal = best
     report = {
-        "records_tried": n_records,
+        "records_tried": n_groups,
         "pairs_tried": tried,
         "canary": pair.canary.text,
         "label": pair.canary.label,
+        "position": pair.canary_position,
+        "position_moved": pair.canary_position != drawn,
         "mu": value,
         "effect": signal["effect"] if signal else None,
     }

@@ -4,6 +4,11 @@
         .venv/bin/python docs/results/tightness.py --write-examples [--out FILE] [names…]
     .venv/bin/python docs/results/tightness.py --report      # tightness.md, from the runs file
 
+GRID: the every-seed grid (issue 30 item 2), `attack: auto` against private voting with label_logprobs
+teachers, GRID_DATASETS × GRID_SEEDS × GRID_EPSILONS; run it by naming its rows (one process per run list:
+the cells of one dataset and seed share their forward passes). `tickets` (made-up support tickets,
+TICKETS) is read as an uploaded dataset is (`WithUploads`).
+
 Each row is one request file, docs/results/requests/mia-smollm2-tight-{name}.json (written by --write-examples from
 ROWS): private voting with analytic calibration (the σ whose exact ε at δ equals the claim), no planted
 bug, T partitions of one exemplar each, votes decoded greedily (temperature 0, so a partition's vote
@@ -84,7 +89,8 @@ ROWS: dict[str, dict] = dict(
 )
 
 
-GRID_DATASETS = ("trec", "sst2", "ag_news", "dbpedia14")
+GRID_DATASETS = ("trec", "sst2", "ag_news", "dbpedia14", "tickets")
+TICKETS = ROOT / "docs/results/tightness-tickets.jsonl"  # made-up support tickets, 4 labels, 160 rows
 GRID_SEEDS = (0, 1, 2, 3, 4)
 GRID_EPSILONS = (2.0, 4.0, 8.0)
 
@@ -153,11 +159,29 @@ def _design(design: dict | None) -> dict | None:
     return keep
 
 
+class WithUploads:
+    """The built-in datasets plus `tickets`, the made-up support tickets read as an upload is
+    (app/datasets/validate.py: the seeded 80/20 split, labels sorted)."""
+
+    def __init__(self, builtin: object) -> None:
+        self.builtin = builtin
+
+    def load(self, name: str) -> object:
+        if name == "tickets":
+            from app.datasets.validate import parse_dataset
+
+            return parse_dataset(TICKETS.read_bytes(), fmt="jsonl", name="tickets", max_rows=10_000)
+        return self.builtin.load(name)  # type: ignore[attr-defined]
+
+
 def run(names: list[str], out: Path) -> None:
+    import dataclasses
+
     from app.audit.local import local_context, run_request
     from app.audit.runtime import no_progress
 
     ctx = local_context(progress=no_progress)
+    ctx = dataclasses.replace(ctx, datasets=WithUploads(ctx.datasets))
     for name in names:
         body = json.loads(request_file(name).read_text())
         llm = ctx.engines.llm(body["model"])
@@ -279,6 +303,11 @@ def _cell(line: dict, tm: str) -> str:
             text + " — limited by the score: two counts move, where Ṽ_y+ sees one of them "
             f"(ceiling ε(μ/√2) = {one_count_ceiling(eps_theory, math.sqrt(2.0)):.2f}×)"
         )
+    if tm == "black_box":
+        return (
+            text + " — effect 1.00, two counts move: limited by the release (the argmax over every label's "
+            "noisy count, a coarser view than Ṽ) and the trials"
+        )
     return text + " — effect 1.00, two counts move: limited by the trials"
 
 
@@ -331,6 +360,23 @@ system's, never its choice.
 
 OUTRO = """
 ## Reading it
+
+- **Every seed** (the grid): why the fixed copy canary flipped on one context only. Printing the label
+  log-probabilities of the canary's partition with and without the canary shows a strong label prior in
+  SmolLM2: on trec "Abbreviation" (the first label of the prompt's list) wins most queries, and on sst2
+  "positive" wins a content-free text ("N/A", "Item 7") whatever the exemplar says. A copy canary with a
+  random y* is then copied only when y* is the prior's label or the query text is borderline, and when
+  the partition without the canary already votes y* the effect is 0 (P 1.00/1.00); when the prior beats
+  the exemplar, P 0.00/0.00. The canary search (app/audit/design.py) picks, per pair, the record (as
+  canary text and query), the label y* and, only when no record flips at the drawn position, the position
+  among C0's exemplars, by the exact clean label distributions: e.g. trec seed 1's drawn record flips
+  with y* = "Abbreviation" (its partition votes "Human" without the canary), and sst2 seed 1's pilot
+  found no flip at T = 2 but flips at T = 4, so `auto` took T = 4 there. The white box scores Ṽ_y+ − Ṽ_w
+  against the label w the partition votes without the canary (the Neyman-Pearson score of the two-count
+  move), which lifts it to 0.94–0.99× of ε_theory; the strongest-other score of the fixed rows adds the
+  noise of every other label (trec seed 1 with it: 0.71×). The black box releases the argmax over every
+  label's noisy count, a coarser view than Ṽ, so it falls with the number of labels: lowest on dbpedia14
+  (14 labels) and trec (6), highest on sst2 (2).
 
 - **The Ṽ_y+ score** (`inquiry_count`) lifts the white box on ag_news from 0.40–0.44× to 0.60–0.65×
   of ε_theory, against its ceiling ε(μ/√2) = 0.66–0.68× (in each cell): the query, not the score, is
@@ -398,7 +444,9 @@ GRID_INTRO = """
 `attack: auto` on private voting whose teachers vote by their labels' log-probabilities
 (`mechanism.teacher_output: "label_logprobs"`), T ≤ 4 partitions of one exemplar, greedy votes, 200,000
 bootstrap trials, one context pair per cell, seeds 0–4 (`docs/results/tightness.py`'s GRID, request files
-`mia-smollm2-tight-<dataset>-auto-label_logprobs-seed<s>-eps<ε>.json`). The pilot (odd training rows)
+`mia-smollm2-tight-<dataset>-auto-label_logprobs-seed<s>-eps<ε>.json`). `tickets` is a made-up set of 160
+labelled support tickets (billing, shipping, account, technical; docs/results/tightness-tickets.jsonl), read
+as an upload is read (app/datasets/validate.py). The pilot (odd training rows)
 chooses the design and T; for the copy canary both the pilot and the measurement (even rows) run the canary
 search of app/audit/design.py: among up to 8 canary records and every label y*, the pair whose exact clean
 label distributions give the largest μ, white-box score Ṽ_y+ − Ṽ_w against the label w the canary's
