@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio import to_thread
 from fastapi import Depends, FastAPI
+from prometheus_client import CollectorRegistry
 
 from app.api import (
     accounting,
@@ -24,11 +25,13 @@ from app.api import (
     sweeps,
     webhooks,
 )
+from app.api.auth import Authenticator
 from app.api.deps import get_tenant
-from app.api.errors import document_error_responses, install_error_handlers
-from app.api.limits import install_limits
-from app.api.openapi import install_openapi, operation_id
-from app.api.poll import close_poll_cache, install_poll_shortcut
+from app.api.handlers import EXCEPTION_HANDLERS
+from app.api.limits import Guard
+from app.api.middleware import stack
+from app.api.openapi import document_error_responses, install_openapi, operation_id
+from app.api.poll import close_poll_cache
 from app.api.watch import AuditWatch
 from app.config import Settings, get_settings
 from app.db import keys
@@ -38,7 +41,6 @@ from app.integrations.dispatch import IntegrationsTicker
 from app.jobs.executors import make_executor
 from app.jobs.plans import close_planner
 from app.jobs.sweeper import Sweeper
-from app.observability import install_request_ids
 from app.secrets import SCRUBBER
 from app.ui.routes import install_ui
 
@@ -112,6 +114,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             jobs_engine.dispose()
             engine.dispose()
 
+    registry = CollectorRegistry()  # this app's metrics (app/api/metrics.py)
     app = FastAPI(
         title="iclaudit",
         version="0.1.0",
@@ -120,12 +123,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,  # /docs and /redoc come from app.ui, on vendored assets (no CDN)
         redoc_url=None,
         generate_unique_id_function=operation_id,  # submitAudit, getAudit, … (app/api/openapi.py)
+        middleware=stack(settings, registry),  # outer to inner (app/api/middleware/__init__.py)
+        exception_handlers=EXCEPTION_HANDLERS,  # app/api/handlers.py
     )
-    install_error_handlers(app)
-    install_limits(app, settings)
-    metrics.install_metrics(app)  # HTTP latency histograms + the database's audit figures
-    install_request_ids(app)  # every answer, limits' included, carries X-Request-ID
-    install_poll_shortcut(app)  # outermost: polls answered from kept answers (app/api/poll.py)
+    app.state.guard = Guard.from_settings(settings)  # rate limits and failed-authentication throttles
+    app.state.authenticator = Authenticator(app.state)  # who the caller is, for routes and middleware
+    metrics.install_metrics(app, registry)  # the database's audit figures beside the HTTP ones
     app.include_router(health.router)
     app.include_router(audits.router)
     app.include_router(records.router)  # /v1/audits/{id}/records

@@ -26,8 +26,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from asgi_correlation_id import correlation_id
+from asgi_correlation_id import CorrelationIdMiddleware, correlation_id
 from pythonjsonlogger.json import JsonFormatter
+from starlette.middleware import Middleware
 
 audit_id: ContextVar[str | None] = ContextVar("iclaudit_audit_id", default=None)
 tenant: ContextVar[str | None] = ContextVar("iclaudit_tenant", default=None)
@@ -143,11 +144,9 @@ def request_id_for(given: str | None) -> str:
     return given if given and valid_request_id(given) else new_request_id()
 
 
-def install_request_ids(app: Any) -> None:
-    """X-Request-ID in (kept when valid) and out, on every answer."""
-    from asgi_correlation_id import CorrelationIdMiddleware
-
-    app.add_middleware(
+def request_ids() -> Middleware:
+    """The middleware that puts X-Request-ID in (kept when valid) and out, on every answer."""
+    return Middleware(
         CorrelationIdMiddleware,
         header_name="X-Request-ID",
         generator=new_request_id,

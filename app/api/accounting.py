@@ -15,7 +15,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from app.api.errors import ApiError
-from app.api.strict_json import StrictJSONRoute
+from app.api.middleware.strict_json import StrictJSONRoute
 from app.audit.accounting import MAX_EPSILON, MAX_SCALE, MIN_DELTA, MIN_EPSILON, MIN_SCALE
 from app.audit.accounting.gaussian import gaussian_calibration
 from app.audit.accounting.rdp import synthetic_generation_parameters

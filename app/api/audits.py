@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
+from app.api.auth import Credentials, authenticator_of
 from app.api.connections import plan_slots, stream_slots
 from app.api.deps import (
     ExecutorDep,
@@ -22,18 +23,13 @@ from app.api.deps import (
     SessionDep,
     SettingsDep,
     TenantDep,
-    caller_tenant_id,
-    count_remembered,
-    recheck_key,
-    remembered_tenant_id,
-    run_in_session,
-    tenant_id_of,
 )
 from app.api.errors import ApiError
 from app.api.headers import REPORT_CSP
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
+from app.api.middleware.strict_json import StrictJSONRoute
 from app.api.poll import AnswerCache, PollCache, poll_cache_of
-from app.api.strict_json import StrictJSONRoute
+from app.api.sessions import run_in_session
 from app.api.watch import CACHE_CONTROL, WaitDep, etag_of, matches, watch_of
 from app.audit.budget import BudgetSpec
 from app.audit.kinds.base import MAX_LABELS
@@ -95,10 +91,18 @@ Authorization = Annotated[str | None, Header(description="`Bearer ica_…` (from
 def _authenticated(
     session: Session, request: Request, authorization: str | None, read: Callable[..., Any], *args: Any
 ) -> tuple[str, Any]:
-    """(tenant id, `read(session, tenant_id, *args)`): app.api.deps.tenant_id_of and the first read in one
-    thread hop, for the routes that cannot hold TenantDep's session while they wait."""
-    tenant_id = tenant_id_of(request, session, authorization)
+    """(tenant id, `read(session, tenant_id, *args)`): app.api.auth.Authenticator.tenant and the first read
+    in one thread hop, for the routes that cannot hold TenantDep's session while they wait."""
+    credentials = Credentials.of(request, authorization)
+    tenant_id = authenticator_of(request.app).tenant(session, credentials)
     return tenant_id, read(session, tenant_id, *args)
+
+
+async def _recheck(request: Request, authorization: str | None) -> None:
+    """The caller's key read again (app.api.auth.Authenticator.recheck): 401 once it is revoked."""
+    await run_in_session(
+        request, authenticator_of(request.app).recheck, Credentials.of(request, authorization)
+    )
 
 
 LABEL_FILTER_PATTERN = r"^[^=]+="  # `key=value`: a key, then `=` (the value may be empty)
@@ -275,11 +279,12 @@ async def get_audit(
     watch, poll = watch_of(request.app), poll_cache_of(request.app)
     # A finished audit this tenant polled before, by a key verified moments ago: answered on the event
     # loop, with no thread, slot or database (limits still counted).
-    remembered = remembered_tenant_id(request, authorization)
+    auth, credentials = authenticator_of(request.app), Credentials.of(request, authorization)
+    remembered = auth.remembered(credentials)
     if remembered is not None and (
         final := _finished_answer(poll.answers, remembered, audit_id, if_none_match)
     ):
-        count_remembered(request, authorization, remembered)
+        auth.count(credentials, remembered)
         etag, _, answer = final
         return answer if answer is not None else _not_modified(etag)
     since = watch.wakes
@@ -307,7 +312,7 @@ async def _wait_rechecking(
     request: Request, authorization: str | None, audit_id: str, etag: str, timeout: float, since: int
 ) -> None:
     """`AuditWatch.changed` for up to `timeout` seconds, in slices of ICLAUDIT_KEY_RECHECK_SECONDS with the
-    caller's key read again between them (`recheck_key`: 401 once it is revoked)."""
+    caller's key read again between them (`Authenticator.recheck`: 401 once it is revoked)."""
     watch = watch_of(request.app)
     clock = asyncio.get_running_loop().time
     deadline = clock() + timeout
@@ -317,7 +322,7 @@ async def _wait_rechecking(
             return
         since = watch.wakes
         if deadline - clock() > 0:
-            await run_in_session(request, recheck_key, request, authorization)
+            await _recheck(request, authorization)
 
 
 # One event of the stream (OpenAPI 3.1 reads a text/event-stream schema as one event's fields): an `audit`
@@ -380,7 +385,7 @@ async def audit_events(
             since = watch.wakes
             try:
                 if clock() - checked >= recheck:  # the key is read again (revoked: the stream ends)
-                    await run_in_session(request, recheck_key, request, authorization)
+                    await _recheck(request, authorization)
                     checked = clock()
                 row = await run_in_session(request, _summary, tenant_id, audit_id)
             except ApiError:  # the key was revoked, or no slot within ICLAUDIT_API_QUEUE_SECONDS: end
@@ -422,7 +427,7 @@ async def plan_audit(
 
     from app.jobs import plans
 
-    tenant_id = await caller_tenant_id(request, authorization)
+    tenant_id = await authenticator_of(request.app).caller(request, Credentials.of(request, authorization))
     with plan_slots.hold(tenant_id):
         settings = request.app.state.settings
         await run_in_session(request, plans.check_plan, tenant_id, body, settings)

@@ -6,7 +6,7 @@ never completes its request headers is kept for ever (1,500 half-open connection
 that has not sent a whole request line and headers within ICLAUDIT_HEADER_TIMEOUT_SECONDS of opening (or
 of its previous answer) is closed. h11 also bounds the headers' size (`h11_max_incomplete_event_size`,
 ICLAUDIT_MAX_HEADER_BYTES: more is 400). The body is bounded apart, per route, in time and size
-(app.api.limits.BodyLimit: ICLAUDIT_BODY_TIMEOUT_SECONDS between two pieces, the routes' byte limits).
+(app.api.middleware.body_limit.BodyLimit: ICLAUDIT_BODY_TIMEOUT_SECONDS between two pieces, the routes' byte limits).
 
 `StreamSlots` caps the connections a tenant holds open in one API process: its event streams
 (`GET /v1/audits/{id}/events`) and long-polls (`?wait=`) together, ICLAUDIT_MAX_OPEN_STREAMS; one more is
@@ -110,7 +110,7 @@ class StreamSlots:
     def take(self, tenant_id: str) -> Callable[[], None]:
         """Count one more open stream of the tenant and return its release (idempotent: call it from every
         way out); TooManyRequests past the limit."""
-        from app.api.limits import TooManyRequests
+        from app.api.errors import TooManyRequests
 
         held = self.open.get(tenant_id, 0)
         if held >= self.limit:
@@ -159,7 +159,7 @@ class PlanSlots:
 
     @contextlib.contextmanager
     def hold(self, tenant_id: str) -> Iterator[None]:
-        from app.api.limits import TooManyRequests
+        from app.api.errors import TooManyRequests
 
         with self._lock:
             if tenant_id in self._busy:

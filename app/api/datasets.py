@@ -22,11 +22,13 @@ from python_multipart.exceptions import FormParserError
 from sqlalchemy.orm import Session
 
 from app.api import upload_worker
-from app.api.deps import PageToken, SessionDep, SettingsDep, TenantDep, caller_tenant_id, run_in_session
+from app.api.auth import Credentials, authenticator_of
+from app.api.deps import PageToken, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError, validation_details
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
+from app.api.middleware.strict_json import StrictJSONRoute
 from app.api.poll import forget_finished
-from app.api.strict_json import StrictJSONRoute
+from app.api.sessions import run_in_session
 from app.api.upload_worker import Checked
 from app.config import Settings
 from app.db import datasets as dataset_rows
@@ -127,7 +129,7 @@ async def _upload_slot(request: Request, tenant_id: str) -> AsyncIterator[None]:
 
 async def _spool(request: Request, spool: BinaryIO) -> None:
     """The request body into `spool`, written in a worker thread a megabyte at a time; no session or request
-    slot is held (app.api.limits.BodyLimit bounds its size and the wait for each piece)."""
+    slot is held (app.api.middleware.body_limit.BodyLimit bounds its size and the wait for each piece)."""
     pending: list[bytes] = []
     size = 0
     async for chunk in request.stream():
@@ -320,12 +322,12 @@ async def upload_dataset(
         str | None, Header(description="`Bearer ica_…` (from `iclaudit keys create`).")
     ] = None,
 ) -> DatasetResource:
-    """The caller is known before a byte of the body is read (app/api/gate.py); the body then streams into a
+    """The caller is known before a byte of the body is read (app/api/middleware/gate.py); the body then streams into a
     spooled temp file with no database session or request slot held (at most ICLAUDIT_MAX_CONCURRENT_UPLOADS
     per tenant at once, else 429), its multipart is read in a worker thread and its rows are checked in a
     separate process (app/api/upload_worker.py), so the event loop parses nothing; only storing it takes a
     session."""
-    tenant_id = await caller_tenant_id(request, authorization)
+    tenant_id = await authenticator_of(request.app).caller(request, Credentials.of(request, authorization))
     content_type = request.headers.get("content-type", "")
     async with _upload_slot(request, tenant_id):
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:

@@ -1,12 +1,10 @@
-"""Security headers on every answer (pure ASGI): nosniff, no referrer, no framing, and a Content Security
-Policy. A route (or a page of the dashboard) that sets a header itself keeps its own value.
+"""Security headers on every answer (app.api.middleware.headers): nosniff, no referrer, no framing, and a
+Content Security Policy.
 
 The policies live here, in one place: `CSP` for everything, `CSP_BY_PREFIX` for paths that need more.
 """
 
 from __future__ import annotations
-
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
@@ -34,24 +32,3 @@ HEADERS: dict[str, str] = {
 
 def csp_for(path: str) -> str:
     return next((csp for prefix, csp in CSP_BY_PREFIX.items() if path.startswith(prefix)), CSP)
-
-
-class SecurityHeaders:
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        extra = [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
-        extra.append((b"content-security-policy", csp_for(scope["path"]).encode()))
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                present = {k.lower() for k, _ in message.get("headers", [])}
-                added = [(k, v) for k, v in extra if k not in present]
-                message = {**message, "headers": [*message.get("headers", []), *added]}
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)

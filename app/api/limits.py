@@ -1,17 +1,11 @@
-"""Request limits: body size (413), per-tenant rate and failed-authentication throttling (429 with
-Retry-After), each answered in the API's error shape with the setting that sets it.
+"""Rate limits: per-tenant requests and failed-authentication throttling (429 with Retry-After, in the
+API's error shape with the setting that sets it). The body limit (413) is app/api/middleware/body_limit.py.
 
-- `BodyLimit` (pure ASGI, outside the routes): a `Content-Length` over the limit is answered 413 before a
-  byte of the body is read, so before parsing and before authentication; a body without one is counted
-  as it streams, and the read that crosses the limit raises `RequestTooLarge` (an HTTPException, which
-  FastAPI re-raises and the error handler renders). Per route (`body_limit_for`): `POST /v1/datasets` has
-  ICLAUDIT_UPLOAD_MAX_BYTES plus multipart room, `POST /v1/audits` ICLAUDIT_MAX_REQUEST_BYTES, everything
-  else ICLAUDIT_MAX_SMALL_REQUEST_BYTES.
-- `Guard`: sliding-window-counter limits (O(1) per hit), keyed by tenant, key id and client address.
-  Storage: ICLAUDIT_RATE_LIMIT_STORAGE, else the broker's Redis when there is one (so every API process
-  shares the counts; the `limits` library), else this process's memory (the embedded default:
-  `LocalWindows`, the same arithmetic in a dict, since `limits`' MemoryStorage starts a timer thread every
-  10 ms under load, which was a tenth of a poll's CPU).
+`Guard`: sliding-window-counter limits (O(1) per hit), keyed by tenant, key id and client address.
+Storage: ICLAUDIT_RATE_LIMIT_STORAGE, else the broker's Redis when there is one (so every API process
+shares the counts; the `limits` library), else this process's memory (the embedded default:
+`LocalWindows`, the same arithmetic in a dict, since `limits`' MemoryStorage starts a timer thread every
+10 ms under load, which was a tenth of a poll's CPU).
 """
 
 from __future__ import annotations
@@ -24,113 +18,22 @@ import math
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import anyio
 from limits import RateLimitItem, parse_many
 from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import SlidingWindowCounterRateLimiter
-from starlette.datastructures import Headers
-from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.api.errors import TooManyRequests
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
     from app.config import Settings
 
 log = logging.getLogger(__name__)
 
-MULTIPART_ROOM = 2**20  # boundaries and part headers around an upload of ICLAUDIT_UPLOAD_MAX_BYTES
 QUOTA_RETRY_SECONDS = 10  # Retry-After when ICLAUDIT_MAX_ACTIVE_AUDITS is reached (a polling hint)
 _WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-
-
-class RequestTooLarge(HTTPException):
-    def __init__(self, limit: int, setting: str) -> None:
-        super().__init__(
-            413, f"The request body is larger than this service's limit of {limit} bytes ({setting})."
-        )
-
-
-class RequestTimeout(HTTPException):
-    def __init__(self, seconds: float) -> None:
-        super().__init__(
-            408,
-            f"The request body stopped arriving: nothing for {seconds:g} s (ICLAUDIT_BODY_TIMEOUT_SECONDS).",
-            headers={"Connection": "close"},
-        )
-
-
-class TooManyRequests(Exception):
-    """Answered 429 with `Retry-After: seconds`; `message` says which limit and its setting."""
-
-    def __init__(self, message: str, retry_after: int) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retry_after = max(1, retry_after)
-
-
-class BodyLimit:
-    """413 for a request body over `limit_for(scope)` = (bytes, setting name); see the module docstring."""
-
-    def __init__(
-        self, app: ASGIApp, limit_for: Callable[[Scope], tuple[int, str]], body_timeout: float = 30.0
-    ) -> None:
-        self.app = app
-        self.limit_for = limit_for
-        self.body_timeout = body_timeout
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        limit, setting = self.limit_for(scope)
-        declared = Headers(scope=scope).get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            from app.api.errors import error_response
-
-            response = error_response(413, RequestTooLarge(limit, setting).detail, Connection="close")
-            await response(scope, receive, send)
-            return
-        received = 0
-        whole = False  # the body has been read to its end (or the client left): no more timeouts
-
-        async def counted() -> Message:
-            nonlocal received, whole
-            if whole:  # e.g. a streaming answer waiting for the disconnect
-                return await receive()
-            try:
-                with anyio.fail_after(self.body_timeout):
-                    message = await receive()
-            except TimeoutError:
-                raise RequestTimeout(self.body_timeout) from None
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise RequestTooLarge(limit, setting)
-                whole = not message.get("more_body", False)
-            else:
-                whole = True
-            return message
-
-        started = False
-
-        async def tracked(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counted, tracked)
-        except (RequestTooLarge, RequestTimeout) as exc:  # outside the routes (a middleware reading the body)
-            if started:
-                raise
-            from app.api.errors import error_response
-
-            await error_response(exc.status_code, exc.detail, Connection="close")(scope, receive, send)
 
 
 @dataclass(frozen=True)
@@ -402,36 +305,3 @@ class Guard:
         self._good.move_to_end(digest)
         while len(self._good) > self._GOOD_KEYS_MAX:
             self._good.popitem(last=False)
-
-
-def body_limit_for(settings: Settings) -> Callable[[Scope], tuple[int, str]]:
-    """(bytes, setting) of a request's body limit, per route: a dataset upload ICLAUDIT_UPLOAD_MAX_BYTES (+
-    multipart room), an audit ICLAUDIT_MAX_REQUEST_BYTES, everything else (sweeps, schedules, webhooks,
-    calculators, a body where none is read) ICLAUDIT_MAX_SMALL_REQUEST_BYTES."""
-
-    def limit_for(scope: Scope) -> tuple[int, str]:
-        path = scope["path"].rstrip("/")
-        if scope["method"] == "POST" and path == "/v1/datasets":
-            return settings.upload_max_bytes + MULTIPART_ROOM, "ICLAUDIT_UPLOAD_MAX_BYTES"
-        if scope["method"] == "POST" and path == "/v1/audits":
-            return settings.max_request_bytes, "ICLAUDIT_MAX_REQUEST_BYTES"
-        return settings.max_small_request_bytes, "ICLAUDIT_MAX_SMALL_REQUEST_BYTES"
-
-    return limit_for
-
-
-def install_limits(app: FastAPI, settings: Settings) -> None:
-    """The guard on app.state, and the middleware, from the outside in: security headers; the body limit
-    per route (413 from Content-Length before a byte is read); authentication of a caller that sends a body,
-    before it is read (app/api/gate.py); strict JSON, parsed once and off the event loop."""
-    from app.api.gate import AuthenticateFirst
-    from app.api.headers import SecurityHeaders
-    from app.api.strict_json import StrictJSON
-
-    app.state.guard = Guard.from_settings(settings)
-    app.add_middleware(StrictJSON)
-    app.add_middleware(AuthenticateFirst)
-    app.add_middleware(
-        BodyLimit, limit_for=body_limit_for(settings), body_timeout=settings.body_timeout_seconds
-    )
-    app.add_middleware(SecurityHeaders)

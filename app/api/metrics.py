@@ -22,8 +22,9 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
-from prometheus_fastapi_instrumentator import Instrumentator
+from prometheus_fastapi_instrumentator.middleware import PrometheusInstrumentatorMiddleware
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.middleware import Middleware
 
 from app.api.errors import ApiError
 from app.audit.stats.verdict import OUTCOMES
@@ -112,14 +113,19 @@ def metrics(request: Request) -> Response:
     return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
 
-def install_metrics(app: FastAPI) -> None:
-    """This app's registry: HTTP latency histograms (prometheus-fastapi-instrumentator, its own registry so
-    several apps in one process do not collide) and the database's audit figures."""
-    registry = CollectorRegistry()
-    Instrumentator(
+def http_metrics(registry: CollectorRegistry) -> Middleware:
+    """The HTTP latency histograms (prometheus-fastapi-instrumentator's middleware, as its `instrument`
+    adds it), in this app's own registry so several apps in one process do not collide."""
+    return Middleware(
+        PrometheusInstrumentatorMiddleware,
         registry=registry,
         excluded_handlers=["/metrics", "/healthz", "/readyz"],
         should_group_status_codes=False,
-    ).instrument(app)
+    )
+
+
+def install_metrics(app: FastAPI, registry: CollectorRegistry) -> None:
+    """The database's audit figures in the app's registry (the HTTP ones: `http_metrics`), served by
+    `GET /metrics`."""
     registry.register(AuditCollector(lambda: app.state.session_factory))
     app.state.metrics_registry = registry

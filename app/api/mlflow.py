@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response
 
 from app.api.deps import PageToken, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
-from app.api.strict_json import StrictJSONRoute
+from app.api.middleware.strict_json import StrictJSONRoute
 from app.db import mlflow as sink_rows
 from app.db.models import MlflowSink
 from app.egress import EgressRefused, check_url

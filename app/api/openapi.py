@@ -14,6 +14,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
+from app.schemas.errors import REFUSALS, ErrorResponse
+
 # route function name → operation id, where camel-casing the name would not say what it does
 OPERATION_IDS: dict[str, str] = {
     "get_result": "getAuditResult",
@@ -129,6 +131,132 @@ def install_openapi(app: FastAPI) -> None:
         _require_discriminators(schema)
         _plan_body(schema)
         app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+_DOCUMENTED = {
+    401: "No valid API key: send `Authorization: Bearer <key>`.",
+    404: "No such resource (for this API key).",
+    413: "The request body is larger than this route's limit: ICLAUDIT_MAX_REQUEST_BYTES (audits), "
+    "ICLAUDIT_UPLOAD_MAX_BYTES (uploads) or ICLAUDIT_MAX_SMALL_REQUEST_BYTES (every other route); or a "
+    "sweep would store more than ICLAUDIT_SWEEP_MAX_BYTES.",
+    422: "Bad input: `details` gives the JSON path of each bad field.",
+    429: "Over ICLAUDIT_RATE_LIMIT, ICLAUDIT_WRITE_RATE_LIMIT, the failed-authentication throttle, "
+    "ICLAUDIT_MAX_ACTIVE_AUDITS or ICLAUDIT_MAX_SCHEDULES; retry after `Retry-After` seconds.",
+    503: "Busy, or the database is unavailable for a moment; retry after `Retry-After` seconds.",
+}
+_RETRY_AFTER = {
+    "Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}
+}
+
+
+_SUBMIT = (
+    "UNKNOWN_DATASET",
+    "DATASET_UNAVAILABLE",
+    "DATASET_UNLABELLED",
+    "UNKNOWN_MODEL",
+    "EGRESS_REFUSED",
+    "SECRET_NOT_SET",
+    "SECRET_INVALID",
+    "SERVER_LIMIT",
+    "NO_SOLUTION",
+)  # an audit request's checks beyond its schema (app.jobs.service.check_request)
+OPERATION_REFUSALS: dict[str, tuple[str, ...]] = {
+    "submitAudit": _SUBMIT,
+    "planAudit": _SUBMIT,
+    "resumeAudit": _SUBMIT,
+    "submitSweep": (*_SUBMIT, "GRID_POINT_RULE"),
+    "createSchedule": (*_SUBMIT, "GRID_POINT_RULE", "CRON_NEVER_FIRES"),
+    "createWebhook": ("EGRESS_REFUSED",),
+    "createMlflowSink": ("EGRESS_REFUSED",),
+    "uploadDataset": ("UPLOAD_CONTENT",),
+    "accountSyntheticGeneration": ("NO_SOLUTION",),
+    "calibrateGaussian": ("NO_SOLUTION",),
+}
+"""operationId → the REFUSALS its 422 can name for a request its schema allows (documented as
+`x-refusals`); a 422 of any other operation, or without `reason`, is a rule the schema states."""
+
+
+def _refusal_answer(answer: dict[str, Any], reasons: dict[str, str]) -> None:
+    """The 422 of an operation with `x-refusals`: its `reason` is one of them (or absent: a schema rule)."""
+    answer["description"] = (
+        "Bad input: `details` gives the JSON path of each bad field. A request its schema allows is refused "
+        "only for the state of this server or arithmetic no schema can state, and `reason` then says which: "
+        + "; ".join(f"`{code}`: {why}" for code, why in reasons.items())
+    )
+    reason = {"type": "string", "enum": list(reasons)}
+    narrowed = {"properties": {"error": {"properties": {"reason": reason}}}}
+    schema = {"allOf": [{"$ref": "#/components/schemas/ErrorResponse"}, narrowed]}
+    answer["content"] = {"application/json": {"schema": schema}}
+
+
+def _operation_errors(path: str, operation: dict[str, Any]) -> set[int]:
+    """The error codes an operation can answer, from what it takes: a key (401, 429), a body (413, 422),
+    parameters (422), a path id (404), the database (503)."""
+    parameters = operation.get("parameters", [])
+    authed = "security" in operation or any(
+        p.get("in") == "header" and p.get("name", "").lower() == "authorization" for p in parameters
+    )
+    codes = {401, 429} if authed else set()
+    if "requestBody" in operation:
+        codes |= {413, 422}
+    if parameters:
+        codes.add(422)
+    if "{" in path:
+        codes.add(404)
+    if path.startswith("/v1/"):
+        codes.add(503)
+    return codes
+
+
+def document_error_responses(app: FastAPI) -> None:
+    """Document, on every operation of the OpenAPI document, the error answers it can give (in the error
+    shape, with Retry-After on 429/503), whoever added the route; an operation's own entry wins. Wraps
+    whatever `app.openapi` is, so call it after anything else that customizes the document."""
+    inner = app.openapi
+    documented: list[int] = []  # id() of the document already done (inner() caches it)
+
+    def openapi() -> dict[str, Any]:
+        schema = inner()
+        if id(schema) in documented:
+            return schema
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in error_schema.pop("$defs", {}).items():
+            components.setdefault(name, definition)
+        components.setdefault("ErrorResponse", error_schema)
+        ref = {"$ref": "#/components/schemas/ErrorResponse"}
+        for path, operations in schema.get("paths", {}).items():
+            for operation in operations.values():
+                if not isinstance(operation, dict) or "responses" not in operation:
+                    continue
+                for code in sorted(_operation_errors(path, operation)):
+                    answer: dict[str, Any] = {
+                        "description": _DOCUMENTED[code],
+                        "content": {"application/json": {"schema": ref}},
+                    }
+                    if code in (429, 503):
+                        answer["headers"] = _RETRY_AFTER
+                    operation["responses"].setdefault(str(code), answer)
+                reasons = OPERATION_REFUSALS.get(operation.get("operationId", ""), ())
+                if any(
+                    p.get("name", "").lower() == "idempotency-key" for p in operation.get("parameters", [])
+                ):
+                    reasons = (*reasons, "IDEMPOTENCY_KEY_REUSED")  # app.api.idempotency
+                if reasons:
+                    operation["x-refusals"] = {reason: REFUSALS[reason] for reason in reasons}
+                    _refusal_answer(operation["responses"]["422"], operation["x-refusals"])
+                if path == "/readyz":
+                    operation["responses"].setdefault(
+                        "503",
+                        {
+                            "description": "Not ready: the database or the broker is unreachable (see `checks`).",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                    )
+        documented.append(id(schema))
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -14,10 +14,8 @@ strategies, chosen by where the writes and the limits live:
 
 A stale answer is read again once for all the polls that find it so (`SingleFlight`): a poll takes that
 read's answer when the strategy accepts it (a read begun after the poll arrived; the version the poll's
-own check read), else it goes down the stack. `PollShortcut` stands outermost and answers what the stack
-would have answered (the body or a 304, `ETag`, `Cache-Control`, the security headers, `X-Request-ID`,
-the tenant's limits counted, 429 in the error shape, the HTTP metrics under the route's template), for a
-caller whose key was verified here in the last few seconds. Anything else goes down the stack unchanged.
+own check read), else it goes the long way. The route keeps what it renders here; the outermost
+middleware (app.api.middleware.poll) answers from here before the stack.
 """
 
 from __future__ import annotations
@@ -34,22 +32,12 @@ from typing import Any, Protocol
 import anyio
 from anyio import to_thread
 from cachetools import LRUCache
-from prometheus_fastapi_instrumentator import metrics
-from prometheus_fastapi_instrumentator.middleware import PrometheusInstrumentatorMiddleware
 from sqlalchemy.orm import Session
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.deps import count_remembered_async, remembered_tenant_id_at
-from app.api.errors import ApiError, error_response
-from app.api.headers import HEADERS, csp_for
-from app.api.limits import TooManyRequests
-from app.api.watch import CACHE_CONTROL, etag_of, matches
+from app.api.watch import etag_of
 from app.db import audits as audit_rows
 from app.db import mark_check
 from app.db.models import TERMINAL_STATES
-from app.observability import request_id, request_id_for
 from app.schemas.audits import AuditResource
 
 log = logging.getLogger(__name__)
@@ -59,9 +47,6 @@ RUNNING_TTL_SECONDS = 1.0
 RUNNING_MAX_BODY = 256 * 1024  # a running answer read on the event loop (PgVersion) above this: not kept
 REFRESHES = 3  # reads in flight a poll of a stale running audit waits for before it goes down the stack
 
-PREFIX = "/v1/audits/"
-TEMPLATE = "/v1/audits/{audit_id}"
-_SECURITY = [(k.lower().encode(), v.encode()) for k, v in HEADERS.items()]
 
 Answer = tuple[str, str, bytes]  # (ETag, state, JSON body)
 FINAL = "final"  # the proof of a finished audit's answer: always fresh
@@ -352,110 +337,3 @@ async def close_poll_cache(app: Any) -> None:
     poll: PollCache | None = getattr(app.state, "poll_cache", None)
     if poll is not None:
         await poll.close()
-
-
-class PollShortcut:
-    """Outermost: answers a remembered caller's poll of an audit with a fresh kept answer (see the module
-    docstring); anything else goes down the stack."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-        self._metrics: PrometheusInstrumentatorMiddleware | bool | None = False  # False: not looked up
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET" and not scope["query_string"]:
-            path: str = scope["path"]
-            audit_id = path[len(PREFIX) :] if path.startswith(PREFIX) else ""
-            if audit_id and "/" not in audit_id and await self._answer(scope, audit_id, send):
-                return
-        await self.app(scope, receive, send)
-
-    async def _answer(self, scope: Scope, audit_id: str, send: Send) -> bool:
-        """Whether this poll was answered here (else it goes the long way)."""
-        started = time.perf_counter()
-        app = scope["app"]
-        authorization = if_none_match = given_id = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                authorization = value.decode("latin-1")
-            elif name == b"if-none-match":
-                if_none_match = value.decode("latin-1")
-            elif name == b"x-request-id":
-                given_id = value.decode("latin-1")
-        tenant_id = remembered_tenant_id_at(app.state, authorization, on_loop=True)
-        if tenant_id is None:
-            return False
-        held = await poll_cache_of(app).lookup(app, tenant_id, audit_id, started)
-        if held is None:
-            return False
-        rid = request_id_for(given_id)
-        request_id.set(rid)  # the access line and any other log line of this request carry it
-        common = [*_SECURITY, (b"content-security-policy", csp_for(scope["path"]).encode())]
-        common.append((b"x-request-id", rid.encode()))
-        client = scope.get("client")
-        address = client[0] if client else "unknown"
-        try:
-            await count_remembered_async(app.state, authorization, address, "GET", tenant_id)
-        except (TooManyRequests, ApiError) as exc:
-            retry = {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManyRequests) else {}
-            status = 429 if isinstance(exc, TooManyRequests) else exc.code
-            refused = error_response(status, exc.message, **retry)
-            await self._send(send, status, [*refused.raw_headers, *common], refused.body)
-            self._record(scope, status, refused.raw_headers, started)
-            return True
-        etag, _, body = held
-        headers = [(b"etag", etag.encode()), (b"cache-control", CACHE_CONTROL.encode()), *common]
-        if matches(if_none_match, etag):
-            await self._send(send, 304, headers, b"")
-            self._record(scope, 304, headers, started)
-            return True
-        headers = [
-            (b"content-length", str(len(body)).encode()),
-            (b"content-type", b"application/json"),
-            *headers,
-        ]
-        await self._send(send, 200, headers, body)
-        self._record(scope, 200, headers, started)
-        return True
-
-    @staticmethod
-    async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
-
-    def _record(self, scope: Scope, status: int, headers: list[tuple[bytes, bytes]], started: float) -> None:
-        """The HTTP metrics the instrumentator would have recorded for this answer (its own instruments)."""
-        if self._metrics is False:
-            self._metrics = _instrumentator(scope["app"])
-        found = self._metrics
-        if not isinstance(found, PrometheusInstrumentatorMiddleware):
-            return
-        duration = max(time.perf_counter() - started, 0.0)
-        response = Response(status_code=status)
-        response.raw_headers = headers
-        info = metrics.Info(
-            request=Request(scope),
-            response=response,
-            method="GET",
-            modified_handler=TEMPLATE,
-            modified_status=str(status),
-            modified_duration=duration,
-            modified_duration_without_streaming=duration,
-        )
-        for instrumentation in found.instrumentations:
-            instrumentation(info)
-
-
-def _instrumentator(app: Any) -> PrometheusInstrumentatorMiddleware | None:
-    """The app's prometheus-fastapi-instrumentator middleware, found down its built middleware stack."""
-    node = getattr(app, "middleware_stack", None)
-    while node is not None:
-        if isinstance(node, PrometheusInstrumentatorMiddleware):
-            return node
-        node = getattr(node, "app", None)
-    return None
-
-
-def install_poll_shortcut(app: Any) -> None:
-    """Outermost (call after every other add_middleware)."""
-    app.add_middleware(PollShortcut)

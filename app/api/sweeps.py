@@ -10,7 +10,7 @@ from fastapi import APIRouter, Body, Query, Response
 from app.api.deps import ExecutorDep, PageToken, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
 from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
-from app.api.strict_json import StrictJSONRoute
+from app.api.middleware.strict_json import StrictJSONRoute
 from app.db import sweeps as sweep_rows
 from app.db.models import TERMINAL_STATES, Sweep
 from app.integrations import sweeps

@@ -11,7 +11,7 @@ from starlette.convertors import StringConvertor, register_url_convertor
 
 from app.api.deps import PageToken, SessionDep, SettingsDep, TenantDep
 from app.api.errors import ApiError
-from app.api.strict_json import StrictJSONRoute
+from app.api.middleware.strict_json import StrictJSONRoute
 from app.db import webhooks as webhook_rows
 from app.db.models import WebhookEndpoint
 from app.egress import EgressRefused, check_url

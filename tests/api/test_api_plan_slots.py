@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from app.api.connections import PlanSlots, plan_slots
-from app.api.limits import TooManyRequests
+from app.api.errors import TooManyRequests
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

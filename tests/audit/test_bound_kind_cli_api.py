@@ -220,7 +220,7 @@ def test_cli_gaussian_warns_for_classic_above_the_crossover() -> None:
 
 
 def _api() -> TestClient:
-    from app.api.errors import install_error_handlers
+    from app.api.handlers import install_error_handlers
 
     app = FastAPI()
     app.include_router(router)

@@ -4,7 +4,8 @@ FastAPI reads and parses a route's body before it resolves the route's dependenc
 included, so without this door a caller with no key could make the service buffer and parse megabytes.
 `AuthenticateFirst` stands in front of the body: a POST, PUT or PATCH under /v1/ that carries a body (every
 /v1 route needs a caller) is authenticated first, with the route's own check
-(`app.api.deps.verified_tenant_id`: the failed-authentication throttles, then the key), and answered 401 or
+(`app.api.auth.Authenticator.verify`: the failed-authentication throttles, then
+the key), and answered 401 or
 429 without a byte of its body read. A key verified in this process in the last few seconds costs nothing
 (no thread, no slot); otherwise the check takes one request slot and one thread hop, as a poll does. The
 route then authenticates again from memory and counts the request against the tenant's rate limits.
@@ -14,15 +15,14 @@ The answer to a refused caller closes the connection (`Connection: close`): the 
 
 from __future__ import annotations
 
-from sqlalchemy.orm import Session
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.deps import remembered_tenant_id, run_in_session, verified_tenant_id
-from app.api.errors import ApiError, error_response
-from app.api.limits import TooManyRequests
-from app.api.strict_json import is_v1_write
+from app.api.auth import Credentials, authenticator_of
+from app.api.errors import ApiError, TooManyRequests, error_response
+from app.api.middleware.strict_json import is_v1_write
+from app.api.sessions import run_in_session
 
 
 def _has_body(scope: Scope) -> bool:
@@ -46,10 +46,11 @@ class AuthenticateFirst:
         if not state.settings.auth_enabled:
             await self.app(scope, receive, send)
             return
-        authorization = request.headers.get("authorization")
-        if remembered_tenant_id(request, authorization) is None:
+        auth = authenticator_of(request.app)
+        credentials = Credentials.of(request, request.headers.get("authorization"))
+        if auth.remembered(credentials) is None:
             try:
-                await run_in_session(request, _verify, request, authorization)
+                await run_in_session(request, auth.verify, credentials)
             except ApiError as exc:
                 extra = {"WWW-Authenticate": "Bearer"} if exc.code == 401 else {}
                 response = error_response(
@@ -64,7 +65,3 @@ class AuthenticateFirst:
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-def _verify(session: Session, request: Request, authorization: str | None) -> str:
-    return verified_tenant_id(session, request, authorization)

@@ -5,8 +5,8 @@ is JSON no double holds; a JSON body holding one is 422 naming its path (the fir
 past the parser's depth or not UTF-8. Malformed JSON is left to the route, which reports it as FastAPI does.
 
 Only what a route will read is looked at: a POST, PUT or PATCH under /v1/ with a JSON media type. By then
-`app.api.gate.AuthenticateFirst` has authenticated the caller (no body is read for a caller without a
-valid key) and `app.api.limits.BodyLimit` bounds the body per route.
+`app.api.middleware.gate.AuthenticateFirst` has authenticated the caller (no body is read for a caller without a
+valid key) and `app.api.middleware.body_limit.BodyLimit` bounds the body per route.
 
 One pass: the body is parsed once, with hooks that mark each non-finite number instead of raising, so a
 valid body's document is the one the route gets (`StrictJSONRoute` hands it over instead of parsing again)
@@ -40,7 +40,7 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 def is_v1_write(scope: Scope) -> bool:
     """An HTTP POST, PUT or PATCH under /v1: the requests whose bodies the middlewares here and in
-    app/api/gate.py look at."""
+    app/api/middleware/gate.py look at."""
     return scope["type"] == "http" and scope["method"] in _BODY_METHODS and scope["path"].startswith("/v1/")
 
 
