@@ -69,7 +69,7 @@ class Credentials:
 
 
 def authenticator_of(app: Any) -> Authenticator:
-    return app.state.authenticator  # type: ignore[no-any-return]
+    return app.state.authenticator
 
 
 class Authenticator:
@@ -83,7 +83,7 @@ class Authenticator:
 
     @property
     def _guard(self) -> Guard:
-        return self._state.guard  # type: ignore[no-any-return]
+        return self._state.guard
 
     def _auth_off(self) -> bool:
         return not self._state.settings.auth_enabled
@@ -135,7 +135,7 @@ class Authenticator:
         if not guard.local and not on_loop:
             return None
         if self._auth_off():
-            return self._state.default_tenant_id  # type: ignore[no-any-return]
+            return self._state.default_tenant_id
         scheme, _, key = (credentials.authorization or "").partition(" ")
         key = key.strip()
         if scheme.lower() != "bearer" or not key or not (guard.local or guard.known_good(key)):

@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Annotated, Any, BinaryIO
+from typing import IO, Annotated, Any
 
 from anyio import to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -127,7 +127,7 @@ async def _upload_slot(request: Request, tenant_id: str) -> AsyncIterator[None]:
             del streaming[tenant_id]
 
 
-async def _spool(request: Request, spool: BinaryIO) -> None:
+async def _spool(request: Request, spool: IO[bytes]) -> None:
     """The request body into `spool`, written in a worker thread a megabyte at a time; no session or request
     slot is held (app.api.middleware.body_limit.BodyLimit bounds its size and the wait for each piece)."""
     pending: list[bytes] = []
@@ -142,7 +142,7 @@ async def _spool(request: Request, spool: BinaryIO) -> None:
         await to_thread.run_sync(spool.write, b"".join(pending))
 
 
-def _parse_upload(spool: BinaryIO, content_type: str, max_bytes: int) -> _Upload:
+def _parse_upload(spool: IO[bytes], content_type: str, max_bytes: int) -> _Upload:
     """(content, format, name) of a multipart body with the file `file` (and `name`, `format`), or a JSON
     body of rows (checked in the worker), read from `spool` in a worker thread."""
     spool.seek(0)
@@ -331,7 +331,7 @@ async def upload_dataset(
     content_type = request.headers.get("content-type", "")
     async with _upload_slot(request, tenant_id):
         with tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY_BYTES) as spool:
-            await _spool(request, spool)  # type: ignore[arg-type]
+            await _spool(request, spool)
             upload = await to_thread.run_sync(_parse_upload, spool, content_type, settings.upload_max_bytes)
         checked = await _checked(request.app, upload, settings)
     _check_name(checked.name)

@@ -78,9 +78,11 @@ def error_response(
     message: str,
     details: list[FieldViolation] | None = None,
     reason: str | None = None,
+    /,
     **headers: str,
 ) -> JSONResponse:
-    """The error answer; `reason` (REFUSALS) only for a refusal no schema can predict, else left out."""
+    """The error answer; `reason` (REFUSALS) only for a refusal no schema can predict, else left out.
+    `headers` by name (positional-only arguments before them, so any header name is one)."""
     status = _STATUS.get(code, "UNKNOWN")
     body = ErrorResponse(
         error=ErrorBody(code=code, status=status, message=message, details=details or [], reason=reason)

@@ -28,6 +28,8 @@ from limits.strategies import SlidingWindowCounterRateLimiter
 from app.api.errors import TooManyRequests
 
 if TYPE_CHECKING:
+    from limits.aio.strategies import RateLimiter as AsyncRateLimiter
+
     from app.config import Settings
 
 log = logging.getLogger(__name__)
@@ -110,7 +112,7 @@ class BatchedHits:
     arithmetic is exact: k hits all pass one after another exactly when `cost=k` passes (the count only
     grows), and when it does not, the batch's hits are sent one by one, each answered as alone."""
 
-    def __init__(self, limiter: object) -> None:
+    def __init__(self, limiter: AsyncRateLimiter) -> None:
         self.limiter = limiter
         self._pending: dict[tuple[RateLimitItem, tuple[str, ...]], list[asyncio.Future[bool]]] = {}
         self._sender: asyncio.Task[None] | None = None
@@ -132,7 +134,7 @@ class BatchedHits:
     async def _settle(
         self, item: RateLimitItem, ids: tuple[str, ...], futures: list[asyncio.Future[bool]]
     ) -> None:
-        hit = self.limiter.hit  # type: ignore[attr-defined]
+        hit = self.limiter.hit
         try:
             if await hit(item, *ids, cost=len(futures)):
                 answers = [True] * len(futures)
@@ -177,7 +179,7 @@ class Guard:
     ) -> None:
         self.local = isinstance(storage, MemoryStorage)
         self._url = url  # the shared storage's URL, for the event loop's own client (`request_async`)
-        self._async: object | None = None  # limits.aio's limiter on the same Redis (`request_async`)
+        self._async: BatchedHits | None = None  # limits.aio's limiter on the same Redis (`request_async`)
         self._limiter: SlidingWindowCounterRateLimiter | LocalWindows = (
             LocalWindows() if self.local else SlidingWindowCounterRateLimiter(storage)
         )
@@ -193,8 +195,11 @@ class Guard:
     @classmethod
     def from_settings(cls, settings: Settings) -> Guard:
         url = settings.rate_limit_storage or settings.broker_url or "memory://"
+        storage = storage_from_string(url)
+        if not isinstance(storage, Storage):  # an async+… URL: the guard's checks are synchronous
+            raise ValueError(f"ICLAUDIT_RATE_LIMIT_STORAGE: {url!r} is an asynchronous storage; drop async+")
         return cls(
-            storage=storage_from_string(url),
+            storage=storage,
             rate=settings.rate_limit,
             write_rate=settings.write_rate_limit,
             auth_failures_per_key=settings.auth_failure_limit,
@@ -262,7 +267,7 @@ class Guard:
             self._async = BatchedHits(
                 AioLimiter(storage_from_string(f"async+{url}", implementation="redispy"))
             )
-        return self._async  # type: ignore[return-value]
+        return self._async
 
     async def _retry_after_async(self, item: RateLimitItem, *keys: str) -> int:
         reset_at = (await self._async_limiter().limiter.get_window_stats(item, *keys)).reset_time
@@ -292,7 +297,7 @@ class Guard:
         """Count a failure against the address, and against the address with the key id (the next check
         refuses once over)."""
         self._good.pop(self._digest(key), None)
-        counted = [(self._per_address, ("auth-address", address))]
+        counted: list[tuple[_Rule, tuple[str, ...]]] = [(self._per_address, ("auth-address", address))]
         if key_id:
             counted.append((self._per_key, ("auth-key", address, key_id)))
         for rule, keys in counted:  # already over: this request is answered 401, the next one 429

@@ -26,7 +26,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "No such sweep for this API key."},
     422: {"model": ErrorResponse, "description": "A bad body, grid point or parameter (the path names it)."},
 }
-_NOT_DONE = {409: {"model": ErrorResponse, "description": "Not every child has finished yet."}}
+_NOT_DONE: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse, "description": "Not every child has finished yet."}
+}
 
 
 def _get(session: SessionDep, tenant: TenantDep, sweep_id: str) -> Sweep:

@@ -9,7 +9,7 @@ the option.
 import json
 import math
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.console import Console
@@ -121,7 +121,12 @@ def bound(
 ) -> None:
     """How much a system leaks at least, from a membership test's outcome counts: two lower bounds on ε at
     the same joint confidence — one assuming Gaussian noise, one valid for any mechanism."""
-    from app.audit.stats.bounds import ASSUMPTIONS, Counts, gdp_bound_from_counts  # numpy, scipy: at use
+    from app.audit.stats.bounds import (  # numpy, scipy: at use
+        ASSUMPTIONS,
+        Assumption,
+        Counts,
+        gdp_bound_from_counts,
+    )
 
     if assumption not in ASSUMPTIONS:
         raise typer.BadParameter(
@@ -132,7 +137,10 @@ def bound(
     if fp + tn == 0:
         raise typer.BadParameter("--fp + --tn must be > 0 (at least one C0 trial)", param_hint="--fp/--tn")
     result = gdp_bound_from_counts(
-        Counts(tp=tp, fn=fn, fp=fp, tn=tn), confidence=confidence, delta=delta, assumption=assumption
+        Counts(tp=tp, fn=fn, fp=fp, tn=tn),
+        confidence=confidence,
+        delta=delta,
+        assumption=cast(Assumption, assumption),  # one of ASSUMPTIONS (checked above)
     )
     _emit(result.as_dict(), as_json, "privacy lower bound")
 

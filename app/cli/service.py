@@ -3,10 +3,15 @@ status, result, list, cancel, datasets, models) are in iclaudit/cli/commands.py.
 
 # No `from __future__ import annotations`: typer reads every command's signature a few times at each start,
 # and string annotations would be compiled and evaluated each time (tens of ms of `--help` and `status`).
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from sqlalchemy.orm import Session
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 console = Console()
@@ -168,7 +173,7 @@ def migrate(revision: Annotated[str, typer.Option(help="Target revision.")] = "h
 keys = typer.Typer(help="API keys (stored as salted scrypt hashes).", no_args_is_help=True)
 
 
-def _session():  # type: ignore[no-untyped-def]
+def _session() -> "AbstractContextManager[Session]":
     from app.config import get_settings
     from app.db.engine import make_engine, make_session_factory
 

@@ -69,7 +69,7 @@ class PollShortcut:
             retry = {"Retry-After": str(exc.retry_after)} if isinstance(exc, TooManyRequests) else {}
             status = 429 if isinstance(exc, TooManyRequests) else exc.code
             refused = error_response(status, exc.message, **retry)
-            await self._send(send, status, [*refused.raw_headers, *common], refused.body)
+            await self._send(send, status, [*refused.raw_headers, *common], bytes(refused.body))
             self._record(scope, status, refused.raw_headers, started)
             return True
         etag, _, body = held
