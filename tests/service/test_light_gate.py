@@ -305,11 +305,13 @@ def test_the_light_commands_and_their_exit_codes(light: Light, served: Served, t
 QUIET_PASS_CPU_S = 0.03
 """CPU seconds of `python -c pass` on this machine when it is quiet (0.02–0.04 s measured)."""
 START_BUDGET_S = 0.5
-MARGIN = 2.5
+MARGIN = 2.0
 """A busy machine inflates big imports' CPU time (cache misses) far more than the bare interpreter's: at a
-load average of 19 on 2 cores `python -c pass` took 0.02 s of CPU as when quiet, `iclaudit status` 0.70–0.79 s
-(light) and 0.77–0.91 s (full). The import check below is the exact guard; this bound catches a start that
-loads the numerics again (the server's typed models, numpy and scipy: seconds of CPU)."""
+load average of 10 on 2 cores `python -c pass` took 0.02 s of CPU as when quiet, and `--help` and `status`
+0.32–0.35 s in both distributions (before pydantic and rich's tables left their start: status 0.53 s light,
+0.63 s full at that load; 0.70–0.91 s at a load of 19). The import checks (here, and what
+tests/service/test_cli_start.py keeps out) are the exact guard; this bound catches a start that loads the
+numerics or the typed models again (the server's models, numpy and scipy: seconds of CPU)."""
 
 
 def cpu_seconds(cmd: list[str], env: dict[str, str] | None = None, runs: int = 5) -> float:
