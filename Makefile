@@ -41,6 +41,7 @@ test: venv
 	bash scripts/setup-extras.sh
 	bash scripts/setup-mlflow.sh
 	$(LINT)
+	$(VENV)/bin/python -m compileall -q app iclaudit workers testkit bench >/dev/null  # test subprocesses start from bytecode even under PYTHONDONTWRITEBYTECODE
 	$(VENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SERIAL_TESTS)); \
 	parallel=$$?; serial=0; \
 	$(if $(SERIAL_TESTS),$(VENV)/bin/pytest -p no:cacheprovider $(SERIAL_TESTS) || serial=$$?;) \
