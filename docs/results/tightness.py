@@ -369,14 +369,23 @@ OUTRO = """
   the partition without the canary already votes y* the effect is 0 (P 1.00/1.00); when the prior beats
   the exemplar, P 0.00/0.00. The canary search (app/audit/design.py) picks, per pair, the record (as
   canary text and query), the label y* and, only when no record flips at the drawn position, the position
-  among C0's exemplars, by the exact clean label distributions: e.g. trec seed 1's drawn record flips
+  among C0's exemplars (no cell's flip needed it), by the exact clean label distributions: e.g. trec seed 1's drawn record flips
   with y* = "Abbreviation" (its partition votes "Human" without the canary), and sst2 seed 1's pilot
   found no flip at T = 2 but flips at T = 4, so `auto` took T = 4 there. The white box scores Ṽ_y+ − Ṽ_w
   against the label w the partition votes without the canary (the Neyman-Pearson score of the two-count
-  move), which lifts it to 0.94–0.99× of ε_theory; the strongest-other score of the fixed rows adds the
+  move), which lifts it to 0.92–0.99× of ε_theory wherever the vote flips; the strongest-other score of the fixed rows adds the
   noise of every other label (trec seed 1 with it: 0.71×). The black box releases the argmax over every
   label's noisy count, a coarser view than Ṽ, so it falls with the number of labels: lowest on dbpedia14
-  (14 labels) and trec (6), highest on sst2 (2).
+  (14 labels: 0.62–0.83×), then trec (6: 0.68–0.90×), highest on sst2 (2: 0.97–0.99×).
+- **Where the grid fails** (sst2 seeds 2 and 3, every ε): the pilot's contexts flipped at T = 2, so
+  `auto` took T = 2, but on the measurement's context none of the 16 candidate pairs (8 records × C0's 2
+  positions) moves the vote (μ 0 for each: its partition votes the same label with and without the
+  canary; the one kept has P(vote "negative") 0.00 with and 0.00 without). As on content-free texts,
+  SmolLM2's "positive" prior beats a copied "negative", and with "positive" as y* the partition votes it
+  without the canary too. The
+  limit is the model's label prior on these contexts, measured by the canary effect; what could still
+  reach them is a larger search (more records, or T = 4's four positions, where a C0 exemplar labelled
+  "negative" is likelier to be the one replaced), at more forward passes than this pass had CPU for.
 
 - **The Ṽ_y+ score** (`inquiry_count`) lifts the white box on ag_news from 0.40–0.44× to 0.60–0.65×
   of ε_theory, against its ceiling ε(μ/√2) = 0.66–0.68× (in each cell): the query, not the score, is
