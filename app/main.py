@@ -12,19 +12,7 @@ from anyio import to_thread
 from fastapi import Depends, FastAPI
 from prometheus_client import CollectorRegistry
 
-from app.api import (
-    accounting,
-    audits,
-    datasets,
-    health,
-    metrics,
-    mlflow,
-    models,
-    records,
-    schedules,
-    sweeps,
-    webhooks,
-)
+from app.api import metrics
 from app.api.auth import Authenticator
 from app.api.deps import get_tenant
 from app.api.handlers import EXCEPTION_HANDLERS
@@ -32,6 +20,18 @@ from app.api.limits import Guard
 from app.api.middleware import stack
 from app.api.openapi import document_error_responses, install_openapi, operation_id
 from app.api.poll import close_poll_cache
+from app.api.routes import (
+    accounting,
+    audits,
+    datasets,
+    health,
+    mlflow,
+    models,
+    records,
+    schedules,
+    sweeps,
+    webhooks,
+)
 from app.api.watch import AuditWatch
 from app.config import Settings, get_settings
 from app.db import keys

@@ -3,7 +3,7 @@
 Checking a 40 MB upload is seconds of Python (a JSON parse per row, the row rules). In a thread of the API
 process it would hold the interpreter lock for most of that time, and the event loop, which needs the
 lock back after every system call, answered `/healthz` in 200-300 ms meanwhile; in a process of its own
-(`app.api.datasets` keeps a small spawn pool) it costs the API process nothing but a pipe copy of the
+(`app.api.routes.datasets` keeps a small spawn pool) it costs the API process nothing but a pipe copy of the
 bytes. This module imports no web or database code: a spawned worker imports only what checking needs.
 """
 

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
-from app.api.accounting import router
+from app.api.routes.accounting import router
 from app.audit.accounting.rdp import synthetic_generation_epsilon
 from app.audit.kinds import bound
 from app.audit.runtime import RunContext

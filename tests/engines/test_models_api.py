@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from app.api.models import router
+from app.api.routes.models import router
 from app.engines.registry import load_llm
 
 

@@ -21,7 +21,7 @@ BODIES = {f"{kind} example": ex["value"] for kind, ex in request_examples().item
 
 
 def _stored(body: dict[str, Any]) -> dict[str, Any]:
-    """What the service stores for a request body (app/api/audits.py: the validated model, as JSON)."""
+    """What the service stores for a request body (app/api/routes/audits.py: the validated model, as JSON)."""
     return request_adapter().validate_python(body).model_dump(mode="json")
 
 
