@@ -29,12 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
 
 RUNS = ROOT / "docs/results/tightness-runs.jsonl"
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
