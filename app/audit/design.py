@@ -259,8 +259,7 @@ def search_canary(
     report = {
         "records_tried": n_groups,
         "pairs_tried": tried,
-        "canary": pair.canary.text,
-        "label": pair.canary.label,
+        "label": pair.canary.label,  # the record's text is the result's `canary`, masked where shared
         "position": pair.canary_position,
         "position_moved": pair.canary_position != drawn,
         "mu": value,

@@ -454,6 +454,7 @@ def test_the_canary_search_picks_a_neighbouring_pair_whose_vote_flips_on_smollm2
     setup = mia._setup(request, oracle_ctx, measured=True)
     search = setup.search
     assert search is not None and search["pairs_tried"] == search["records_tried"] * len(setup.dataset.labels)
+    assert "canary" not in search  # the record's text only in the result's `canary`, which redaction masks
     c = setup.contexts
     drawn = build_contexts(setup.dataset, 2, SeedTree.from_seed(1).rng("contexts"), None)
     assert c.without == drawn.without and c.canary_position == drawn.canary_position
