@@ -7,6 +7,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_engines", ROOT / "bench/suites/engines.py")
 _engines = importlib.util.module_from_spec(_spec)
@@ -32,3 +34,24 @@ def test_report_compares_each_engine_with_the_default_on_the_same_workload() -> 
     lines = report(rows).splitlines()
     assert lines[2].startswith("| voting | 2 | transformers | 4 | 100 | 2.00 | 50 | 1.00 |")
     assert "| 0.50 |" in lines[3] and "| 2.00 |" in lines[4]
+
+
+@pytest.mark.slow
+def test_without_the_extras_the_peers_are_skipped_with_a_message(monkeypatch, tmp_path) -> None:
+    """Where .venv-extras is not built, `bench/run.py engines` says so and measures the default alone."""
+    missing = tmp_path / "no-extras"
+    monkeypatch.setattr(_engines, "EXTRAS_VENV", missing)
+    monkeypatch.setenv(_engines.LLAMA_CPP_PYTHON, str(missing / "bin" / "python"))
+    # a small run: one thread count, one context pair, one record
+    for name, value in (("PEER_THREADS", (1,)), ("PEER_PAIRS", 1), ("LIKELIHOOD_RECORDS", 1)):
+        monkeypatch.setattr(_engines, name, value)
+    assert _engines._llama_cpp_python() is None
+    rows = list(_engines.peers())
+    assert rows[0]["name"] == "peers_skipped" and str(missing) in rows[0]["message"]
+    measured = rows[1:]
+    assert [(r["workload"], r["engine"], r["threads"]) for r in measured] == [
+        ("voting", "transformers", 1),
+        ("likelihood", "transformers", 1),
+    ]
+    assert all(r["value"] > 0 and "ratio" not in r for r in measured)
+    assert measured[0]["sequences"] == 2 * _engines.PEER_T
