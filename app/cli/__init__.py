@@ -15,7 +15,7 @@ app = typer.Typer(name="iclaudit", help="Audit privacy leakage of in-context lea
 @app.callback()
 def _follow_the_terminal() -> None:
     from app.cli import science, service
-    from iclaudit.cli.commands import follow_the_terminal
+    from iclaudit.cli.output import follow_the_terminal
 
     follow_the_terminal(science.console, service.console, service.err_console)
 

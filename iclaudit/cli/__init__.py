@@ -89,7 +89,7 @@ app = typer.Typer(
 
 @app.callback()
 def _follow_the_terminal() -> None:
-    from iclaudit.cli.commands import follow_the_terminal
+    from iclaudit.cli.output import follow_the_terminal
 
     follow_the_terminal()
 

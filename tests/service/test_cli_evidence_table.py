@@ -11,7 +11,7 @@ from rich.console import Console
 
 from app.audit.kinds.registry import result_model
 from app.audit.local import run_request
-from iclaudit.cli.commands import result_table
+from iclaudit.cli.rendering import result_table
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""`--set PATH=VALUE` on a request file (iclaudit/cli/commands.py): typed by JSON, dotted paths, created
+"""`--set PATH=VALUE` on a request file (iclaudit/cli/request_file.py): typed by JSON, dotted paths, created
 objects, list indices, and one-line usage errors (exit 3) that name the override."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import typer
 
-from iclaudit.cli.commands import Exit, apply_sets
+from iclaudit.cli.exits import Exit
+from iclaudit.cli.request_file import apply_sets
 from iclaudit.client import base_url
 
 

@@ -24,7 +24,7 @@ from typer._coercion import build_runtime_param as typers_own
 from app.cli import science, service
 from app.config import Settings
 from app.main import create_app
-from iclaudit.cli import commands
+from iclaudit.cli import commands, connection
 from iclaudit.cli.reach import PROXY_VARIABLES
 from iclaudit.client import IclauditClient
 from testkit.client import VERDICT_REQUESTS
@@ -172,10 +172,10 @@ def test_plain_http_loads_no_authorities_and_tls_keeps_them(monkeypatch: pytest.
     it would refuse any TLS peer, never accept one unchecked); TLS, or a proxy, keeps httpx's authorities."""
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    plain = commands._tls("http://127.0.0.1:8000")
+    plain = connection._tls("http://127.0.0.1:8000")
     assert isinstance(plain, ssl.SSLContext)
     assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname
     assert plain.cert_store_stats()["x509_ca"] == 0
-    assert commands._tls("https://audits.example.org") is True
+    assert connection._tls("https://audits.example.org") is True
     monkeypatch.setenv("HTTPS_PROXY", "https://proxy.example.org:3128")
-    assert commands._tls("http://127.0.0.1:8000") is True
+    assert connection._tls("http://127.0.0.1:8000") is True

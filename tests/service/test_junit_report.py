@@ -16,7 +16,7 @@ from junitparser import Failure, JUnitXml, Skipped
 from app.audit.local import run_request
 from app.audit.results.iclinf import EXAMPLE as ICLINF_EXAMPLE
 from app.reports.junit import junit_xml
-from iclaudit.cli.commands import Exit, gate_code
+from iclaudit.cli.exits import Exit, exit_code
 from iclaudit.client import Audit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,7 +67,7 @@ def _parse(audit: Audit, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
 def test_violation_is_a_failure_with_the_headline(audits: dict[str, Audit], tmp_path: Path) -> None:
     audit = audits["violation"]
     suite, cases = _parse(audit, tmp_path)
-    assert gate_code(audit) == Exit.VIOLATION == 1
+    assert exit_code(audit) == Exit.VIOLATION == 1
     headline = audit.result.headline
     props = {p.name: p.value for p in suite.properties()}
     assert props["verdict"] == "violation" and props["headline"] == headline
@@ -84,7 +84,7 @@ def test_violation_is_a_failure_with_the_headline(audits: dict[str, Audit], tmp_
 def test_leak_is_a_failure_like_a_violation(audits: dict[str, Audit], tmp_path: Path) -> None:
     audit = audits["leak"]
     suite, cases = _parse(audit, tmp_path)
-    assert gate_code(audit) == Exit.VIOLATION == 1
+    assert exit_code(audit) == Exit.VIOLATION == 1
     assert audit.result.headline.startswith("Plain ICL leaks: ε ≥ ")
     (case,) = cases.values()
     (failure,) = case.result
@@ -96,8 +96,8 @@ def test_leak_is_a_failure_like_a_violation(audits: dict[str, Audit], tmp_path: 
 def test_inconclusive_is_skipped_not_failed_nor_an_error(audits: dict[str, Audit], tmp_path: Path) -> None:
     audit = audits["inconclusive"]
     suite, cases = _parse(audit, tmp_path)
-    assert gate_code(audit) == Exit.INCONCLUSIVE == 4
-    assert gate_code(audit, allow_inconclusive=True) == Exit.OK
+    assert exit_code(audit) == Exit.INCONCLUSIVE == 4
+    assert exit_code(audit, allow_inconclusive=True) == Exit.OK
     headline = audit.result.headline
     assert headline.startswith("Inconclusive: with 25 trials per side")
     assert suite.failures == 0 and suite.errors == 0 and suite.skipped == 2
@@ -115,7 +115,7 @@ def test_inconclusive_is_skipped_not_failed_nor_an_error(audits: dict[str, Audit
 def test_consistent_passes(audits: dict[str, Audit], tmp_path: Path) -> None:
     audit = audits["consistent"]
     suite, cases = _parse(audit, tmp_path)
-    assert gate_code(audit) == Exit.OK == 0
+    assert exit_code(audit) == Exit.OK == 0
     assert {p.name: p.value for p in suite.properties()}["verdict"] == "consistent"
     assert suite.failures == suite.errors == suite.skipped == 0 and len(cases) == 3
     for case in cases.values():
@@ -137,7 +137,7 @@ def test_a_theory_violation_fails_the_gate_whatever_the_measurement(
     result = audits["consistent"].result.model_dump()
     result.update(calibration_valid=False, theory_violation=True, epsilon_exact_at_delta=1.2)
     audit = _audit("mia", result)
-    assert gate_code(audit) == Exit.VIOLATION
+    assert exit_code(audit) == Exit.VIOLATION
     _, cases = _parse(audit, tmp_path)
     (failure,) = cases["calibration"].result
     assert failure.type == "PrivacyViolation" and "even in theory" in failure.message
@@ -149,7 +149,7 @@ def test_a_theory_violation_fails_the_gate_whatever_the_measurement(
 
 def test_a_kind_without_a_verdict_passes_and_says_so(tmp_path: Path) -> None:
     audit = _audit("iclinf", dict(ICLINF_EXAMPLE))
-    assert audit.result.verdict is None and gate_code(audit) == Exit.OK
+    assert audit.result.verdict is None and exit_code(audit) == Exit.OK
     _, cases = _parse(audit, tmp_path)
     (case,) = cases.values()
     assert case.is_passed and "verdict = none" in case.system_out
@@ -168,7 +168,7 @@ def test_a_result_stored_before_verdicts_still_gates_on_its_rows(
     ):
         old.pop(key, None)
     audit = _audit("mia", old)
-    assert gate_code(audit) == Exit.VIOLATION
+    assert exit_code(audit) == Exit.VIOLATION
     suite, cases = _parse(audit, tmp_path)
     assert suite.failures == 2 and "verdict = violation" in cases["black_box"].system_out
     assert "exceeds the claimed ε = 1" in cases["black_box"].result[0].message
@@ -176,14 +176,14 @@ def test_a_result_stored_before_verdicts_still_gates_on_its_rows(
 
 def test_a_failed_audit_is_an_error(tmp_path: Path) -> None:
     audit = _audit("mia", None, state="FAILED", error={"code": "DATASET", "message": "no such label"})
-    assert gate_code(audit) == Exit.AUDIT_FAILED
+    assert exit_code(audit) == Exit.AUDIT_FAILED
     suite, cases = _parse(audit, tmp_path)
     assert suite.errors == 1 and cases["audit"].result[0].type == "FAILED"
 
 
 def test_the_headline_is_coloured_by_outcome(audits: dict[str, Audit]) -> None:
     """The CLI's last line: red for a violation or a leak, yellow when inconclusive, green when consistent."""
-    from iclaudit.cli.commands import headline_text
+    from iclaudit.cli.rendering import headline_text
 
     colours = {"violation": "red", "leak": "red", "inconclusive": "yellow", "consistent": "green"}
     for outcome, audit in audits.items():
