@@ -35,15 +35,19 @@ capped by the request's) are chosen on a pilot that the measurement does not reu
    saves the later candidates' forward passes, which on a CPU are most of the audit's.
 
 Canary search (`search_canary`, the designs that plant their own canary exemplar: copy, copy_count): DP
-holds for every neighbouring pair, so the auditor may pick the pair. Among SEARCH_RECORDS canary records
-(the drawn one first, then records of the same split that are not in C0) and every label y* of the
-dataset, the pair (C0, C1 with the exemplar (x, y*), the query "classify x") with the largest exact μ of
-the chosen score (sum over the threat models, from the exact clean label distributions of the candidate
-prompts) is audited (first at the drawn canary position, for every record; only if none flips, at the
-other positions of C0, whose exemplar the canary then replaces instead), its white-box score Ṽ_y+ − Ṽ_w with w the label the canary's partition votes without
+holds for every neighbouring pair, so the auditor may pick the pair. Among the canary records
+(`search_records`: the drawn one first, then records of the same split that are not in C0, at least
+SEARCH_RECORDS and up to SEARCH_PAIRS (record, label) pairs in all, so more records for fewer labels: on
+sst2 a copied "negative" beats SmolLM2's "positive" prior for few records: 1 of 16 in one sample) and every label y*
+of the dataset, the pair (C0, C1 with the exemplar (x, y*), the query "classify x") with the largest exact
+μ of the chosen score (sum over the threat models, from the exact clean label distributions of the
+candidate prompts) is audited (`Search`: first at the drawn canary position, record by record, until one
+flips; only if none does, the position step: the pairs whose partition already votes y* with the canary
+(its vote without the canary is y* too, or none) at the other positions of C0, whose exemplar the canary
+then replaces instead), its white-box score Ṽ_y+ − Ṽ_w with w the label the canary's partition votes without
 the canary (the Neyman-Pearson score of the move e_y+ − e_w; the strongest other label would add the
-noise of every label to it); records are tried in order until one flips its partition's vote (effect 1, valid
-without). The search reads the model's exact clean label distributions of the candidate pairs only: no
+noise of every label to it); the search ends at the first pair that flips its partition's vote (effect 1,
+valid without). The search reads the model's exact clean label distributions of the candidate pairs only: no
 noise, no drawn vote and no trial, so, given the pair it picks, the trials are the same i.i.d. draws of
 the mechanism as for a pair fixed in advance, and the Clopper-Pearson bound holds as for any fixed pair
 (soundness.md, "Design selection"; tests/audit/mia/test_mia_design.py's null runs it). The pilot runs
@@ -73,7 +77,8 @@ MECHANISMS = frozenset({"private_voting"})
 AUTO_DESIGNS = ("copy", "rare_token", "inquiry", "signal_text")
 AUTO_PARTITIONS = (2, 4, 8)
 PILOT_CONTEXTS = 2
-SEARCH_RECORDS = 8
+SEARCH_RECORDS = 8  # canary records the search tries at least
+SEARCH_PAIRS = 128  # (record, label) pairs it tries at the drawn position, at most (module docstring)
 SEARCHED = ("copy",)  # the designs whose canary the search picks
 FLIP = 1.0 - 1e-9  # an effect this large is a full flip of the canary partition's vote
 
@@ -203,6 +208,73 @@ def _swap(parts: list, old: Any, new: Any) -> list:
     return [tuple(new if e is old else e for e in part) for part in parts]
 
 
+def search_records(
+    dataset: Dataset, contexts: NeighbouringContexts, rng: np.random.Generator
+) -> list[Example]:
+    """The canary records the search tries, in order: the drawn canary, SEARCH_RECORDS − 1 records of the
+    split not in C0, then more such records up to SEARCH_PAIRS (record, label) pairs in all (more records
+    for a dataset with fewer labels; no record twice). The first SEARCH_RECORDS do not depend on how many
+    follow, so a search that flips among them picks the same pair whatever the budget."""
+    in_c0 = {e.text for e in contexts.without}
+    others = [e for e in dataset.train if e.text not in in_c0 and e.text != contexts.canary.text]
+    first = [
+        int(i) for i in rng.choice(len(others), size=min(SEARCH_RECORDS - 1, len(others)), replace=False)
+    ]
+    size = min(max(SEARCH_RECORDS, SEARCH_PAIRS // max(len(dataset.labels), 1)) - 1, len(others))
+    drawn = set(first)
+    rest = [int(i) for i in rng.permutation(len(others)) if int(i) not in drawn][: size - len(first)]
+    return [contexts.canary, *(others[i] for i in first + rest)]
+
+
+Candidate = tuple[float, Any, dict | None]  # (μ of the request's score, what to audit, its canary signal)
+
+
+@dataclass
+class Search:
+    """The search order of the module docstring over (record, label, position) triples, given `evaluate`
+    (None where no partition holds the position); the largest μ wins, the first on ties."""
+
+    records: Sequence[Any]
+    labels: Sequence[str]
+    drawn: int
+    positions: Sequence[int]  # the other positions of C0, in order
+    best: Candidate | None = None
+    groups: int = 0  # (record, position) groups tried
+    pairs: int = 0  # (record, label, position) triples scored
+
+    def run(self, evaluate: Any) -> Candidate | None:
+        takes: list[tuple[Any, list[str]]] = []  # labels whose partition votes y+ with the canary at `drawn`
+        for record in self.records:
+            scored = self._group(evaluate, record, self.labels, self.drawn)
+            took = [label for label, (_, _, signal) in scored if signal and signal["p_with"] >= FLIP]
+            if took:
+                takes.append((record, took))
+            if flips(self.best[2] if self.best else None):
+                return self.best
+        # the position step: only a pair whose partition already votes y+ with the canary (but y+, or
+        # nothing, without it too) can flip by replacing another exemplar of C0 instead
+        for position in self.positions:
+            for record, labels in takes:
+                self._group(evaluate, record, labels, position)
+                if flips(self.best[2] if self.best else None):
+                    return self.best
+        return self.best
+
+    def _group(self, evaluate: Any, record: Any, labels: Sequence[str], position: int) -> list:
+        scored: list[tuple[str, Candidate]] = []
+        for label in labels:
+            candidate = evaluate(record, label, position)
+            if candidate is None:  # no partition holds this position
+                break
+            if not scored:
+                self.groups += 1
+            self.pairs += 1
+            scored.append((label, candidate))
+            if self.best is None or candidate[0] > self.best[0]:
+                self.best = candidate
+        return scored
+
+
 def search_canary(
     *,
     request: Any,
@@ -218,47 +290,40 @@ def search_canary(
     """The canary search of the module docstring: (contexts, C1's partitions, query, what it tried) of the
     pair with the largest exact μ of the request's white-box score among the canary records and labels."""
     count = request.attack.name.endswith("_count")
-    in_c0 = {e.text for e in contexts.without}
-    others = [e for e in dataset.train if e.text not in in_c0 and e.text != contexts.canary.text]
-    picks = rng.choice(len(others), size=min(SEARCH_RECORDS - 1, len(others)), replace=False)
-    records = [contexts.canary, *(others[int(i)] for i in picks)]
     drawn = contexts.canary_position
-    others_at = [j for j in range(len(contexts.without)) if j != drawn]
-    groups = [(r, drawn) for r in records] + [(r, j) for j in others_at for r in records]
-    best: tuple[float, NeighbouringContexts, list, AuditQuery, dict | None] | None = None
-    tried = n_groups = 0
-    for record, position in groups:
-        n_groups += 1
+
+    def evaluate(record: Example, label: str, position: int) -> Candidate | None:
         base = replace(contexts, with_canary=contexts.without, canary_position=position)
-        replaced = contexts.without[position]
-        for label in dataset.labels:
-            pair = planted(base, replace(record, label=label))
-            parts = _swap(parts_out, replaced, pair.canary)
-            differ = [k for k, (a, b) in enumerate(zip(parts, parts_out, strict=True)) if a != b]
-            if len(differ) != 1:  # no partition holds this position (disjoint-Poisson partitions)
-                break
-            query = module.build_query(canary=pair.canary, dataset=dataset, spec=request.attack, rng=rng)
-            prompts_out = mechanism.audit_inputs(query, parts_out)
-            # the white box compares y+ with the label the canary's partition votes without the canary
-            # (the Neyman-Pearson score of the move e_y+ − e_w)
-            p_out = mechanism.label_probs([prompts_out[differ[0]]], query.answers, source)[0].copy()
-            p_out[query.positive] = -1.0
-            query = replace(query, negative=int(np.argmax(p_out)))
-            mu, count_mu, signal = pair_mus(
-                mechanism, query, mechanism.audit_inputs(query, parts), prompts_out, source, request
-            )
-            tried += 1
-            value = count_mu if count else mu
-            if best is None or value > best[0]:
-                best = (value, pair, parts, query, signal)
-        if best is not None and flips(best[4]):
-            break
+        pair = planted(base, replace(record, label=label))
+        parts = _swap(parts_out, contexts.without[position], pair.canary)
+        differ = [k for k, (a, b) in enumerate(zip(parts, parts_out, strict=True)) if a != b]
+        if len(differ) != 1:  # no partition holds this position (disjoint-Poisson partitions)
+            return None
+        query = module.build_query(canary=pair.canary, dataset=dataset, spec=request.attack, rng=rng)
+        prompts_out = mechanism.audit_inputs(query, parts_out)
+        # the white box compares y+ with the label the canary's partition votes without the canary
+        # (the Neyman-Pearson score of the move e_y+ − e_w)
+        p_out = mechanism.label_probs([prompts_out[differ[0]]], query.answers, source)[0].copy()
+        p_out[query.positive] = -1.0
+        query = replace(query, negative=int(np.argmax(p_out)))
+        mu, count_mu, signal = pair_mus(
+            mechanism, query, mechanism.audit_inputs(query, parts), prompts_out, source, request
+        )
+        return (count_mu if count else mu), (pair, parts, query), signal
+
+    search = Search(
+        records=search_records(dataset, contexts, rng),
+        labels=dataset.labels,
+        drawn=drawn,
+        positions=[j for j in range(len(contexts.without)) if j != drawn],
+    )
+    best = search.run(evaluate)
     if best is None:
         raise AuditError("attack.name: the canary search found no position a partition holds")
-    value, pair, parts, query, signal = best
+    value, (pair, parts, query), signal = best
     report = {
-        "records_tried": n_groups,
-        "pairs_tried": tried,
+        "records_tried": search.groups,
+        "pairs_tried": search.pairs,
         "label": pair.canary.label,  # the record's text is the result's `canary`, masked where shared
         "position": pair.canary_position,
         "position_moved": pair.canary_position != drawn,

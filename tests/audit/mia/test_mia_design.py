@@ -489,3 +489,86 @@ def test_the_canary_search_picks_a_neighbouring_pair_whose_vote_flips_on_smollm2
             request,
         )[0]
         assert mu <= search["mu"] + 1e-12
+
+
+def test_the_search_records_grow_with_fewer_labels_and_keep_their_first_draws(ag_news) -> None:
+    """`search_records`: the drawn canary first, no record of C0 and none twice; up to SEARCH_PAIRS
+    (record, label) pairs in all (at least SEARCH_RECORDS records); its first SEARCH_RECORDS are the draws
+    of a search with SEARCH_RECORDS records only, so a search that flips among them is unchanged."""
+    contexts = build_contexts(ag_news, 4, np.random.default_rng(5))
+    records = design.search_records(ag_news, contexts, np.random.default_rng(6))
+    assert records[0] is contexts.canary
+    assert len(records) == design.SEARCH_PAIRS // len(ag_news.labels) > design.SEARCH_RECORDS
+    texts = [r.text for r in records]
+    assert len(set(texts)) == len(texts) and not set(texts) & {e.text for e in contexts.without}
+    others = [e for e in ag_news.train if e.text not in {*(e.text for e in contexts.without), texts[0]}]
+    first = np.random.default_rng(6).choice(len(others), size=design.SEARCH_RECORDS - 1, replace=False)
+    assert texts[1 : design.SEARCH_RECORDS] == [others[int(i)].text for i in first]
+    many = replace(ag_news, labels=tuple(f"label{k}" for k in range(64)))
+    assert len(design.search_records(many, contexts, np.random.default_rng(6))) == design.SEARCH_RECORDS
+
+
+def _signal(p_with: float, p_without: float) -> dict:
+    return {
+        "p_with": p_with,
+        "p_without": p_without,
+        "effect": p_with - p_without,
+        "valid_with": 1.0,
+        "valid_without": 1.0,
+    }
+
+
+def _table_search(table: dict, records: int, positions: list[int]) -> tuple[design.Search, list]:
+    """`design.Search` over records r0, r1, … and labels a, b at drawn position 0, scoring each triple by
+    `table` (its signal; μ = 2 for a flip, 0.5 × p_with otherwise; None: no partition holds the position)."""
+    calls: list[tuple[str, str, int]] = []
+
+    def evaluate(record: str, label: str, position: int):
+        calls.append((record, label, position))
+        signal = table.get((record, label, position), _signal(0.0, 0.0))
+        if signal is None:
+            return None
+        mu = 2.0 if design.flips(signal) else 0.5 * signal["p_with"]
+        return mu, (record, label, position), signal
+
+    search = design.Search([f"r{i}" for i in range(records)], ("a", "b"), 0, positions)
+    search.run(evaluate)
+    return search, calls
+
+
+def test_the_canary_search_tries_every_record_at_the_drawn_position_first() -> None:
+    """Records are tried in order at the drawn position until a pair flips its partition's vote, beyond the
+    first SEARCH_RECORDS when more are given, before any other position; the flip is chosen."""
+    late = design.SEARCH_RECORDS + 3
+    table = {(f"r{late}", "b", 0): _signal(1.0, 0.0), ("r1", "a", 0): _signal(1.0, 1.0)}
+    search, calls = _table_search(table, records=2 * design.SEARCH_RECORDS, positions=[1])
+    assert search.best is not None and search.best[1] == (f"r{late}", "b", 0)
+    assert {p for _, _, p in calls} == {0} and calls[-1] == (f"r{late}", "b", 0)
+    assert search.groups == late + 1 and search.pairs == 2 * (late + 1)
+
+
+def test_the_position_step_moves_only_the_pairs_that_take_their_label() -> None:
+    """No record flips at the drawn position: the position step tries, at each other position in order,
+    only the pairs whose partition votes y* with the canary there (r1 with a: it votes a without the
+    canary too); a position no partition holds is skipped; the first flip ends the search. r2 with b would
+    flip at position 2 as well, but its partition does not take b at the drawn position, so it is not
+    tried."""
+    table = {
+        ("r1", "a", 0): _signal(1.0, 1.0),
+        ("r1", "a", 1): None,
+        ("r1", "a", 2): _signal(1.0, 0.0),
+        ("r2", "b", 2): _signal(1.0, 0.0),
+        ("r3", "a", 0): _signal(0.4, 0.0),
+    }
+    search, calls = _table_search(table, records=4, positions=[1, 2, 3])
+    assert calls[:8] == [(f"r{i}", label, 0) for i in range(4) for label in ("a", "b")]
+    assert calls[8:] == [("r1", "a", 1), ("r1", "a", 2)]
+    assert search.best is not None and search.best[1] == ("r1", "a", 2) and design.flips(search.best[2])
+    assert search.groups == 5 and search.pairs == 9
+
+
+def test_without_a_flip_the_search_keeps_the_largest_mu_first_on_ties() -> None:
+    table = {("r0", "b", 0): _signal(0.6, 0.0), ("r2", "a", 0): _signal(0.6, 0.0)}
+    search, calls = _table_search(table, records=3, positions=[1])
+    assert search.best is not None and search.best[1] == ("r0", "b", 0)
+    assert all(p == 0 for _, _, p in calls)  # nothing takes its label: no position step
