@@ -1,5 +1,5 @@
 """Who the caller is: one `Authenticator` per app, used by the routes (app/api/deps.py) and the middleware
-(app/api/middleware/gate.py, app/api/middleware/poll.py) alike.
+(app/api/middleware/auth_first.py, app/api/middleware/poll.py) alike.
 
 A caller sends `Authorization: Bearer <key>` (with authentication off every caller is the default
 tenant). The checked way (`tenant`, `verify`, `recheck`) reads the key's row in a session, in a worker
@@ -101,7 +101,7 @@ class Authenticator:
 
     def verify(self, session: Session, credentials: Credentials) -> str:
         """The tenant of a valid key (auth on), after the failed-authentication throttles; 401 or 429
-        otherwise. Counts no request against the tenant's limits (`tenant` does): the gate verifies a
+        otherwise. Counts no request against the tenant's limits (`tenant` does): AuthenticateFirst verifies a
         caller before its body is read, and the route then finds the key remembered."""
         key = credentials.key()
         parsed = keys.parse_api_key(key)
@@ -168,7 +168,7 @@ class Authenticator:
 
     async def caller(self, request: Request, credentials: Credentials) -> str:
         """`tenant` for a route that must not hold a session while it reads its body (an upload): from
-        memory for a key verified moments ago (the gate verifies a caller that sends a body), else in one
+        memory for a key verified moments ago (AuthenticateFirst verifies a caller that sends a body), else in one
         brief session under a request slot, given back before the route goes on."""
         remembered = self.remembered(credentials)
         if remembered is not None:

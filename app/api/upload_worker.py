@@ -28,7 +28,7 @@ class Checked:
 
 
 @dataclass(frozen=True)
-class Refused:
+class UploadRefused:
     """A refused upload: 413 over the size limit, 422 with the bad line or field (`path`) or, for JSON rows,
     pydantic's errors (plain dicts, picklable)."""
 
@@ -49,7 +49,7 @@ def _plain(error: Mapping[str, Any]) -> dict[str, Any]:
 
 def check(
     content: bytes, *, from_rows: bool, fmt: str, name: str, max_rows: int, max_bytes: int
-) -> Checked | Refused:
+) -> Checked | UploadRefused:
     """Validate an upload (app.datasets.validate): the file's bytes (`fmt`), or a JSON body `{name, rows}`
     (`from_rows`), whose rows become the JSONL that is stored."""
     from pydantic import ValidationError
@@ -63,12 +63,14 @@ def check(
             rows = DatasetRows.model_validate_json(content)
         except ValidationError as exc:
             errors = [{**_plain(e), "loc": ("body", *e["loc"])} for e in exc.errors()]
-            return Refused(422, "The JSON body is not {name, rows}.", errors=errors)
+            return UploadRefused(422, "The JSON body is not {name, rows}.", errors=errors)
         stored = "\n".join(json.dumps(row, ensure_ascii=False) for row in rows.rows).encode()
         fmt, name = "jsonl", rows.name
     size = len(stored if stored is not None else content)
     if size > max_bytes:
-        return Refused(413, f"The dataset is larger than {max_bytes} bytes (ICLAUDIT_UPLOAD_MAX_BYTES).")
+        return UploadRefused(
+            413, f"The dataset is larger than {max_bytes} bytes (ICLAUDIT_UPLOAD_MAX_BYTES)."
+        )
     try:
         dataset = parse_dataset(stored or content, fmt=fmt, name=name, max_rows=max_rows)  # type: ignore[arg-type]
     except DatasetValidationError as exc:
@@ -77,7 +79,7 @@ def check(
         else:
             path = "file" + (f":{exc.line}" if exc.line else "")
         message = f"The dataset was not stored: {exc}. ({ROW_FORMAT}.)"
-        return Refused(422, message, path=path, detail=str(exc))
+        return UploadRefused(422, message, path=path, detail=str(exc))
     return Checked(
         content=stored,
         name=name,

@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry
 from starlette.middleware import Middleware
 
 from app.api.metrics import http_metrics
+from app.api.middleware.auth_first import AuthenticateFirst
 from app.api.middleware.body_limit import BodyLimit, body_limit_for
 from app.api.middleware.close import CloseOnServerError
-from app.api.middleware.gate import AuthenticateFirst
 from app.api.middleware.headers import SecurityHeaders
 from app.api.middleware.poll import PollShortcut
 from app.api.middleware.strict_json import StrictJSON

@@ -5,7 +5,7 @@ is JSON no double holds; a JSON body holding one is 422 naming its path (the fir
 past the parser's depth or not UTF-8. Malformed JSON is left to the route, which reports it as FastAPI does.
 
 Only what a route will read is looked at: a POST, PUT or PATCH under /v1/ with a JSON media type. By then
-`app.api.middleware.gate.AuthenticateFirst` has authenticated the caller (no body is read for a caller without a
+`app.api.middleware.auth_first.AuthenticateFirst` has authenticated the caller (no body is read for a caller without a
 valid key) and `app.api.middleware.body_limit.BodyLimit` bounds the body per route.
 
 One pass: the body is parsed once, with hooks that mark each non-finite number instead of raising, so a
@@ -40,11 +40,11 @@ _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 def is_v1_write(scope: Scope) -> bool:
     """An HTTP POST, PUT or PATCH under /v1: the requests whose bodies the middlewares here and in
-    app/api/middleware/gate.py look at."""
+    app/api/middleware/auth_first.py look at."""
     return scope["type"] == "http" and scope["method"] in _BODY_METHODS and scope["path"].startswith("/v1/")
 
 
-class Refused(ValueError):
+class JsonRefused(ValueError):
     """JSON this service will not take: `message` and `details` [(JSON path, sentence)]."""
 
     def __init__(self, message: str, details: list[tuple[str, str]]) -> None:
@@ -105,7 +105,7 @@ def _marks(document: Any, limit: int = MAX_REPORTED) -> list[tuple[str, str]]:
 
 
 def parse(body: bytes) -> Any:
-    """The document, in one pass; Refused for a body with a non-finite number, nested too deeply or not
+    """The document, in one pass; JsonRefused for a body with a non-finite number, nested too deeply or not
     UTF-8; json.JSONDecodeError for a body that is not JSON."""
     marked = 0
 
@@ -129,16 +129,16 @@ def parse(body: bytes) -> Any:
         document = json.loads(body, parse_constant=constant, parse_float=number, parse_int=integer)
     except RecursionError:
         message = "The request body is nested too deeply to be read as JSON."
-        raise Refused(message, [("$", message)]) from None
+        raise JsonRefused(message, [("$", message)]) from None
     except UnicodeDecodeError as exc:
         message = f"The request body is not valid JSON: not UTF-8 (byte {exc.start})."
-        raise Refused(message, [("$", message)]) from None
+        raise JsonRefused(message, [("$", message)]) from None
     if marked:
         details = [
             (path, f"{path.rsplit('.', 1)[-1]}: {token} is not a finite JSON number; send a finite number.")
             for path, token in _marks(document)
         ]
-        raise Refused(details[0][1], details)
+        raise JsonRefused(details[0][1], details)
     return document
 
 
@@ -176,7 +176,7 @@ class StrictJSON:
         if body:
             try:
                 scope[PARSED] = await parse_off_loop(body)
-            except Refused as exc:
+            except JsonRefused as exc:
                 from app.api.errors import error_response
                 from app.schemas.errors import FieldViolation
 

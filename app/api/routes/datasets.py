@@ -322,7 +322,7 @@ async def upload_dataset(
         str | None, Header(description="`Bearer ica_…` (from `iclaudit keys create`).")
     ] = None,
 ) -> DatasetResource:
-    """The caller is known before a byte of the body is read (app/api/middleware/gate.py); the body then streams into a
+    """The caller is known before a byte of the body is read (app/api/middleware/auth_first.py); the body then streams into a
     spooled temp file with no database session or request slot held (at most ICLAUDIT_MAX_CONCURRENT_UPLOADS
     per tenant at once, else 429), its multipart is read in a worker thread and its rows are checked in a
     separate process (app/api/upload_worker.py), so the event loop parses nothing; only storing it takes a
