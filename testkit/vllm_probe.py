@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.engines.protocol import ModelInfo
+from app.engines.protocol import ModelInfo, Sampling
 from app.engines.vllm_engine import VLLMEngine
 
 
@@ -42,8 +42,8 @@ def check(spec: dict) -> None:
     again = engine.label_logprobs(prompts, labels)
     full = engine.next_token_logprobs(prompts[:1], top_k="all")[0].logprobs
     top = engine.next_token_logprobs(prompts[:1], top_k=spec["top_k"])[0]
-    gen_a = engine.generate(prompts[:1], max_new_tokens=6, temperature=0.8, seed=3, n=2)[0]
-    gen_b = engine.generate(prompts[:1], max_new_tokens=6, temperature=0.8, seed=3, n=2)[0]
+    gen_a = engine.generate(prompts[:1], Sampling(6, temperature=0.8, seed=3, n=2))[0]
+    gen_b = engine.generate(prompts[:1], Sampling(6, temperature=0.8, seed=3, n=2))[0]
     json.dump(
         {
             "load_s": load_s,

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from app.audit.runtime import AuditError, RunContext
-from app.engines.protocol import EngineCounters, Generation, PromptLike
+from app.engines.protocol import EngineCounters, Generation, PromptLike, Sampling
 
 VOCAB = 64
 """The stand-in's vocabulary: the size of the next-token distributions a rehearsal samples from."""
@@ -110,24 +110,14 @@ class _StandIn:
             return self.oracle.label_logprobs(prompts, labels)
         return self.label_logprobs_quiet(prompts, len(labels))
 
-    def generate(
-        self,
-        prompts: Sequence[PromptLike],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        n: int = 1,
-    ) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[PromptLike], sampling: Sampling) -> list[list[Generation]]:
         _checkpoint()
         self.prompts.extend(prompts)
-        self.generated_tokens += len(prompts) * n * max_new_tokens  # an upper bound: no early stop
+        # an upper bound: no early stop
+        self.generated_tokens += len(prompts) * sampling.n * sampling.max_new_tokens
         if self.oracle is not None:
-            return self.oracle.generate(
-                prompts, max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, n=n
-            )
-        return [[Generation("", (), ()) for _ in range(n)] for _ in prompts]
+            return self.oracle.generate(prompts, sampling)
+        return [[Generation("", (), ()) for _ in range(sampling.n)] for _ in prompts]
 
     def next_token_logprobs(self, prompts: Sequence[PromptLike], top_k: Any = "all") -> list[Any]:
         from app.engines.protocol import TokenDistribution

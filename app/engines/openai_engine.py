@@ -48,7 +48,15 @@ import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from app.engines.cache import ResultCache
-from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
+from app.engines.protocol import (
+    EngineCounters,
+    Generation,
+    ModelInfo,
+    Prompt,
+    PromptLike,
+    Sampling,
+    TokenDistribution,
+)
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
@@ -352,23 +360,14 @@ class OpenAIEngine:
             for t in tops
         ]
 
-    def generate(
-        self,
-        prompts: Sequence[PromptLike],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        n: int = 1,
-    ) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[PromptLike], sampling: Sampling) -> list[list[Generation]]:
         """`n` samples per prompt with their token logprobs (token ids only with `tokens_as_ids`)."""
         extra: dict[str, Any] = {
-            "max_tokens": max_new_tokens,
-            "temperature": temperature,
-            "top_p": top_p,
-            "seed": seed,
-            "n": n,
+            "max_tokens": sampling.max_new_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "seed": sampling.seed,
+            "n": sampling.n,
             "logprobs": True if self.chat else 1,
             **({"top_logprobs": 1} if self.chat else {}),
         }

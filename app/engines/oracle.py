@@ -23,7 +23,15 @@ import numpy as np
 
 from app.audit.icl import prompts as texts
 from app.audit.runtime import AuditError
-from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
+from app.engines.protocol import (
+    EngineCounters,
+    Generation,
+    ModelInfo,
+    Prompt,
+    PromptLike,
+    Sampling,
+    TokenDistribution,
+)
 
 
 class OracleRefusal(AuditError):
@@ -115,25 +123,16 @@ class OracleEngine:
         self.counters.forward_passes += len(prompts)
         return out
 
-    def generate(
-        self,
-        prompts: Sequence[PromptLike],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        n: int = 1,
-    ) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[PromptLike], sampling: Sampling) -> list[list[Generation]]:
         """`n` answers per prompt; a 50/50 answer is drawn with a generator seeded by (seed, prompt)."""
         out = []
         for prompt in prompts:
             dist = self.answers(prompt)
             text = prompt.text if isinstance(prompt, Prompt) else prompt
             digest = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            rng = np.random.default_rng([seed, digest])
+            rng = np.random.default_rng([sampling.seed, digest])
             options = list(dist)
-            picks = rng.choice(len(options), size=n, p=list(dist.values()))
+            picks = rng.choice(len(options), size=sampling.n, p=list(dist.values()))
             out.append([Generation(options[k], (), ()) for k in picks])
         self.counters.forward_passes += len(prompts)
         return out

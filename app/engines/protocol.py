@@ -58,6 +58,18 @@ def top_k_distribution(logprobs: np.ndarray, k: int, decode: Callable[[list[int]
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """How `generate` samples: up to `max_new_tokens` tokens, `n` samples per prompt, temperature 0
+    = greedy, nucleus `top_p`, and `seed` for engines that can repeat their draws."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    n: int = 1
+
+
+@dataclass(frozen=True)
 class Generation:
     text: str
     token_ids: tuple[int, ...]
@@ -102,17 +114,8 @@ class LLMEngine(Protocol):
         """The next-token log-distribution after each prompt (full vocabulary or top k)."""
         ...
 
-    def generate(
-        self,
-        prompts: Sequence[PromptLike],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        n: int = 1,
-    ) -> list[list[Generation]]:
-        """`n` sampled continuations per prompt, with their token logprobs."""
+    def generate(self, prompts: Sequence[PromptLike], sampling: Sampling) -> list[list[Generation]]:
+        """`sampling.n` sampled continuations per prompt, with their token logprobs."""
         ...
 
     def decode(self, token_ids: Sequence[int]) -> str:

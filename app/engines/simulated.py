@@ -37,7 +37,15 @@ import numpy as np
 
 from app.audit.icl import prompts as texts
 from app.engines.oracle import _PATTERNS, OracleRefusal, _normal
-from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
+from app.engines.protocol import (
+    EngineCounters,
+    Generation,
+    ModelInfo,
+    Prompt,
+    PromptLike,
+    Sampling,
+    TokenDistribution,
+)
 
 PREFIX = "simulated"
 
@@ -154,16 +162,7 @@ class SimulatedEngine:
         self.counters.forward_passes += len(prompts)
         return out
 
-    def generate(
-        self,
-        prompts: Sequence[PromptLike],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        n: int = 1,
-    ) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[PromptLike], sampling: Sampling) -> list[list[Generation]]:
         raise OracleRefusal(
             "the simulated engine scores labels only (label_logprobs); it does not generate text"
         )

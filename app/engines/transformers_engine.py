@@ -72,6 +72,7 @@ from app.engines.protocol import (
     ModelInfo,
     Prompt,
     PromptLike,
+    Sampling,
     TokenDistribution,
     top_k_distribution,
 )
@@ -473,22 +474,14 @@ class TransformersEngine:
 
         return [top_k_distribution(d, k, token_text) for d in dists]
 
-    def generate(
-        self,
-        prompts: Sequence[PromptLike],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        n: int = 1,
-    ) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[PromptLike], sampling: Sampling) -> list[list[Generation]]:
         """`n` samples per prompt (temperature 0 = greedy), each with its tokens' raw logprobs."""
-        if max_new_tokens < 1 or n < 1:
+        s = sampling
+        if s.max_new_tokens < 1 or s.n < 1:
             raise ValueError("max_new_tokens and n must be ≥ 1")
-        if temperature < 0 or not 0 < top_p <= 1:
+        if s.temperature < 0 or not 0 < s.top_p <= 1:
             raise ValueError("temperature must be ≥ 0 and top_p in (0, 1]")
-        params = (max_new_tokens, float(temperature), float(top_p), int(seed), int(n))
+        params = (s.max_new_tokens, float(s.temperature), float(s.top_p), int(s.seed), int(s.n))
         with self._lock:
             self._pick_threads()
             prompt_ids = [self.format_ids(p) for p in prompts]
@@ -501,11 +494,11 @@ class TransformersEngine:
                     self.counters.cache_hits += 1
                 else:
                     todo.setdefault(ids, []).append(i)
-            rows = [(ids, j) for ids in todo for j in range(n)]
+            rows = [(ids, j) for ids in todo for j in range(s.n)]
             samples: dict[Ids, list[Generation]] = {ids: [] for ids in todo}
             for start in range(0, len(rows), self.batch_size):
                 batch = rows[start : start + self.batch_size]
-                gens = self._sample(batch, max_new_tokens, temperature, top_p, seed)
+                gens = self._sample(batch, s.max_new_tokens, s.temperature, s.top_p, s.seed)
                 for (ids, _), gen in zip(batch, gens, strict=True):
                     samples[ids].append(gen)
             for ids, indices in todo.items():

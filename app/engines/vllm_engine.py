@@ -39,6 +39,7 @@ from app.engines.protocol import (
     Generation,
     ModelInfo,
     PromptLike,
+    Sampling,
     TokenDistribution,
     top_k_distribution,
 )
@@ -193,20 +194,16 @@ class VLLMEngine:
         k = int(top_k)
         return [top_k_distribution(d, k, self.tokenizer.decode) for d in dists]
 
-    def generate(
-        self,
-        prompts: Sequence[PromptLike],
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        seed: int = 0,
-        n: int = 1,
-    ) -> list[list[Generation]]:
+    def generate(self, prompts: Sequence[PromptLike], sampling: Sampling) -> list[list[Generation]]:
         from vllm import SamplingParams
 
         params = SamplingParams(
-            n=n, temperature=temperature, top_p=top_p, seed=seed, max_tokens=max_new_tokens, logprobs=0
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            max_tokens=sampling.max_new_tokens,
+            logprobs=0,
         )
         with self._lock:
             ids = [self.format_ids(p) for p in prompts]

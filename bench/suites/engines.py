@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.engines.protocol import Sampling
 from testkit.extras import EXTRAS_VENV, VLLM_PROBE, extras_env
 
 MODEL = "smollm2-135m-instruct"
@@ -78,7 +79,7 @@ def _naive(engine, prompts: list[str]) -> tuple[float, int]:
     start = time.perf_counter()
     passes = engine.counters.forward_passes
     for i, prompt in enumerate(prompts):
-        engine.generate([prompt], max_new_tokens=3, temperature=1.0, seed=i)
+        engine.generate([prompt], Sampling(3, temperature=1.0, seed=i))
     return time.perf_counter() - start, engine.counters.forward_passes - passes
 
 
@@ -110,7 +111,7 @@ def naive() -> Iterator[dict]:
     workload = [p for _ in range(CALLS) for p in (*c0, *c1)]
 
     naive_engine = _engine(result_cache_bytes=0, min_shared_prefix=10**9)
-    naive_engine.generate([c0[0]], max_new_tokens=1)  # warm-up, not timed
+    naive_engine.generate([c0[0]], Sampling(1))  # warm-up, not timed
     naive_s, naive_passes = _naive(naive_engine, workload)
     fast_s, fast_passes, _ = _scored(_engine(), workload)
     yield {

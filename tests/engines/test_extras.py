@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from app.engines.openai_engine import OpenAIEngine
-from app.engines.protocol import ModelInfo, Prompt
+from app.engines.protocol import ModelInfo, Prompt, Sampling
 from app.engines.transformers_engine import TransformersEngine
 from testkit.extras import ROOT, VLLM_PROBE, extras_env
 
@@ -100,7 +100,7 @@ def test_openai_chat_top_k_against_vllm_server(vllm_server: str, smollm2) -> Non
     engine.label_scores([YES_NO], ["Yes", "No"])
     assert engine.counters.forward_passes == passes  # answered from the result cache
 
-    gens = engine.generate([Prompt("Say hello.", system="You are brief.")], max_new_tokens=5, temperature=0.7)
+    gens = engine.generate([Prompt("Say hello.", system="You are brief.")], Sampling(5, temperature=0.7))
     assert len(gens[0]) == 1 and gens[0][0].text
 
 
@@ -114,18 +114,18 @@ def test_openai_completions_against_vllm_server(vllm_server: str, smollm2) -> No
     assert top.tokens[1:] == reference.tokens[1:]
 
     prompt = "The capital of France is"
-    greedy = base.generate([prompt], max_new_tokens=3, temperature=0.0)[0][0]
+    greedy = base.generate([prompt], Sampling(3, temperature=0.0))[0][0]
     label = greedy.text
     scores = engine.label_scores([prompt], [label])
     assert not scores.is_bound[0, 0]
     assert scores.logprobs[0, 0] == pytest.approx(base.label_logprobs([prompt], [label])[0, 0], abs=1e-3)
-    gens = engine.generate([prompt], max_new_tokens=4, temperature=0.7, seed=1)
+    gens = engine.generate([prompt], Sampling(4, temperature=0.7, seed=1))
     assert len(gens[0][0].token_logprobs) >= 1
 
 
 def test_openai_against_vllm_server(vllm_server: str, smollm2) -> None:
     chat = _openai(vllm_server, chat=True, top_k=20, continue_final_message=True)
-    greedy = smollm2.generate([CAPITAL], max_new_tokens=3, temperature=0.0)[0][0]
+    greedy = smollm2.generate([CAPITAL], Sampling(3, temperature=0.0))[0][0]
     labels = ["No", "Yes", greedy.text]
     scores = chat.label_scores([CAPITAL, YES_NO], labels)
     expected = smollm2.label_logprobs([CAPITAL, YES_NO], labels)
@@ -143,12 +143,12 @@ def test_openai_against_vllm_server(vllm_server: str, smollm2) -> None:
     completions = _openai(vllm_server, chat=False, top_k=20)
     base = _as_base(smollm2)
     prompt = "The capital of France is"
-    label = base.generate([prompt], max_new_tokens=3, temperature=0.0)[0][0].text
+    label = base.generate([prompt], Sampling(3, temperature=0.0))[0][0].text
     got = completions.label_scores([prompt], [label])
     assert not got.is_bound[0, 0]
     assert got.logprobs[0, 0] == pytest.approx(base.label_logprobs([prompt], [label])[0, 0], abs=1e-3)
-    first = completions.generate([prompt], max_new_tokens=5, temperature=0.8, seed=11)
-    again = completions.generate([prompt], max_new_tokens=5, temperature=0.8, seed=11)
+    first = completions.generate([prompt], Sampling(5, temperature=0.8, seed=11))
+    again = completions.generate([prompt], Sampling(5, temperature=0.8, seed=11))
     assert first[0][0].text == again[0][0].text  # vLLM honours the seed
 
 

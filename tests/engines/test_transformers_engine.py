@@ -9,7 +9,7 @@ import pytest
 from scipy.special import logsumexp
 
 from app.engines.prefix_kv import lcp
-from app.engines.protocol import LLMEngine, Prompt
+from app.engines.protocol import LLMEngine, Prompt, Sampling
 from app.engines.transformers_engine import PromptTooLong, TransformersEngine
 
 pytestmark = pytest.mark.slow
@@ -181,10 +181,10 @@ def test_repeated_prompts_cost_no_forward_pass(engine: TransformersEngine) -> No
 
 def test_generate_is_seeded_and_reports_raw_logprobs(engine: TransformersEngine) -> None:
     prompts = [PROMPTS[3], PROMPTS[4]]
-    first = engine.generate(prompts, max_new_tokens=4, temperature=0.8, seed=7, n=2)
+    first = engine.generate(prompts, Sampling(4, temperature=0.8, seed=7, n=2))
     assert [len(r) for r in first] == [2, 2]
     engine.cache.clear()
-    alone = engine.generate([PROMPTS[4]], max_new_tokens=4, temperature=0.8, seed=7, n=2)
+    alone = engine.generate([PROMPTS[4]], Sampling(4, temperature=0.8, seed=7, n=2))
     assert [g.token_ids for g in alone[0]] == [g.token_ids for g in first[1]]
     gen = first[0][0]
     assert 1 <= len(gen.token_ids) <= 4 and len(gen.token_logprobs) == len(gen.token_ids)
@@ -193,11 +193,11 @@ def test_generate_is_seeded_and_reports_raw_logprobs(engine: TransformersEngine)
     for j in range(len(gen.token_ids)):
         dist = engine.next_token_logprobs([Prompt(PROMPTS[3], continuation=gen.token_ids[:j])])[0]
         assert gen.token_logprobs[j] == pytest.approx(dist.logprobs[gen.token_ids[j]], abs=1e-4)
-    greedy = engine.generate([PROMPTS[3]], max_new_tokens=1, temperature=0.0)[0][0]
+    greedy = engine.generate([PROMPTS[3]], Sampling(1, temperature=0.0))[0][0]
     argmax = int(np.argmax(engine.next_token_logprobs([PROMPTS[3]])[0].logprobs))
     assert greedy.token_ids == (argmax,)
     engine.cache.clear()
-    other_seed = engine.generate(prompts, max_new_tokens=4, temperature=0.8, seed=8, n=2)
+    other_seed = engine.generate(prompts, Sampling(4, temperature=0.8, seed=8, n=2))
     assert [g.token_ids for r in other_seed for g in r] != [g.token_ids for r in first for g in r]
 
 
@@ -210,7 +210,7 @@ def test_generate_prefills_each_prompt_once_on_its_longest_cached_prefix(engine:
         engine.kv_store.clear()
         engine.kv_store.max_bytes = kv_bytes
         before = engine.counters.prompt_tokens
-        out = engine.generate(prompts, max_new_tokens=6, temperature=temperature, seed=5, n=n)
+        out = engine.generate(prompts, Sampling(6, temperature=temperature, seed=5, n=n))
         return out, engine.counters.prompt_tokens - before
 
     for temperature in (0.0, 0.9):

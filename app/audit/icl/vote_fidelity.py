@@ -24,7 +24,7 @@ from scipy.stats import binomtest
 from app.audit.mechanisms.base import CleanSource, label_distribution
 from app.audit.mechanisms.decoding import parse_vote
 from app.audit.mechanisms.plain import PlainICL
-from app.engines.protocol import LLMEngine, Prompt
+from app.engines.protocol import LLMEngine, Prompt, Sampling
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,8 @@ def compare(
     votes = mechanism.collect([prompt], labels, source, draws, np.random.default_rng(seed))
     sim_counts = np.append(votes.sum(axis=0), draws - votes.sum()).astype(int)
     label_ids = [tuple(engine.encode(label)) for label in labels]  # type: ignore[attr-defined]
-    gens = engine.generate(
-        [prompt],
-        max_new_tokens=max(len(lid) for lid in label_ids),
-        temperature=temperature,
-        seed=seed,
-        n=draws,
-    )[0]
+    longest = max(len(lid) for lid in label_ids)
+    gens = engine.generate([prompt], Sampling(longest, temperature=temperature, seed=seed, n=draws))[0]
     real_votes = [parse_vote(g.token_ids, label_ids) for g in gens]
     real_counts = np.array([real_votes.count(k) for k in range(len(labels))] + [real_votes.count(-1)])
     return Fidelity(

@@ -23,7 +23,7 @@ from app.audit.mechanisms.decoding import (
 )
 from app.audit.runtime import AuditError
 from app.datasets.types import Example
-from app.engines.protocol import Embedder, LLMEngine, Prompt
+from app.engines.protocol import Embedder, LLMEngine, Prompt, Sampling
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -215,13 +215,8 @@ class CleanSource:
         keys = [(p, n, temperature, max_new_tokens) for p in prompts]
         missing = list(dict.fromkeys(k for k in keys if k not in self._generations))
         if missing:
-            outs = self.llm.generate(
-                [k[0] for k in missing],
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                seed=self.seed,
-                n=n,
-            )
+            sampling = Sampling(max_new_tokens, temperature=temperature, seed=self.seed, n=n)
+            outs = self.llm.generate([k[0] for k in missing], sampling)
             for k, gens in zip(missing, outs, strict=True):
                 self._generations[k] = [g.text.strip() for g in gens]
             self.distinct_prompts += len(missing)

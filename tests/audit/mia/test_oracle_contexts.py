@@ -9,7 +9,7 @@ from app.audit.icl import prompts
 from app.audit.icl.contexts import build_contexts, partition_disjoint, partition_disjoint_poisson
 from app.audit.mechanisms.base import draw_votes, label_distribution
 from app.engines.oracle import OracleEngine, OracleRefusal
-from app.engines.protocol import Prompt
+from app.engines.protocol import Prompt, Sampling
 
 
 def test_oracle_answers_inquiry_by_exact_search() -> None:
@@ -27,7 +27,7 @@ def test_oracle_signal_texts_contextleak_and_refusal() -> None:
     oracle = OracleEngine()
     empty = prompts.fill(prompts.SIGNAL_BLACK_BOX, canary="c", y1="Y1", y0="Y0", context="")
     assert np.allclose(np.exp(oracle.label_logprobs([empty], ["Y1", "Y0"])), [[0.5, 0.5]])
-    gens = oracle.generate([empty], max_new_tokens=8, n=200, seed=3)[0]
+    gens = oracle.generate([empty], Sampling(8, n=200, seed=3))[0]
     assert {g.text for g in gens} == {"Y1", "Y0"}
     system = Prompt(
         prompts.fill(prompts.CANARY_BINARY, canary=prompts.CONTEXTLEAK_CANARY),
@@ -35,7 +35,7 @@ def test_oracle_signal_texts_contextleak_and_refusal() -> None:
     )
     assert oracle.label_logprobs([system], ["1", "0"]).tolist() == [[0.0, -np.inf]]
     listed = Prompt(prompts.fill(prompts.CANARY_LIST, canary="abc"), system="no canary here")
-    assert oracle.generate([listed], max_new_tokens=8)[0][0].text == "[]"
+    assert oracle.generate([listed], Sampling(8))[0][0].text == "[]"
     with pytest.raises(OracleRefusal, match="not a language model"):
         oracle.label_logprobs(["What is the capital of France?"], ["Paris"])
 
