@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="processes, as `iclaudit serve --workers`")
     args = parser.parse_args()
     settings = get_settings()
-    configure_logging(settings.log_level, settings.log_format)  # as `iclaudit serve` (app.cli.service)
+    configure_logging(settings.log_level, settings.log_format)  # as `iclaudit serve` (app.cli.server)
     uvicorn.run(
         "bench.bare_app:app",
         host="127.0.0.1",

@@ -1,4 +1,4 @@
-"""The `iclaudit` command: service commands (app/cli/service.py), the client commands (iclaudit/cli: the
+"""The `iclaudit` command: server commands (app/cli/server.py), the client commands (iclaudit/cli: the
 same code the light client's `iclaudit` runs) and calculators (app/cli/science.py). Heavy imports (the
 server, numpy, scipy, the HTTP client) wait until a command runs, so `--help` and `status` start fast."""
 
@@ -14,17 +14,17 @@ app = typer.Typer(name="iclaudit", help="Audit privacy leakage of in-context lea
 
 @app.callback()
 def _follow_the_terminal() -> None:
-    from app.cli import science, service
+    from app.cli import science, server
     from iclaudit.cli.output import follow_the_terminal
 
-    follow_the_terminal(science.console, service.console, service.err_console)
+    follow_the_terminal(science.console, server.console, server.err_console)
 
 
 def _register() -> None:
-    from app.cli import science, service
+    from app.cli import science, server
     from iclaudit.cli import commands
 
-    service.register(app)
+    server.register(app)
     commands.register(app)
     science.register(app)
 

@@ -24,7 +24,7 @@ from app.config import Settings
 from app.db import schedules as store
 from app.db.models import Audit, AuditState, Schedule, ScheduleRun, utcnow
 from app.jobs.executors import Executor
-from app.jobs.service import QuotaExceeded
+from app.jobs.submission import QuotaExceeded
 from app.schemas.schedules import ScheduleRunResource
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def _fire(
     session: Session, schedule: Schedule, run: ScheduleRun, settings: Settings, executor: Executor
 ) -> None:
     from app.integrations import sweeps
-    from app.jobs import service
+    from app.jobs import submission
     from app.schemas.audits import request_adapter
     from app.schemas.sweeps import SweepRequest
 
@@ -129,7 +129,7 @@ def _fire(
             remember=link_sweep,
         )
     else:
-        service.submit_audit(
+        submission.submit_audit(
             session=session,
             tenant_id=schedule.tenant_id,
             request=request_adapter().validate_python(schedule.body),

@@ -32,7 +32,7 @@ from app.db import sweeps as store
 from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
 from app.egress import EgressRefused, check_url
 from app.jobs.executors import Executor, enqueue
-from app.jobs.service import (
+from app.jobs.submission import (
     Rejected,
     TooLarge,
     check_active_quota,

@@ -544,7 +544,7 @@ def close_planner(app: Any) -> None:
 
 def check_plan(session: Session, tenant_id: str, request: Any, settings: Settings) -> None:
     """The checks of a submit (422s), the quota aside: a plan stores nothing."""
-    from app.jobs.service import check_request
+    from app.jobs.submission import check_request
 
     check_request(session, tenant_id=tenant_id, request=request, settings=settings, quota=False)
     check_plan_cost(request, settings)
@@ -554,7 +554,7 @@ def check_plan_cost(request: Any, settings: Settings) -> None:
     """A plan whose rehearsal would pass ICLAUDIT_PLAN_MAX_PAIRS record–context pairs is refused before any
     rehearsal (422 with the numbers, at the field that asks for the more of them)."""
     from app.audit.plan import rehearsed_pairs
-    from app.jobs.service import Rejected
+    from app.jobs.submission import Rejected
 
     cost = rehearsed_pairs(request)
     if cost is None or cost[0] <= settings.plan_max_pairs:
@@ -573,7 +573,7 @@ def check_plan_cost(request: Any, settings: Settings) -> None:
 
 def plan_of(answer: dict) -> dict:
     """The plan in a worker's answer; Rejected (422) when the run would refuse the request."""
-    from app.jobs.service import Rejected
+    from app.jobs.submission import Rejected
 
     if "rejected" in answer:
         raise Rejected("$", answer["rejected"])

@@ -1,7 +1,7 @@
 """The `iclaudit` command of the light client (clients/python): the client commands of
 iclaudit/cli/commands.py — submit (with --wait/--watch, the CI gate), watch, status, result, list, cancel,
 plan, resume, datasets, models — with no server code installed. The server's distribution runs the same
-commands from app/cli, which adds the service commands (serve, worker, migrate, keys) and the calculators.
+commands from app/cli, which adds the server commands (serve, worker, migrate, keys) and the calculators.
 
 Startup is kept short (`--help` and `status` in well under half a second): typer and rich's console only
 at import; the HTTP client when a command runs; pydantic (the client's models, typer's converters) and

@@ -21,7 +21,7 @@ import typer.main
 import uvicorn
 from typer._coercion import build_runtime_param as typers_own
 
-from app.cli import science, service
+from app.cli import science, server
 from app.config import Settings
 from app.main import create_app
 from iclaudit.cli import commands, connection
@@ -55,7 +55,7 @@ def _among(modules: set[str], names: tuple[str, ...]) -> list[str]:
 def _params() -> Iterator[tuple[typer.Context, typer.core.TyperOption | typer.core.TyperArgument]]:
     """Every parameter of every command of the full command line, with a context to convert it in."""
     app = typer.Typer()
-    service.register(app)
+    server.register(app)
     commands.register(app)
     science.register(app)
 

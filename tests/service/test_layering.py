@@ -43,7 +43,7 @@ def _forbidden(module: str) -> bool:
 
 # The client may load the API's models (app.schemas) and the database-free constants, nothing server-side.
 CLIENT_ALLOWED = ("app.db", "app.db.constants")
-CLIENT_FORBIDDEN_TOO = ("uvicorn", "app.main", "app.integrations", "app.cli.service")
+CLIENT_FORBIDDEN_TOO = ("uvicorn", "app.main", "app.integrations", "app.cli.server")
 
 
 def _forbidden_to_client(module: str) -> bool:

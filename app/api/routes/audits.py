@@ -1,6 +1,6 @@
 """/v1/audits: submit (202 + Location), read (ETag, 304, long-poll `wait`), list (summary or full view,
 keyset pages), events (Server-Sent Events), cancel, result (JSON and PNG), JUnit report. Thin doorways
-into app.jobs.service, app.db.audits, app.db.polling, app.api.watch and app.reports."""
+into app.jobs.submission, app.db.audits, app.db.polling, app.api.watch and app.reports."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from app.db import audits as audit_rows
 from app.db import polling
 from app.db.labels import having_labels
 from app.db.models import TERMINAL_STATES, Audit, AuditState
-from app.jobs import service
+from app.jobs import submission
 from app.reports import plots
 from app.schemas.audits import (
     AuditList,
@@ -125,7 +125,7 @@ def submit_audit(
     `Idempotency-Key`, a retry gets the first audit back (`Idempotent-Replayed: true`)."""
 
     def create(remember: Remember | None) -> str:
-        return service.submit_audit(
+        return submission.submit_audit(
             session=session,
             tenant_id=tenant.id,
             request=body,
@@ -481,7 +481,7 @@ def resume_audit(
     calls already answered are replayed from the store, only the missing ones are sent (same result as an
     uninterrupted run). 409 for an audit in any other state."""
     changes = body.model_dump(mode="json", include=body.model_fields_set) if body is not None else None
-    audit = service.resume_audit(
+    audit = submission.resume_audit(
         session=session,
         tenant_id=tenant.id,
         audit_id=audit_id,
@@ -504,7 +504,7 @@ def _summary(session: Session, tenant_id: str, audit_id: str) -> Any:
 )
 def cancel_audit(audit_id: str, session: SessionDep, tenant: TenantDep) -> AuditResource:
     """A PENDING audit is cancelled at once; a RUNNING one stops at its next batch (state CANCELLED)."""
-    audit = service.cancel_audit(session=session, tenant_id=tenant.id, audit_id=audit_id)
+    audit = submission.cancel_audit(session=session, tenant_id=tenant.id, audit_id=audit_id)
     if audit is None:
         raise _not_found(audit_id)
     return AuditResource.of(audit)

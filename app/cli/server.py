@@ -1,4 +1,4 @@
-"""Service commands: serve, worker, migrate, keys create|revoke. The client commands (submit, watch,
+"""Server commands: serve, worker, migrate, keys create|revoke. The client commands (submit, watch,
 status, result, list, cancel, datasets, models) are in iclaudit/cli/commands.py."""
 
 # No `from __future__ import annotations`: typer reads every command's signature a few times at each start,

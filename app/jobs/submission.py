@@ -1,5 +1,5 @@
-"""The audit service: validate → store → enqueue, cancel. Routes and the CLI call these; they hold the
-logic (the routes only parse and answer)."""
+"""Submitting an audit: check the request, store it, enqueue it; resume and cancel. The routes, sweeps and
+schedules call these, which hold the logic (the routes only parse and answer)."""
 
 from __future__ import annotations
 
