@@ -1,7 +1,7 @@
 """The inline executor's worker processes, on a real `iclaudit serve` (uvicorn, SQLite, auth on): audits run
 outside the API process, so polling a computing audit costs about what polling an idle server does
 (issue 23), a quick audit does not wait behind a long one (issue 21), and a worker process that dies is
-started again while the sweep re-runs its audit. Audits are held RUNNING by a gated model (jobs/gate.py)."""
+started again while the sweep re-runs its audit. Audits are held RUNNING by a held model (testkit/held_model.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from app.config import Settings
 from app.jobs.pool import AUDIT_NICE, WorkerProcess, context
 from testkit.client import TERMINAL, bound_request, long_mia_request, wait_for
-from testkit.gated_model import Gate, gate_server, gated_iclinf
+from testkit.held_model import HeldModel, held_iclinf, serve_held_model
 from testkit.served import make_key, serve, stop
 from testkit.servers import fresh_database
 
@@ -27,16 +27,16 @@ LONG_TRIALS = (
 
 
 @pytest.fixture
-def gate(tmp_path: Path) -> Iterator[Gate]:
-    with gate_server(tmp_path) as g:
+def held_model(tmp_path: Path) -> Iterator[HeldModel]:
+    with serve_held_model(tmp_path) as g:
         yield g
 
 
-def _serve(tmp_path: Path, gate: Gate, **env: str) -> tuple[object, httpx.Client]:
+def _serve(tmp_path: Path, held_model: HeldModel, **env: str) -> tuple[object, httpx.Client]:
     state = tmp_path / "state"
     state.mkdir()
     extra = {
-        "ICLAUDIT_MODELS_FILE": str(gate.models_file),
+        "ICLAUDIT_MODELS_FILE": str(held_model.models_file),
         "ICLAUDIT_MAX_TRIALS": str(LONG_TRIALS),
         **env,
     }
@@ -59,18 +59,20 @@ def _polls(client: httpx.Client, audit_id: str, state: str, n: int = 200, runs: 
     return best
 
 
-def test_polls_of_a_computing_audit_take_at_most_twice_the_idle_time(tmp_path: Path, gate: Gate) -> None:
+def test_polls_of_a_computing_audit_take_at_most_twice_the_idle_time(
+    tmp_path: Path, held_model: HeldModel
+) -> None:
     """Issue 23: while an audit computes, 200 sequential polls of it take ≤ 2× what they take while idle.
-    One worker process: a gated audit holds it, so the measured audit is PENDING (nothing computes) for
-    the idle polls; the gate opens, and it is RUNNING with progress for the busy ones."""
-    proc, client = _serve(tmp_path, gate, ICLAUDIT_INLINE_WORKERS="1")
+    One worker process: a held audit holds it, so the measured audit is PENDING (nothing computes) for
+    the idle polls; the model answers, and it is RUNNING with progress for the busy ones."""
+    proc, client = _serve(tmp_path, held_model, ICLAUDIT_INLINE_WORKERS="1")
     try:
-        held = client.post("/v1/audits", json=gated_iclinf()).json()
-        gate.wait_arrival()
+        held = client.post("/v1/audits", json=held_iclinf()).json()
+        held_model.wait_arrival()
         audit = client.post("/v1/audits", json=long_mia_request(trials=LONG_TRIALS)).json()
         idle = _polls(client, audit["id"], "PENDING")
-        gate.open()
-        assert wait_for(client.get, held["id"], timeout=60)["state"] == "FAILED"  # the gate refused it
+        held_model.open()
+        assert wait_for(client.get, held["id"], timeout=60)["state"] == "FAILED"  # the held model refused it
         wait_for(client.get, audit["id"], ("RUNNING",), timeout=60, min_fraction=1e-9)
         busy = _polls(client, audit["id"], "RUNNING")
         client.post(f"/v1/audits/{audit['id']}/cancel")
@@ -82,13 +84,15 @@ def test_polls_of_a_computing_audit_take_at_most_twice_the_idle_time(tmp_path: P
         stop(proc)
 
 
-def test_a_bound_audit_ends_within_10s_while_a_long_iclinf_audit_runs(tmp_path: Path, gate: Gate) -> None:
+def test_a_bound_audit_ends_within_10s_while_a_long_iclinf_audit_runs(
+    tmp_path: Path, held_model: HeldModel
+) -> None:
     """Issue 21: with two worker processes, an iclinf audit held in its model call keeps one; a bound
     audit submitted meanwhile runs on the other and ends within 10 s."""
-    proc, client = _serve(tmp_path, gate, ICLAUDIT_INLINE_WORKERS="2")
+    proc, client = _serve(tmp_path, held_model, ICLAUDIT_INLINE_WORKERS="2")
     try:
-        held = client.post("/v1/audits", json=gated_iclinf()).json()
-        gate.wait_arrival()
+        held = client.post("/v1/audits", json=held_iclinf()).json()
+        held_model.wait_arrival()
         start = time.monotonic()
         quick = client.post("/v1/audits", json=bound_request()).json()
         done = wait_for(client.get, quick["id"], timeout=10)
@@ -98,7 +102,7 @@ def test_a_bound_audit_ends_within_10s_while_a_long_iclinf_audit_runs(tmp_path: 
         )
         assert done["state"] == "SUCCEEDED" and elapsed <= 10
         assert client.get(f"/v1/audits/{held['id']}").json()["state"] == "RUNNING"  # held throughout
-        gate.open()
+        held_model.open()
         assert wait_for(client.get, held["id"], timeout=60)["state"] == "FAILED"
     finally:
         client.close()
@@ -118,20 +122,22 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_a_killed_worker_process_is_replaced_and_its_audit_run_again(tmp_path: Path, gate: Gate) -> None:
+def test_a_killed_worker_process_is_replaced_and_its_audit_run_again(
+    tmp_path: Path, held_model: HeldModel
+) -> None:
     """SIGKILL the worker process holding an audit: the API stays up, the sweep re-runs the audit (attempt
-    2, in a new process, held at the gate again) once its heartbeat is stale, and later audits run."""
+    2, in a new process, held again) once its heartbeat is stale, and later audits run."""
     proc, client = _serve(
         tmp_path,
-        gate,
+        held_model,
         ICLAUDIT_INLINE_WORKERS="1",
         ICLAUDIT_HEARTBEAT_SECONDS="0.5",
         ICLAUDIT_STALE_AFTER_SECONDS="3",
         ICLAUDIT_SWEEP_SECONDS="1",
     )
     try:
-        held = client.post("/v1/audits", json=gated_iclinf()).json()
-        gate.wait_arrival()
+        held = client.post("/v1/audits", json=held_iclinf()).json()
+        held_model.wait_arrival()
         assert client.get(f"/v1/audits/{held['id']}").json()["attempt"] == 1
         (forkserver,) = [
             pid
@@ -140,11 +146,11 @@ def test_a_killed_worker_process_is_replaced_and_its_audit_run_again(tmp_path: P
         ]
         (worker,) = _children(forkserver)
         os.kill(worker, signal.SIGKILL)
-        gate.wait_arrival()  # attempt 2, in a new process, at the gate again
+        held_model.wait_arrival()  # attempt 2, in a new process, held again
         again = client.get(f"/v1/audits/{held['id']}").json()
         assert (again["state"], again["attempt"]) == ("RUNNING", 2)
         assert worker not in _children(forkserver)
-        gate.open()
+        held_model.open()
         assert wait_for(client.get, held["id"], timeout=60)["state"] in TERMINAL
         quick = client.post("/v1/audits", json=bound_request()).json()
         assert wait_for(client.get, quick["id"], timeout=30)["state"] == "SUCCEEDED"

@@ -21,7 +21,7 @@ from app.config import Settings, get_settings
 from app.jobs.broker import TASK_NAME, create_celery
 from app.main import create_app
 from testkit.client import bound_request, long_mia_request, sse_events, wait_for
-from testkit.gated_model import gate_server, gated_iclinf
+from testkit.held_model import held_iclinf, serve_held_model
 from testkit.servers import _die_with_parent, fresh_database
 from testkit.tenants import key_maker
 
@@ -152,12 +152,12 @@ def test_another_tenants_audit_does_not_wait_behind_a_backlog(
     stack: dict[str, str], start_worker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 20 M3 on Celery: the broker holds at most ICLAUDIT_CELERY_TENANT_AUDITS (2) audits of a tenant;
-    its backlog waits in the database. One worker, held by the flood's gated audit: the flood's 12 more
-    audits put one message in Redis, the other tenant's audit the next; once the gate opens, the other
+    its backlog waits in the database. One worker, held by the flood's held audit: the flood's 12 more
+    audits put one message in Redis, the other tenant's audit the next; once the model answers, the other
     tenant's audit starts after at most one of the flood's (all 12 before, with one FIFO queue)."""
-    with gate_server(tmp_path) as gate:
-        stack["ICLAUDIT_MODELS_FILE"] = str(gate.models_file)  # the worker's registry
-        monkeypatch.setenv("ICLAUDIT_MODELS_FILE", str(gate.models_file))  # the API's, in this process
+    with serve_held_model(tmp_path) as held_model:
+        stack["ICLAUDIT_MODELS_FILE"] = str(held_model.models_file)  # the worker's registry
+        monkeypatch.setenv("ICLAUDIT_MODELS_FILE", str(held_model.models_file))  # the API's, in this process
         get_settings.cache_clear()
         env = {k.removeprefix("ICLAUDIT_").lower(): v for k, v in stack.items() if k.startswith("ICLAUDIT_")}
         settings = Settings(**{**env, "auth_enabled": True, "celery_tenant_audits": 2})
@@ -167,8 +167,8 @@ def test_another_tenants_audit_does_not_wait_behind_a_backlog(
         start_worker("w1")
         try:
             with TestClient(create_app(settings)) as api:
-                held = api.post("/v1/audits", json=gated_iclinf(), headers=flood).json()
-                gate.wait_arrival()
+                held = api.post("/v1/audits", json=held_iclinf(), headers=flood).json()
+                held_model.wait_arrival()
                 backlog = [
                     api.post("/v1/audits", json=bound_request(), headers=flood).json()["id"]
                     for _ in range(12)
@@ -183,7 +183,7 @@ def test_another_tenants_audit_does_not_wait_behind_a_backlog(
                     **{a: f"flood{i}" for i, a in enumerate(backlog)},
                 }
                 assert sorted(names.get(q.strip("[]'\""), q) for q in queued) == ["flood0", "other"], queued
-                gate.open()
+                held_model.open()
                 assert (
                     wait_for(lambda p: api.get(p, headers=flood), held["id"], timeout=60)["state"] == "FAILED"
                 )

@@ -1,5 +1,5 @@
-"""A gated model for tests that must hold an audit RUNNING: an OpenAI-compatible HTTP server (registered as
-model `gated` through ICLAUDIT_MODELS_FILE) whose every request waits until the test opens the gate, then
+"""A held model for tests that must hold an audit RUNNING: an OpenAI-compatible HTTP server (registered as
+model `gated` through ICLAUDIT_MODELS_FILE) whose every request waits until the test calls `open()`, then
 is refused (400), so the audit holding it ends FAILED. The audit is held by an event, never by its size."""
 
 from __future__ import annotations
@@ -15,39 +15,39 @@ from typing import Any
 
 
 @dataclass
-class Gate:
+class HeldModel:
     url: str
     models_file: Path
     opened: threading.Event = field(default_factory=threading.Event)
     arrivals: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
     def wait_arrival(self, timeout: float = 60.0) -> None:
-        """Until one more model request is held at the gate (an audit RUNNING in its model call)."""
+        """Until one more model request is held (an audit RUNNING in its model call)."""
         if not self.arrivals.acquire(timeout=timeout):
-            raise AssertionError(f"no audit reached the gated model within {timeout}s")
+            raise AssertionError(f"no audit reached the held model within {timeout}s")
 
     def open(self) -> None:
         self.opened.set()
 
 
-def gated_iclinf(seed: int = 0) -> dict[str, Any]:
-    """An iclinf audit whose first model call waits at the gate."""
+def held_iclinf(seed: int = 0) -> dict[str, Any]:
+    """An iclinf audit whose first model call waits until `open()`."""
     from app.audit.kinds.registry import kind_module
 
     return {**kind_module("iclinf").EXAMPLE, "model": "gated", "seed": seed}
 
 
 @contextmanager
-def gate_server(workdir: Path) -> Iterator[Gate]:
-    gate: Gate | None = None
+def serve_held_model(workdir: Path) -> Iterator[HeldModel]:
+    held: HeldModel | None = None
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
-            assert gate is not None
-            gate.arrivals.release()
-            gate.opened.wait(300)
-            body = json.dumps({"error": {"message": "the test's gate refuses every request"}}).encode()
+            assert held is not None
+            held.arrivals.release()
+            held.opened.wait(300)
+            body = json.dumps({"error": {"message": "the test's held model refuses every request"}}).encode()
             try:
                 self.send_response(400)
                 self.send_header("content-type", "application/json")
@@ -73,12 +73,12 @@ def gate_server(workdir: Path) -> Iterator[Gate]:
         "max_concurrency": 1,
     }
     models_file.write_text(json.dumps([entry]))
-    gate = Gate(url=url, models_file=models_file)
+    held = HeldModel(url=url, models_file=models_file)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield gate
+        yield held
     finally:
-        gate.open()
+        held.open()
         httpd.shutdown()
         httpd.server_close()
