@@ -60,7 +60,7 @@ def redact_queries(text: str) -> str:
 
 
 class RedactQueries(logging.Filter):
-    """Replace the query string of every URL or path in a record's message (issue 20 L3): the access log
+    """Replace the query string of every URL or path in a record's message (tokens ride in them): the access log
     logs `GET /v1/audits?page_token=...`, httpx `HTTP Request: POST https://hook/x?token=...`."""
 
     def filter(self, record: logging.LogRecord) -> bool:

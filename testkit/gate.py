@@ -1,4 +1,4 @@
-"""A gated endpoint: hold an audit RUNNING for exactly as long as a test needs (issue 23).
+"""A gated endpoint: hold an audit RUNNING for exactly as long as a test needs.
 
 An `http_endpoint` audit against `Gate.url` makes real HTTP calls to a loopback server whose every answer
 waits until the test calls `release()`. So the audit is claimed (RUNNING), its worker is busy, and an

@@ -147,7 +147,7 @@ def log_in(page, key: str, path: str = "/ui") -> None:
 
 
 class SteppedGate:
-    """A gated endpoint for the served server (issue 23): hold an audit RUNNING, or let it through a given
+    """A gated endpoint for the served server: hold an audit RUNNING, or let it through a given
     number of calls at a time, by events, never by a trial count.
 
     The server allows `url` (ICLAUDIT_ENDPOINT_ALLOWLIST, `allowlist_env`). An `http_endpoint` audit of it

@@ -1,4 +1,4 @@
-"""A deployed target for the audits of real deployments (issue 22): FastAPI + uvicorn on 127.0.0.1.
+"""A deployed target for the audits of real deployments: FastAPI + uvicorn on 127.0.0.1.
 
 POST / {"context": [exemplar, …], "query": "…"} → {"choices": [{"text": "1" | "0"}]}: randomized response
 on "the canary is in the context" (exactly (ε, 0)-DP). Its answers are deterministic per request: the k-th

@@ -2,7 +2,7 @@
 
 `celery inspect ping` is answered by the worker's main loop, which the solo pool (one audit at a time,
 one process per GPU) gives to the running task: during an audit over ~90 s it returns rc 69 "No nodes
-replied" and the container is marked unhealthy (issue 21). Instead, once the worker is ready
+replied" and the container is marked unhealthy. Instead, once the worker is ready
 (`worker_ready`), a daemon thread touches `ICLAUDIT_WORKER_HEARTBEAT_FILE` every
 `ICLAUDIT_WORKER_HEARTBEAT_SECONDS` (10) while the broker answers a PING, whatever the pool is busy with;
 the healthcheck is the file's age:

@@ -1,4 +1,4 @@
-"""How `iclaudit serve` runs uvicorn against slow or half-open connections (issue 20 L4/H3).
+"""How `iclaudit serve` runs uvicorn against slow or half-open connections.
 
 uvicorn closes an idle keep-alive connection after `timeout_keep_alive`, but a connection that opens and
 never completes its request headers is kept for ever (1,500 half-open connections were all open after
@@ -147,7 +147,7 @@ PLAN_RETRY_SECONDS = 5
 class PlanSlots:
     """One plan at a time per tenant in this process. A plan rehearses the audit's own computation in the
     API process (app/audit/plan.py: seconds of CPU), so a tenant sending many at once would hold the
-    request slots and the CPU the polls need (issue 20): the second is 429 until the first answers."""
+    request slots and the CPU the polls need: the second is 429 until the first answers."""
 
     def __init__(self) -> None:
         self._busy: set[str] = set()

@@ -79,7 +79,7 @@ PLANNED_KINDS = ("bound", "mia", "iclinf", "synthetic_generation")
 
 
 def _plan_body(document: dict[str, Any]) -> None:
-    """planAudit's body is a submit's, narrowed to the kinds plans cover (issue 20 L1; today every kind):
+    """planAudit's body is a submit's, narrowed to the kinds plans cover (today every kind):
     the route parses the whole union, so a body of a kind left out would keep its 422 at `$.kind`."""
     for operations in document.get("paths", {}).values():
         operation = operations.get("post") if isinstance(operations, dict) else None

@@ -1,4 +1,4 @@
-"""Budgets (issue 22 §2): `budget: {max_calls, max_tokens, max_seconds}` on an audit, counted as it runs.
+"""Budgets: `budget: {max_calls, max_tokens, max_seconds}` on an audit, counted as it runs.
 
 Kinds: mia, iclinf and synthetic_generation take one (`with_budget` shows the spend at every progress
 report), and the operator's ICLAUDIT_DEFAULT_BUDGET is the same budget stored with the request; `bound`

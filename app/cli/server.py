@@ -118,7 +118,7 @@ def serve(
         host=host,
         port=port,
         workers=workers,
-        **uvicorn_options(settings),  # header deadline and size, keep-alive (issue 20), logging
+        **uvicorn_options(settings),  # header deadline and size, keep-alive, logging
     )
 
 

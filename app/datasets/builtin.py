@@ -154,7 +154,7 @@ def availability(name: str, data_dir: Path | None) -> tuple[str | None, str]:
         return "data_dir", ""
     if name in PACKAGED:
         return "package", ""
-    # the setting's name, never its path: tenants read this (issue 20 L3)
+    # the setting's name, never its path: tenants read this
     where = (
         f"no offline copy {name}/train.jsonl in ICLAUDIT_DATA_DIR" if data_dir else "no data directory is set"
     )

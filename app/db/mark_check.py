@@ -1,5 +1,5 @@
 """Audits' marks read on the event loop, batched: the cheap validity check of a kept answer when other
-processes write (issue 22 §5: several API processes and Celery workers on PostgreSQL).
+processes write (several API processes and Celery workers on PostgreSQL).
 
 A poll that holds a rendered answer for a running audit asks `MarkCheck.version(audit_id)`. The request
 joins the next batch; one batch is one indexed `SELECT id, heartbeat_at, <mark> FROM audits WHERE id =

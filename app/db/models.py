@@ -128,7 +128,7 @@ class UploadedDataset(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
-# --- integrations (issue 12): idempotency keys, labels, webhooks, sweeps ------------------------------
+# --- integrations: idempotency keys, labels, webhooks, sweeps -------------------------------------------
 
 
 class IdempotencyKey(Base):

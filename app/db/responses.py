@@ -1,4 +1,4 @@
-"""Stored target responses (issue 22 §3): every answered call of an audit, keyed by its lineage (the first
+"""Stored target responses: every answered call of an audit, keyed by its lineage (the first
 audit of a resume chain) and the exact request, and the resume links between audits."""
 
 from __future__ import annotations

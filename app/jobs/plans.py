@@ -1,4 +1,4 @@
-"""Plans are computed where audits run, never in the API process (issue 22 §1).
+"""Plans are computed where audits run, never in the API process.
 
 A plan rehearses the audit's own computation (app/audit/plan.py: seconds of CPU); in the API process it
 would hold the event loop's GIL and the CPU its polls need. The API checks the request as a submit does
@@ -453,7 +453,7 @@ class CeleryPlanner:
         plan_id = uuid.uuid4().hex
         request_id = observability.request_id.get()
         got = None
-        try:  # a broker down is a 503 like no worker answering, not a 500 (schemathesis, issue 20 L1)
+        try:  # a broker down is a 503 like no worker answering, not a 500 (as schemathesis checks)
             self._celery.send_task(
                 PLAN_TASK,
                 args=[plan_id, tenant_id, body],

@@ -160,7 +160,7 @@ class TenantDatasets:
                 ) from exc
             except (OSError, ValueError) as exc:
                 # an OSError's text holds the file's absolute path: the tenant gets the file's name in
-                # ICLAUDIT_DATA_DIR and the reason, the operator's log the whole error (issue 20 L3)
+                # ICLAUDIT_DATA_DIR and the reason, the operator's log the whole error
                 log.warning("offline copy of %r cannot be read: %s", name, exc)
                 reason = (
                     f"{name}/{Path(exc.filename).name}: {exc.strerror}"

@@ -1,4 +1,4 @@
-"""Fair turns on Celery (issue 20 M3): the broker's queue is one FIFO, so a tenant that sends hundreds of
+"""Fair turns on Celery: the broker's queue is one FIFO, so a tenant that sends hundreds of
 audits would put every other tenant's audit behind them. Instead the database holds the backlog and the
 broker holds at most ICLAUDIT_CELERY_TENANT_AUDITS audits per tenant (PENDING in the current queue epoch,
 or RUNNING): `admit` lets a submit or a sweep send only what fits, and `Releaser` (a thread of each API

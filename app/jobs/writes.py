@@ -1,5 +1,5 @@
 """Write counts in shared memory, so that a kept answer to a poll (app.api.poll) is served only while
-no write that could change it has begun since it was read (issue 23).
+no write that could change it has begun since it was read.
 
 A writer is a slot: 0 is the API process (any transaction that writes: its sessions do not say which
 audit), 1 + i the inline executor's worker process i (which writes only the audit it runs). Each slot counts

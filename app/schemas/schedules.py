@@ -31,7 +31,7 @@ _DAYS = _names("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 _ALIASES = "@(yearly|annually|monthly|weekly|daily|midnight|hourly)"
 # Five fields (minute, hour, day of month, month: 1-12 or jan-dec, day of week: 0-7 or sun-sat, 0 and 7
 # Sunday), or six with seconds last, one space apart; or an alias (@daily, …). Every string it matches
-# croniter parses (tests/api/test_api_schema_rules.py); croniter's L, W and # are not taken (issue 20 L1).
+# croniter parses (tests/api/test_api_schema_rules.py); croniter's L, W and # are not taken.
 CRON_PATTERN = (
     f"^({_ALIASES}|"
     + " ".join(
@@ -54,7 +54,7 @@ def _one_of(given: str, given_type: str, other: str) -> dict[str, Any]:
     return {"required": [given], "properties": {given: {"type": given_type}, other: {"type": "null"}}}
 
 
-# The schema states what _one_each checks (issue 20 L1): request xor sweep, cron xor interval_seconds.
+# The schema states what _one_each checks, so clients see the rule: request xor sweep, cron xor interval_seconds.
 ONE_EACH_SCHEMA: dict[str, Any] = {
     "allOf": [
         {"anyOf": [_one_of("request", "object", "sweep"), _one_of("sweep", "object", "request")]},

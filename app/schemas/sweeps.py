@@ -18,7 +18,7 @@ GRID_KEY = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$"
 
 
 def _grid_schema(schema: dict[str, Any]) -> None:
-    """State the key rule for every key (issue 20 L1): pydantic writes it as patternProperties, which leave a
+    """State the key rule for every key in the schema: pydantic writes it as patternProperties, which leave a
     key that does not match unconstrained; here it is propertyNames' pattern and every value a list of 1-64."""
     patterns = schema.pop("patternProperties", {})
     schema["propertyNames"] = {**schema.get("propertyNames", {}), "pattern": GRID_KEY}
@@ -60,7 +60,7 @@ def grid_keys(schema: dict[str, Any], defs: dict[str, Any], prefix: str = "") ->
 
 
 def _per_kind_grid(schema: dict[str, Any]) -> None:
-    """State, per kind of base, the grid keys it takes and each key's values (issue 20 L1): a point is base
+    """State, per kind of base, the grid keys it takes and each key's values: a point is base
     with each key's value set, validated as a submitted audit; and `seed` on the grid with seeds 1 only."""
     from app.schemas.audits import request_models
 

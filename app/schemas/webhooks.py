@@ -24,8 +24,8 @@ EVENTS_DESCRIPTION = (
 )
 
 
-# What JSON Schema can state of the egress check (issue 20 L1): an http or https scheme (any case) and a
-# host without userinfo; the check itself (app/egress.py) gives the error messages.
+# What JSON Schema can state of the egress check, so a client sees it before sending: an http or https
+# scheme (any case) and a host without userinfo; the check itself (app/egress.py) gives the error messages.
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^/?#@]+([/?#].*)?$"
 
 

@@ -1,6 +1,6 @@
 """Load on the real servers over loopback (part of `bench/run.py api`).
 
-**Against bare FastAPI** (issue 23; `_side_by_side`): a bare FastAPI app (bench/bare_app.py) runs beside
+**Against bare FastAPI** (`_side_by_side`): a bare FastAPI app (bench/bare_app.py) runs beside
 the service under the same uvicorn settings, and each phase offers both the same load, the bare app first:
 open loop at 300 and 1,000 req/s and closed loop with 200 pollers, of finished audits and of running ones,
 while two `mia` audits compute (topped up every second; ICLAUDIT_INLINE_WORKERS=2). Each row holds both

@@ -1,4 +1,4 @@
-"""Integrations (issue 12) on real servers: the wall time of a 16-point sweep on PostgreSQL + Redis with
+"""Integrations on real servers: the wall time of a 16-point sweep on PostgreSQL + Redis with
 1 and then 2 `iclaudit worker` processes (Celery, one message per child), and a signed webhook delivered
 after a 30 s receiver outage with the default backoff (embedded default, SQLite).
 

@@ -1,4 +1,4 @@
-"""Pool stall on the embedded default (issue 11): closed-loop status pollers against `GET /v1/audits/{id}`
+"""Pool stall on the embedded default: closed-loop status pollers against `GET /v1/audits/{id}`
 while a CPU-heavy inline audit runs, with a /healthz probe on its own connection, for a source tree given
 on the command line (this checkout, or a worktree of an older commit for the before/after figures).
 

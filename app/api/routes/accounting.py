@@ -49,7 +49,7 @@ def _solving(target: str | None) -> dict:
     }
 
 
-# The schema states what _complete checks (issue 20 L1).
+# The schema states what _complete checks, so clients see the rule before they send.
 COMPLETE_SCHEMA: dict = {
     "allOf": [
         {"anyOf": [_solving(None), *(_solving(name) for name in _GIVEN)]},

@@ -1,4 +1,4 @@
-"""Copy canary (issue 19; 003 Lemma 3.1 reached by copying instead of by instruction following).
+"""Copy canary (003 Lemma 3.1 reached by copying instead of by instruction following).
 
 The canary exemplar is (x, y*): a training record x relabelled with y*, a label the model would not
 give x zero-shot (drawn uniformly from the labels ≠ x's own, the `attack` stream). The audit query

@@ -1,5 +1,5 @@
 """The Ṽ_y+-only white-box score of private voting: attacks `copy_count`, `rare_token_count`,
-`inquiry_count` and `signal_text_count` (issue 19).
+`inquiry_count` and `signal_text_count`.
 
 Each is its base design (same canary, same query, same black-box test: the released label = y+) with one
 change, the white-box score. 003 §3.2 scores Ṽ_y+ − Ṽ_other (Ṽ = V + N(0, σ²I), 003 App. 5 Alg. 2). That

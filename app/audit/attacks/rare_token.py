@@ -1,4 +1,4 @@
-"""Rare-token canary (issue 19): the canary exemplar is (x, r), x a training record and r a token no
+"""Rare-token canary: the canary exemplar is (x, r), x a training record and r a token no
 label of the task is and a model never answers zero-shot (default "zyzzyva"; `attack.signal_texts[0]`
 replaces it). The query is 003 Prompt 4 on x, listing the task's labels and r, voted over the labels
 and r. Without the canary no partition has seen r, so P(vote r | C0) ≈ 0 for every partition; with it

@@ -21,7 +21,7 @@ filled body is counted before it is built (`filled_size`) and refused past ICLAU
 placeholders are filled in one pass, so a value never brings in more of them. A header may name a secret (`{"secret": "TARGET_KEY"}`, app/secrets.py) instead of
 holding it: the value is resolved through `RunContext.secrets` only when the client is built.
 
-Deployments (issue 22): every answered call goes to `RunContext.responses` keyed by the exact request
+Deployments: every answered call goes to `RunContext.responses` keyed by the exact request
 and its occurrence, and a resumed audit replays those instead of calling again; a 429/503 `Retry-After`
 is waited out by every call, `rate` paces the calls, and `max_concurrency` calls may be in flight at once
 (`Throttle`: a 429/503 halves both, answers win them back additively: AIMD); C1's and C0's calls go out
@@ -85,7 +85,7 @@ def _retry_after(value: str | None) -> float | None:
 
 
 class Throttle:
-    """What an endpoint audit may send now (issue 22 §3): at most `allowed` requests in flight, at most
+    """What an endpoint audit may send now: at most `allowed` requests in flight, at most
     `rate` a second, none while a Retry-After runs.
 
     The back-off is AIMD, like TCP's congestion window: a 429 or 503 halves the allowed concurrency (never
@@ -184,7 +184,7 @@ class StepSpec(BaseModel):
 
 
 class ChatTargetSpec(BaseModel):
-    """A deployed chat-completions app audited directly as the model (issue 22 §4): the audit's prompts —
+    """A deployed chat-completions app audited directly as the model: the audit's prompts —
     the private records in the system message, the attack's query as the user's — go to its
     OpenAI-compatible `/chat/completions`, and the grey-box attacks read the returned `top_logprobs`."""
 

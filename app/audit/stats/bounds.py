@@ -26,7 +26,7 @@ No one-run bound (Steinke, Nasr & Jagielski 2023): its setting is one mechanism 
 included by an independent fair coin, worth it when a run is a training run. Here every trial is its own
 mechanism call with fixed, balanced membership, which the two-sample bounds above cover; read on the
 accuracy of such trials it is looser whenever the errors are unbalanced (TPR 0.9 / FPR 0 on 1,000 trials
-per side: ε ≥ 2.77 against 5.48 assumption-free), so no audit used it and it was removed (issue 19 §5).
+per side: ε ≥ 2.77 against 5.48 assumption-free), so no audit used it and it was removed.
 """
 
 from __future__ import annotations
