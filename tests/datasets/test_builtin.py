@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.datasets.builtin import BUILTIN_NAMES, SYNTHETIC_NAME, UnknownDataset, load_builtin
-from app.datasets.synthetic import synthetic_records
+from app.datasets.fake_records import synthetic_records
 
 
 @pytest.mark.parametrize("name", BUILTIN_NAMES)
@@ -46,7 +46,7 @@ def test_synthetic_records_are_seeded_unique_and_learnable() -> None:
     assert len(set(texts)) == len(texts)
     assert synthetic_records(seed=0) == ds and synthetic_records(seed=1) != ds
     # the label is in the text: two of three symptoms belong to it
-    from app.datasets.synthetic import _SYMPTOMS
+    from app.datasets.fake_records import _SYMPTOMS
 
     for e in ds.train[:100]:
         assert sum(s in e.text for s in _SYMPTOMS[e.label]) >= 2

@@ -1,4 +1,4 @@
-"""A seeded synthetic "sensitive records" dataset: fictitious patient intake notes with a diagnosis label.
+"""A seeded dataset of fake "sensitive records": fictitious patient intake notes with a diagnosis label.
 
 Every record is made up by this module from small word lists (no real person, no real data): a name,
 an age, a town, a record number, a date of birth and the presenting symptoms; the label is the
