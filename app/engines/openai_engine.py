@@ -41,22 +41,17 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from app.engines.cache import ResultCache
-from app.engines.protocol import (
-    EngineCounters,
-    Generation,
-    ModelInfo,
-    Prompt,
-    PromptLike,
-    Sampling,
-    TokenDistribution,
-)
+from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
+
+if TYPE_CHECKING:
+    from app.engines.protocol import Sampling
 
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 

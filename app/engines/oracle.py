@@ -17,21 +17,16 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from app.audit.icl import prompts as texts
 from app.audit.runtime import AuditError
-from app.engines.protocol import (
-    EngineCounters,
-    Generation,
-    ModelInfo,
-    Prompt,
-    PromptLike,
-    Sampling,
-    TokenDistribution,
-)
+from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
+
+if TYPE_CHECKING:
+    from app.engines.protocol import Sampling
 
 
 class OracleRefusal(AuditError):

@@ -31,21 +31,16 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from app.audit.icl import prompts as texts
 from app.engines.oracle import _PATTERNS, OracleRefusal, _normal
-from app.engines.protocol import (
-    EngineCounters,
-    Generation,
-    ModelInfo,
-    Prompt,
-    PromptLike,
-    Sampling,
-    TokenDistribution,
-)
+from app.engines.protocol import EngineCounters, Generation, ModelInfo, Prompt, PromptLike, TokenDistribution
+
+if TYPE_CHECKING:
+    from app.engines.protocol import Sampling
 
 PREFIX = "simulated"
 

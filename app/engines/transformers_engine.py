@@ -60,7 +60,7 @@ import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -72,11 +72,13 @@ from app.engines.protocol import (
     ModelInfo,
     Prompt,
     PromptLike,
-    Sampling,
     TokenDistribution,
     top_k_distribution,
 )
 from app.engines.shared_weights import share_weights
+
+if TYPE_CHECKING:
+    from app.engines.protocol import Sampling
 
 Ids = tuple[int, ...]
 Row = tuple[Ids, int, int, Any, bool]

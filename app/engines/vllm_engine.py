@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -39,11 +40,13 @@ from app.engines.protocol import (
     Generation,
     ModelInfo,
     PromptLike,
-    Sampling,
     TokenDistribution,
     top_k_distribution,
 )
 from app.engines.transformers_engine import Ids, format_prompt_ids
+
+if TYPE_CHECKING:
+    from app.engines.protocol import Sampling
 
 _ENGINE_OPTIONS = (
     "dtype",
@@ -197,14 +200,8 @@ class VLLMEngine:
     def generate(self, prompts: Sequence[PromptLike], sampling: Sampling) -> list[list[Generation]]:
         from vllm import SamplingParams
 
-        params = SamplingParams(
-            n=sampling.n,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            seed=sampling.seed,
-            max_tokens=sampling.max_new_tokens,
-            logprobs=0,
-        )
+        options = asdict(sampling)  # n, temperature, top_p and seed are vLLM's own names
+        params = SamplingParams(max_tokens=options.pop("max_new_tokens"), logprobs=0, **options)
         with self._lock:
             ids = [self.format_ids(p) for p in prompts]
             outputs = self._run(ids, [params] * len(ids))
