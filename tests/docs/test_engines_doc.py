@@ -3,16 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from testkit.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("bench_engines", ROOT / "bench/suites/engines.py")
-_engines = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_engines)
+_engines = load_script("bench/suites/engines.py")
 PEERS, report = _engines.PEERS, _engines.report
 RUN = ROOT / "docs/results/engines-peers.jsonl"
 

@@ -4,7 +4,6 @@ figures (the script's logic on the committed runs; the SmolLM2 runs themselves a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -12,16 +11,14 @@ import numpy as np
 import pytest
 
 from app.audit.kinds.mia import Request
+from testkit.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def leakage():
-    spec = importlib.util.spec_from_file_location("leakage_doc", ROOT / "docs/results/leakage.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/results/leakage.py")
 
 
 def test_every_table_row_of_the_doc_is_printed_from_the_runs_file(leakage) -> None:

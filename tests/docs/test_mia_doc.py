@@ -4,22 +4,19 @@ script's own and validates, and the tightness rows audit the white box alone (as
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from app.audit.kinds.mia import Request
+from testkit.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def mia_runs():
-    spec = importlib.util.spec_from_file_location("mia_runs_doc", ROOT / "docs/results/mia_runs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/results/mia_runs.py")
 
 
 def test_every_table_row_of_the_doc_is_printed_from_the_runs_file(mia_runs) -> None:

@@ -3,21 +3,17 @@ and its description, no row that the class does not have."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 from app.config import Settings
+from testkit.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("settings_doc", ROOT / "scripts" / "settings_doc.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/settings_doc.py")
 
 
 def test_settings_doc_is_generated_from_the_settings_class() -> None:

@@ -3,22 +3,19 @@ request file it names validates and names the real mechanism with analytic calib
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from app.audit.kinds.mia import Request
+from testkit.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def tightness():
-    spec = importlib.util.spec_from_file_location("tightness_doc", ROOT / "docs/results/tightness.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/results/tightness.py")
 
 
 def test_the_doc_is_what_the_script_prints(tightness) -> None:

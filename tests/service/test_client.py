@@ -5,7 +5,6 @@ light distribution (clients/python): installed alone into an empty venv, it runs
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import threading
@@ -24,6 +23,7 @@ from app.config import Settings
 from app.main import create_app
 from iclaudit.client import ApiError, IclauditClient, ServiceUnreachable, retry_after_seconds
 from testkit.client import bound_request
+from testkit.scripts import load_script
 from testkit.servers import free_port, fresh_database, serve_in_thread
 from testkit.tenants import create_key
 
@@ -124,10 +124,7 @@ def test_the_clients_terminal_states_are_the_servers() -> None:
 
 
 def _load_client_size() -> Any:
-    spec = importlib.util.spec_from_file_location("client_size", ROOT / "scripts" / "client_size.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+    return load_script("scripts/client_size.py")
 
 
 SERVER_STACK = {
