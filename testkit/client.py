@@ -56,6 +56,60 @@ def long_mia_request(trials: int = 2_000_000, seed: int = 7) -> dict[str, Any]:
     }
 
 
+def white_box_request(
+    dataset: str,
+    canaries: int,
+    contexts: int,
+    *,
+    model: str = "oracle",
+    seed: int = 0,
+    shots: int = 1,
+    attack: str = "likelihood",
+    **options: Any,
+) -> dict[str, Any]:
+    """A white-box membership audit with no mechanism (`attack` of the likelihood family, `options` on
+    the attack): the cheap real audit tests and benchmarks run on records."""
+    return {
+        "kind": "mia",
+        "dataset": dataset,
+        "model": model,
+        "seed": seed,
+        "mechanism": {"name": "none", "shots_per_partition": shots},
+        "attack": {"name": attack, "threat_model": "white_box", "canaries": canaries, "contexts": contexts}
+        | options,
+    }
+
+
+def endpoint_request(
+    url: str,
+    *,
+    dataset: str = "ag_news",
+    trials: int = 4,
+    epsilon: float | None = 1.0,
+    **endpoint: Any,
+) -> dict[str, Any]:
+    """A black-box membership audit of the HTTP endpoint at `url` (answers at `$.choices[0].text`, no
+    retries; `endpoint` adds to or replaces its settings, e.g. `headers`)."""
+    body: dict[str, Any] = {
+        "kind": "mia",
+        "dataset": dataset,
+        "seed": 3,
+        "epsilon": epsilon,
+        "estimator": "direct",
+        "trials": trials,
+        "mechanism": {
+            "name": "http_endpoint",
+            "partitions": 4,
+            "shots_per_partition": 2,
+            "endpoint": {"url": url, "answer_path": "$.choices[0].text", "retries": 0} | endpoint,
+        },
+        "attack": {"name": "canary_prompt", "threat_model": "black_box"},
+    }
+    if epsilon is None:
+        del body["epsilon"]
+    return body
+
+
 def wait_for(
     get: Any,
     audit_id: str,

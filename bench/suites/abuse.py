@@ -44,6 +44,7 @@ import psutil
 from app.audit.kinds.registry import kind_module
 from bench import loadgen
 from bench.suites import api_load
+from testkit.client import endpoint_request, white_box_request
 from testkit.internal_server import internal_server  # the tests' slow webhook receiver
 from testkit.servers import free_port, wait_for_port
 
@@ -163,39 +164,6 @@ def _flood_main(port: int) -> None:
         return JSONResponse({"choices": [{"text": "1"}]})
 
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-
-
-def _endpoint_audit(url: str, **endpoint: object) -> dict:
-    return {
-        "kind": "mia",
-        "dataset": "dbpedia14",
-        "seed": 3,
-        "estimator": "direct",
-        "trials": 50,
-        "mechanism": {
-            "name": "http_endpoint",
-            "partitions": 4,
-            "shots_per_partition": 2,
-            "endpoint": {"url": url, "answer_path": "$.choices[0].text", "retries": 0, **endpoint},
-        },
-        "attack": {"name": "canary_prompt", "threat_model": "black_box"},
-    }
-
-
-def _likelihood(canaries: int, contexts: int) -> dict:
-    return {
-        "kind": "mia",
-        "dataset": "synthetic_records",
-        "model": "oracle",
-        "seed": 1,
-        "mechanism": {"name": "none", "shots_per_partition": 2},
-        "attack": {
-            "name": "likelihood",
-            "threat_model": "white_box",
-            "canaries": canaries,
-            "contexts": contexts,
-        },
-    }
 
 
 def _listening(port: int) -> bool:
@@ -353,7 +321,9 @@ class Bench:
 
             async def send() -> None:
                 for path in ("chunked", "sized"):
-                    body = _endpoint_audit(f"{flood}/{path}", max_concurrency=4)
+                    body = endpoint_request(
+                        f"{flood}/{path}", dataset="dbpedia14", trials=50, epsilon=None, max_concurrency=4
+                    )
                     async with api.post(f"{self.base}/v1/audits", json=body) as response:
                         await response.read()
                 async with api.post(f"{self.base}/v1/audits", json=BOUND) as response:  # a delivery each
@@ -366,8 +336,12 @@ class Bench:
 
     async def r2(self, stop: asyncio.Event) -> None:
         ok = f"http://127.0.0.1:{self.flood_port}/ok"
-        blown = _endpoint_audit(ok, body={"prompt": "{context} " * 180_000})  # 1.8 MB: 422 at submit
-        late = _endpoint_audit(ok, body={"prompt": "{context} " * 1_000})  # AUDIT_ERROR before sending
+        blown = endpoint_request(
+            ok, dataset="dbpedia14", trials=50, epsilon=None, body={"prompt": "{context} " * 180_000}
+        )  # 1.8 MB: 422 at submit
+        late = endpoint_request(
+            ok, dataset="dbpedia14", trials=50, epsilon=None, body={"prompt": "{context} " * 1_000}
+        )  # AUDIT_ERROR before sending
         async with self.client("attacker") as api:
 
             async def send() -> None:
@@ -382,7 +356,10 @@ class Bench:
         async with self.client("attacker") as api:
 
             async def send() -> None:
-                for body in (_likelihood(500, 1000), _likelihood(40, 100)):
+                for body in (
+                    white_box_request("synthetic_records", 500, 1000, seed=1, shots=2),
+                    white_box_request("synthetic_records", 40, 100, seed=1, shots=2),
+                ):
                     async with api.post(f"{self.base}/v1/audits/plan", json=body) as response:
                         await response.read()
 

@@ -14,6 +14,7 @@ from app.db.engine import make_engine, make_session_factory
 from app.db.models import TargetResponse, utcnow
 from app.db.responses import DbResponses
 from app.privacy.redact import mask, record_hash
+from testkit.client import white_box_request
 
 EMAILS = [f"customer{i}@example.com" for i in range(12)]
 PHONES = [f"+1 415 555 01{i:02d}" for i in range(12)]
@@ -24,17 +25,6 @@ def _tickets() -> bytes:
         json.dumps({"text": f"Ticket {i}: please write to {EMAILS[i]} or call {PHONES[i]} about the refund"})
         for i in range(12)
     ).encode()
-
-
-def _audit(dataset: str) -> dict:
-    return {
-        "kind": "mia",
-        "dataset": dataset,
-        "model": "oracle",
-        "seed": 0,
-        "mechanism": {"name": "none", "shots_per_partition": 1},
-        "attack": {"name": "likelihood", "threat_model": "white_box", "secret": "continuation", "canaries": 3, "contexts": 2},
-    }  # fmt: skip
 
 
 def _finished(client, audit_id: str) -> dict:
@@ -71,7 +61,7 @@ def test_records_are_redacted_by_default_and_purged_with_their_dataset(client, m
     )
     assert upload.status_code == 201, upload.text
     dataset_id = upload.json()["id"]
-    accepted = client.post("/v1/audits", json=_audit("tickets"))
+    accepted = client.post("/v1/audits", json=white_box_request("tickets", 3, 2, secret="continuation"))
     assert accepted.status_code == 202, accepted.text
     audit = _finished(client, accepted.json()["id"])
     audit_id = audit["id"]

@@ -5,24 +5,15 @@ from __future__ import annotations
 import csv
 import io
 
-from testkit.client import bound_request, wait_for
-
-
-def _likelihood_request() -> dict:
-    return {
-        "kind": "mia",
-        "dataset": "synthetic_records",
-        "model": "oracle",
-        "seed": 1,
-        "mechanism": {"name": "none", "shots_per_partition": 2},
-        "attack": {"name": "likelihood", "threat_model": "white_box", "canaries": 20, "contexts": 10},
-    }
+from testkit.client import bound_request, wait_for, white_box_request
 
 
 def test_records_are_paged_exported_and_private(app_client, make_key) -> None:
     alice, bob = ({"Authorization": f"Bearer {make_key(t)}"} for t in ("alice", "bob"))
     with app_client() as client:
-        audit = client.post("/v1/audits", json=_likelihood_request(), headers=alice).json()
+        audit = client.post(
+            "/v1/audits", json=white_box_request("synthetic_records", 20, 10, seed=1, shots=2), headers=alice
+        ).json()
         done = wait_for(lambda p: client.get(p, headers=alice), audit["id"])
         assert done["state"] == "SUCCEEDED", done["error"]
         path = f"/v1/audits/{audit['id']}/records"

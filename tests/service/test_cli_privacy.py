@@ -12,6 +12,8 @@ from pathlib import Path
 
 from service.test_cli_records import ICLAUDIT, server  # noqa: F401 - the `iclaudit serve` fixture
 
+from testkit.client import white_box_request
+
 EMAILS = [f"client{i}@example.org" for i in range(12)]
 
 
@@ -40,18 +42,7 @@ def test_datasets_by_name_and_records_redacted_unless_asked(server: str, tmp_pat
     assert max(len(line) for line in listed.stdout.splitlines()) <= 80
 
     request = tmp_path / "request.json"
-    request.write_text(
-        json.dumps(
-            {
-                "kind": "mia",
-                "dataset": "helpdesk",
-                "model": "oracle",
-                "seed": 0,
-                "mechanism": {"name": "none", "shots_per_partition": 1},
-                "attack": {"name": "likelihood", "threat_model": "white_box", "canaries": 3, "contexts": 2},
-            }
-        )
-    )
+    request.write_text(json.dumps(white_box_request("helpdesk", 3, 2)))
     submitted = _cli(server, "submit", str(request), "--watch", "--allow-inconclusive", cwd=tmp_path)
     assert submitted.returncode in (0, 1), submitted.stdout + submitted.stderr
     audit_id = re.search(r"submitted mia audit ([0-9a-f]{32})", submitted.stdout + submitted.stderr)[1]

@@ -17,7 +17,7 @@ import psutil
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from testkit.client import wait_for
+from testkit.client import endpoint_request, wait_for
 from testkit.servers import serve_in_thread
 
 FLOOD = 400 * 2**20  # what each flooding server would send
@@ -111,28 +111,10 @@ class Peak:
         return self.peak - self.before
 
 
-def endpoint_audit(url: str, **endpoint: Any) -> dict:
-    return {
-        "kind": "mia",
-        "dataset": "ag_news",
-        "seed": 3,
-        "epsilon": 1.0,
-        "estimator": "direct",
-        "trials": endpoint.pop("trials", 4),
-        "mechanism": {
-            "name": "http_endpoint",
-            "partitions": 4,
-            "shots_per_partition": 2,
-            "endpoint": {"url": url, "answer_path": "$.choices[0].text", "retries": 0, **endpoint},
-        },
-        "attack": {"name": "canary_prompt", "threat_model": "black_box"},
-    }
-
-
 def warm(client: Any, url: str) -> None:
     """A well-behaved endpoint audit first: the audit worker process is started and has loaded what an
     endpoint audit needs, so the RSS measured after it is the flood's."""
-    submitted = client.post("/v1/audits", json=endpoint_audit(url + "/ok"))
+    submitted = client.post("/v1/audits", json=endpoint_request(url + "/ok"))
     assert submitted.status_code == 202, submitted.text
     assert wait_for(client.get, submitted.json()["id"], timeout=120)["state"] == "SUCCEEDED"
 
@@ -155,11 +137,11 @@ def test_endpoint_step_and_chat_replies_are_read_up_to_the_limit(app_client, mak
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         warm(client, url)
         with Peak() as peak:
-            chunked = failed_with(client, endpoint_audit(url + "/chunked"))
-            sized = failed_with(client, endpoint_audit(url + "/sized"))
+            chunked = failed_with(client, endpoint_request(url + "/chunked"))
+            sized = failed_with(client, endpoint_request(url + "/sized"))
             step = {"url": url + "/chunked", "save": {"sid": "$.id"}}
             stepped = failed_with(
-                client, endpoint_audit(url + "/session", steps=[{"url": url + "/session"}, step])
+                client, endpoint_request(url + "/session", steps=[{"url": url + "/session"}, step])
             )
             chat = failed_with(
                 client,
@@ -197,17 +179,19 @@ def test_a_templated_body_is_capped_at_submit_and_before_it_is_sent(app_client, 
         warm(client, url)
         calls = flood.calls
         with Peak() as peak:
-            blown = endpoint_audit(url + "/chunked", body={"prompt": "{context} " * 200_000})  # 2 MB
+            blown = endpoint_request(url + "/chunked", body={"prompt": "{context} " * 200_000})  # 2 MB
             refused = client.post("/v1/audits", json=blown)
             assert refused.status_code == 422, refused.text
             message = refused.json()["error"]["message"]
             assert "mechanism.endpoint.body" in message and "200000 × {context}" in message
             assert "above this service's 8,192 (ICLAUDIT_TARGET_MAX_BODY_BYTES)" in message
-            smaller = endpoint_audit(url + "/chunked", body={"prompt": "{context} " * 2000})
+            smaller = endpoint_request(url + "/chunked", body={"prompt": "{context} " * 2000})
             planned = client.post("/v1/audits/plan", json=smaller)  # the plan checks it too
             assert planned.status_code == 422 and "2000 × {context}" in planned.text, planned.text
             # 20 copies pass the submit's floor (8 exemplars of at least 6 characters) but not the real records
-            error = failed_with(client, endpoint_audit(url + "/chunked", body={"prompt": "{context} " * 20}))
+            error = failed_with(
+                client, endpoint_request(url + "/chunked", body={"prompt": "{context} " * 20})
+            )
     assert "mechanism.endpoint.body: filled, it would be at least" in error["message"]
     assert "20 × {context}" in error["message"] and "ICLAUDIT_TARGET_MAX_BODY_BYTES" in error["message"]
     assert flood.calls == calls  # nothing was sent
@@ -241,7 +225,7 @@ def test_stored_answers_stop_at_the_audit_cap(app_client, make_key, settings, tm
     ):
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         before = _db_bytes(tmp_path)
-        error = failed_with(client, endpoint_audit(url + "/", trials=50))
+        error = failed_with(client, endpoint_request(url + "/", trials=50))
         grown = _db_bytes(tmp_path) - before
     assert "ICLAUDIT_TARGET_MAX_STORED_BYTES" in error["message"] and "1,048,576 bytes" in error["message"]
     engine = make_engine(settings.sqlalchemy_url)

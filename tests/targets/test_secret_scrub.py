@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse
 
 from app import observability
 from app.secrets import MASK
-from testkit.client import wait_for
+from testkit.client import endpoint_request, wait_for
 from testkit.servers import DIALECTS, fresh_database, serve_in_thread
 
 TOKEN = uuid.uuid4().hex
@@ -86,25 +86,6 @@ class Site:
         return api
 
 
-def mia(url: str, headers: dict, **endpoint: Any) -> dict:
-    return {
-        "kind": "mia",
-        "dataset": "ag_news",
-        "seed": 3,
-        "epsilon": 1.0,
-        "estimator": "direct",
-        "trials": 4,
-        "mechanism": {
-            "name": "http_endpoint",
-            "partitions": 4,
-            "shots_per_partition": 2,
-            "endpoint": {"url": url, "answer_path": "$.choices[0].text", "retries": 0, "headers": headers}
-            | endpoint,
-        },
-        "attack": {"name": "canary_prompt", "threat_model": "black_box"},
-    }
-
-
 def database_text(url: str, tmp_path: Path) -> str:
     """Everything the database holds: the SQLite files' bytes, or every PostgreSQL row as text."""
     if url.startswith("sqlite"):
@@ -155,7 +136,10 @@ def test_secret_values_never_leave_the_call(
             # 1. a value no header can carry: 422 at submit naming the header and the secret, never the value
             for name in BAD:
                 for body, where in (
-                    (mia(url + "/ask", {"Authorization": {"secret": name}}), "mechanism.endpoint.headers"),
+                    (
+                        endpoint_request(url + "/ask", headers={"Authorization": {"secret": name}}),
+                        "mechanism.endpoint.headers",
+                    ),
                     (
                         {
                             "kind": "mia",
@@ -181,7 +165,7 @@ def test_secret_values_never_leave_the_call(
                     assert name in error["details"][0]["message"]
 
             # 2. a secret that turns bad after submit: AUDIT_ERROR naming the header
-            holder = client.post("/v1/audits", json=mia(url + "/slow", {}))
+            holder = client.post("/v1/audits", json=endpoint_request(url + "/slow", headers={}))
             assert holder.status_code == 202, holder.text
             deadline = time.monotonic() + 240  # the worker process starts first (slow on a loaded machine)
             while client.get(f"/v1/audits/{holder.json()['id']}").json()["state"] != "RUNNING":
@@ -189,7 +173,8 @@ def test_secret_values_never_leave_the_call(
                 time.sleep(0.1)
             later = client.post(
                 "/v1/audits",
-                json=mia(url + "/ask", {"Authorization": {"secret": "FILE_KEY"}}) | {"notify": url + "/hook"},
+                json=endpoint_request(url + "/ask", headers={"Authorization": {"secret": "FILE_KEY"}})
+                | {"notify": url + "/hook"},
             )
             assert later.status_code == 202, later.text
             tenant_file.write_text(json.dumps({"FILE_KEY": FILE_BAD}))
@@ -199,13 +184,16 @@ def test_secret_values_never_leave_the_call(
             step = {"url": url + "/session", "body": {}, "save": {"session": "$.id"}}
             echoed = client.post(
                 "/v1/audits",
-                json=mia(url + "/s/{session}/ask", {"X-Session-Key": {"secret": "ECHO_KEY"}}, steps=[step])
+                json=endpoint_request(
+                    url + "/s/{session}/ask", headers={"X-Session-Key": {"secret": "ECHO_KEY"}}, steps=[step]
+                )
                 | {"notify": url + "/hook"},
             )
             assert echoed.status_code == 202, echoed.text
             # 4. ... and as its answer, which is stored for resume
             stored = client.post(
-                "/v1/audits", json=mia(url + "/echo", {"X-Session-Key": {"secret": "ECHO_KEY"}})
+                "/v1/audits",
+                json=endpoint_request(url + "/echo", headers={"X-Session-Key": {"secret": "ECHO_KEY"}}),
             )
             assert stored.status_code == 202, stored.text
 

@@ -8,29 +8,11 @@ import logging
 import uuid
 from pathlib import Path
 
-from testkit.client import wait_for
+from testkit.client import endpoint_request, wait_for
 from testkit.target_server import Target, serve
 
 SECRET = f"Bearer tgt-{uuid.uuid4().hex}"
 TENANT_SECRET = f"tenant-{uuid.uuid4().hex}"
-
-
-def audit_body(url: str, headers: dict) -> dict:
-    return {
-        "kind": "mia",
-        "dataset": "ag_news",
-        "seed": 3,
-        "epsilon": 1.0,
-        "estimator": "direct",
-        "trials": 20,
-        "mechanism": {
-            "name": "http_endpoint",
-            "partitions": 4,
-            "shots_per_partition": 2,
-            "endpoint": {"url": url, "answer_path": "$.choices[0].text", "retries": 0, "headers": headers},
-        },
-        "attack": {"name": "canary_prompt", "threat_model": "black_box"},
-    }
 
 
 def test_secret_reaches_the_target_and_nothing_else(
@@ -51,7 +33,7 @@ def test_secret_reaches_the_target_and_nothing_else(
     ):
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         headers = {"Authorization": {"secret": "TARGET_KEY"}, "X-Target-Token": {"secret": "TENANT_KEY"}}
-        submitted = client.post("/v1/audits", json=audit_body(url + "/", headers))
+        submitted = client.post("/v1/audits", json=endpoint_request(url + "/", trials=20, headers=headers))
         assert submitted.status_code == 202, submitted.text
         audit_id = submitted.json()["id"]
         done = wait_for(client.get, audit_id, timeout=120)
@@ -111,7 +93,9 @@ def test_literal_credentials_and_unknown_secrets_are_422_and_nothing_stored(
         ]
         for key, headers, path, words in cases:
             response = client.post(
-                "/v1/audits", json=audit_body(url, headers), headers={"Authorization": f"Bearer {key}"}
+                "/v1/audits",
+                json=endpoint_request(url, trials=20, headers=headers),
+                headers={"Authorization": f"Bearer {key}"},
             )
             assert response.status_code == 422, response.text
             detail = response.json()["error"]["details"][0]
@@ -122,7 +106,7 @@ def test_literal_credentials_and_unknown_secrets_are_422_and_nothing_stored(
         # a plain, non-credential header stays a literal
         ok = client.post(
             "/v1/audits",
-            json=audit_body(url, {"X-Trace": "abc"}),
+            json=endpoint_request(url, trials=20, headers={"X-Trace": "abc"}),
             headers={"Authorization": f"Bearer {alice}"},
         )
         assert ok.status_code == 202, ok.text
@@ -153,7 +137,7 @@ def test_operator_secrets_are_granted_not_shared(app_client, make_key, monkeypat
                     "attack": {"name": "likelihood", "threat_model": "white_box", "secret": "label"},
                 }
             else:
-                body = audit_body(url, {"Authorization": {"secret": name}})
+                body = endpoint_request(url, trials=20, headers={"Authorization": {"secret": name}})
             return client.post("/v1/audits", json=body, headers={"Authorization": f"Bearer {key}"})
 
         for chat in (False, True):

@@ -11,34 +11,10 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from app.api.headers import REPORT_CSP
-from testkit.client import bound_request, wait_for
+from testkit.client import bound_request, endpoint_request, wait_for
 from testkit.servers import serve_in_thread
 
 CLOSED = "http://127.0.0.1:9/"
-
-
-def mia(url: str, headers: dict | None = None, **endpoint: Any) -> dict:
-    return {
-        "kind": "mia",
-        "dataset": "ag_news",
-        "seed": 3,
-        "epsilon": 1.0,
-        "estimator": "direct",
-        "trials": 4,
-        "mechanism": {
-            "name": "http_endpoint",
-            "partitions": 4,
-            "shots_per_partition": 2,
-            "endpoint": {
-                "url": url,
-                "answer_path": "$.choices[0].text",
-                "retries": 0,
-                "headers": headers or {},
-            }
-            | endpoint,
-        },
-        "attack": {"name": "canary_prompt", "threat_model": "black_box"},
-    }
 
 
 def chat(headers: dict) -> dict:
@@ -80,7 +56,11 @@ def test_headers_the_client_owns_and_literal_credentials_are_422_naming_the_head
     with app_client(endpoint_allowlist=[CLOSED]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         for name, value, where, words in cases:
-            body = mia(CLOSED, {name: value}) if where == "mechanism" else chat({name: value})
+            body = (
+                endpoint_request(CLOSED, headers={name: value})
+                if where == "mechanism"
+                else chat({name: value})
+            )
             answer = client.post("/v1/audits", json=body)
             assert answer.status_code == 422, (name, answer.text)
             detail = answer.json()["error"]["details"][0]
@@ -104,7 +84,7 @@ def test_a_line_break_saved_by_a_step_is_the_audits_error_not_internal(app_clien
     with serve_in_thread(target) as url, app_client(endpoint_allowlist=[url + "/"]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         step = {"url": url + "/session", "body": {}, "save": {"session": "$.id"}}
-        submitted = client.post("/v1/audits", json=mia(url + "/s/{session}/ask", steps=[step]))
+        submitted = client.post("/v1/audits", json=endpoint_request(url + "/s/{session}/ask", steps=[step]))
         assert submitted.status_code == 202, submitted.text
         done = wait_for(client.get, submitted.json()["id"], timeout=120)
     assert done["state"] == "FAILED"
@@ -118,7 +98,7 @@ def test_the_default_budget_can_only_be_lowered(app_client, make_key) -> None:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
 
         def stored(budget: Any) -> dict:
-            body = mia(CLOSED) | ({} if budget == "absent" else {"budget": budget})
+            body = endpoint_request(CLOSED) | ({} if budget == "absent" else {"budget": budget})
             answer = client.post("/v1/audits", json=body)
             assert answer.status_code == 202, answer.text
             return answer.json()
@@ -136,7 +116,7 @@ def test_the_default_budget_can_only_be_lowered(app_client, make_key) -> None:
             assert resumed.status_code == 202, resumed.text
             assert resumed.json()["request"]["budget"] == expected, changes
         sweep = client.post(
-            "/v1/sweeps", json={"base": mia(CLOSED) | {"budget": {}}, "grid": {"trials": [4, 6]}}
+            "/v1/sweeps", json={"base": endpoint_request(CLOSED) | {"budget": {}}, "grid": {"trials": [4, 6]}}
         )
         assert sweep.status_code == 202, sweep.text
         audits = client.get("/v1/audits?view=full&page_size=50").json()["audits"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 
+from testkit.client import white_box_request
 from testkit.served import Served, log_in
 
 EMAILS = [f"buyer{i}@example.net" for i in range(12)]
@@ -21,15 +22,7 @@ def test_the_audit_page_names_the_dataset_and_redacts_the_evidence(page, served:
             "/v1/datasets", files={"file": ("orders.jsonl", rows.encode())}, data={"name": "orders"}
         )
         assert upload.status_code == 201, upload.text
-        body = {
-            "kind": "mia",
-            "dataset": "orders",
-            "model": "oracle",
-            "seed": 0,
-            "mechanism": {"name": "none", "shots_per_partition": 1},
-            "attack": {"name": "likelihood", "threat_model": "white_box", "canaries": 2, "contexts": 2},
-        }
-        audit_id = api.post("/v1/audits", json=body).json()["id"]
+        audit_id = api.post("/v1/audits", json=white_box_request("orders", 2, 2)).json()["id"]
         deadline = time.monotonic() + 300
         while (audit := api.get(f"/v1/audits/{audit_id}").json())["state"] in ("PENDING", "RUNNING"):
             assert time.monotonic() < deadline, audit

@@ -16,19 +16,14 @@ from app.audit.local import LocalDatasets, LocalEngines, default_data_dir
 from app.audit.mechanisms.registry import build_mechanism
 from app.audit.runtime import RunContext
 from app.audit.seeds import SeedTree
+from testkit.client import white_box_request
 
 MEMBERS = ("min_k", "min_k_pp", "zlib_ratio", "lira_offline", "recall", "blind")
 
 
 def _body(name: str, **attack) -> dict:
-    return {
-        "kind": "mia",
-        "dataset": "synthetic_records",
-        "model": "smollm2-135m-instruct",
-        "seed": 3,
-        "mechanism": {"name": "none", "shots_per_partition": 1},
-        "attack": {"name": name, "threat_model": "white_box", "canaries": 3, "contexts": 2, **attack},
-    }
+    sizes = {"canaries": 3, "contexts": 2} | attack
+    return white_box_request("synthetic_records", model="smollm2-135m-instruct", seed=3, attack=name, **sizes)
 
 
 def test_scores_follow_their_formulas() -> None:
