@@ -1,4 +1,4 @@
-"""Built-in datasets by name: the benchmark sets of the papers and the synthetic demo set.
+"""Built-in datasets by name: the benchmark sets of the papers and the demo set of fake records.
 
 `load_builtin(name, data_dir)` reads `data_dir/<name>/{train,test}.jsonl` (rows `{text, label}` or
 `{text, summary}`, the format of the offline copies in `shared/datasets`; `data_dir` defaults to
