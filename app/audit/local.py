@@ -4,8 +4,9 @@
 
 `local_context()` builds a RunContext over the real engine registry and the built-in datasets (the
 directory of ICLAUDIT_DATA_DIR); `run_request(body)` validates a request body with its kind's
-`Request` model and runs it; progress goes to stderr. Kind modules may expose the same entry point
-with `if __name__ == "__main__": raise SystemExit(main())`.
+`Request` model, runs it and returns its typed result as the service stores it (`stored()`); progress
+goes to stderr. Kind modules may expose the same entry point with
+`if __name__ == "__main__": raise SystemExit(main())`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.audit.kinds.registry import kind_module
+from app.audit.results.base import ResultBase
 from app.audit.runtime import AuditError, ProgressFn, RunContext
 
 if TYPE_CHECKING:
@@ -83,10 +85,12 @@ def local_context(progress: ProgressFn = stderr_progress, data_dir: Path | None 
 
 
 def run_request(body: dict[str, Any], ctx: RunContext | None = None) -> dict[str, Any]:
-    """Validate `body` with its kind's Request model and run it (pydantic ValidationError if invalid)."""
+    """Validate `body` with its kind's Request model (pydantic ValidationError if invalid), run it, and
+    return the typed result as the service stores it (strict JSON, the kind's fields in its order)."""
     module = kind_module(body["kind"])
     request = module.Request.model_validate(body)
-    return module.run(request, ctx or local_context())
+    result: ResultBase = module.run(request, ctx or local_context())
+    return result.stored()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -299,7 +299,7 @@ def _rehearse(request: Any, datasets: Any, trials: int) -> tuple[dict, _Engines,
     )
     start = time.perf_counter()
     if own:
-        result = mia.run(timed, ctx)
+        result = mia.run(timed, ctx).stored()
         return result, engines, time.perf_counter() - start, 0.0
     result = mia._run_trials(timed, ctx)
     middle = time.perf_counter()
@@ -626,7 +626,7 @@ def plan_bound(request: Any, *, max_trials: int = 8_000_000) -> dict:
     from app.audit.stats.verdict import POWER_FACTOR, MembershipTest, epsilon_detectable
 
     start = time.perf_counter()
-    result = bound.run(request, RunContext())
+    result = bound.run(request, RunContext()).stored()
     sim = time.perf_counter() - start
     counts = result["counts"]
     held_in, held_out = counts["tp"] + counts["fn"], counts["fp"] + counts["tn"]

@@ -8,7 +8,6 @@ the outcome. Kinds are seeded, so a re-run after a dead worker gives the same re
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import threading
 import uuid
@@ -18,7 +17,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from app import observability, secrets
-from app.audit.kinds.registry import kind_module, validate_result
+from app.audit.kinds.registry import kind_module, result_model
 from app.audit.runtime import AuditCancelled, AuditError, EngineProvider, RunContext
 from app.config import Settings
 from app.db import audits
@@ -36,13 +35,6 @@ from app.jobs.progress import (
 from app.jobs.providers import RegistryEngines, TenantDatasets, tenant_secrets
 
 log = logging.getLogger(__name__)
-
-
-def _json_result(result: Any) -> dict[str, Any]:
-    """The result as stored: strict JSON (no NaN/inf), an object at the top."""
-    if not isinstance(result, dict):
-        raise TypeError(f"kind returned {type(result).__name__}, not a dict")
-    return json.loads(json.dumps(result, allow_nan=False))
 
 
 def _logged(fn: Callable[..., AuditState | None]) -> Callable[..., AuditState | None]:
@@ -191,12 +183,13 @@ def _compute(
     try:
         module = kind_module(kind)
         request = module.Request.model_validate(request_json)
-        result = _json_result(module.run(request, ctx))
+        result = module.run(request, ctx)  # its typed result (app/audit/results): validated as it is built
+        if not isinstance(result, result_model(kind)):
+            raise TypeError(f"kind {kind} returned {type(result).__name__}, not its result model")
         runtimes = getattr(ctx.engines, "runtimes", None)
         if runtimes is not None and (used := runtimes()):  # threads, library versions: the result's bits
-            result["engines"] = used
-        validate_result(kind, result)  # the typed contract (app/audit/results): a wrong field type is a bug
-        return AuditState.SUCCEEDED, result, None
+            result.engines = used
+        return AuditState.SUCCEEDED, result.stored(), None  # strict JSON: NaN/∞ fail the audit
     except (ClaimLost, ServiceStopping):
         raise
     except DeadlineExceeded as exc:

@@ -62,7 +62,7 @@ def _audit(url: str, concurrency: int) -> tuple[float, dict]:
     request = mia.Request.model_validate(body | {"trials": TRIALS, "seed": 0})
     ctx = local_context(progress=no_progress)
     start = time.perf_counter()
-    result = mia.run(request, ctx)
+    result = mia.run(request, ctx).stored()
     return time.perf_counter() - start, result
 
 

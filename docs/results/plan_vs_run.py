@@ -77,7 +77,7 @@ class Counting:
 def timed(ctx, body: dict) -> tuple[dict, float]:
     module = kind_module(body["kind"])
     start = time.perf_counter()
-    result = module.run(module.Request.model_validate(body), ctx)
+    result = module.run(module.Request.model_validate(body), ctx).stored()
     return result, time.perf_counter() - start
 
 

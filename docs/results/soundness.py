@@ -45,7 +45,7 @@ BUG_TRIALS = 10_000
 def run(ctx, **body) -> dict:
     mechanism = {"name": "private_voting", **body.pop("mechanism", {})}  # a request names its mechanism
     request = {"kind": "mia", "dataset": "ag_news", "model": "simulated", "epsilon": 1.0, **body}
-    return mia.run(mia.Request.model_validate({**request, "mechanism": mechanism}), ctx)
+    return mia.run(mia.Request.model_validate({**request, "mechanism": mechanism}), ctx).stored()
 
 
 def upper(k: int, n: int) -> float:

@@ -61,7 +61,7 @@ def gaussian(seed: int, k: float, n: int, assumption: str, strategy: str) -> dic
         "threshold_strategy": strategy,
         "epsilon": CLAIM,
     }
-    return bound_kind.run(bound_kind.Request.model_validate(body), RunContext())
+    return bound_kind.run(bound_kind.Request.model_validate(body), RunContext()).stored()
 
 
 def counts(seed: int, tpr: float, fpr: float, n: int) -> dict:
@@ -74,7 +74,7 @@ def counts(seed: int, tpr: float, fpr: float, n: int) -> dict:
         "assumption": "none",
         "epsilon": CLAIM,
     }
-    return bound_kind.run(bound_kind.Request.model_validate(body), RunContext())
+    return bound_kind.run(bound_kind.Request.model_validate(body), RunContext()).stored()
 
 
 def oracle(seed: int, k: float, threat_model: str) -> dict:
@@ -101,7 +101,7 @@ def oracle(seed: int, k: float, threat_model: str) -> dict:
     from app.audit.local import local_context
     from app.audit.runtime import no_progress
 
-    return mia.run(mia.Request.model_validate(body), local_context(progress=no_progress))
+    return mia.run(mia.Request.model_validate(body), local_context(progress=no_progress)).stored()
 
 
 def run_one(job: tuple) -> tuple[tuple, str]:

@@ -22,7 +22,7 @@ from app.cli.science import register
 def test_kind_with_counts_and_the_example() -> None:
     seen: list[tuple[str, float]] = []
     ctx = RunContext(progress=lambda stage, fraction, message="": seen.append((stage, fraction)))
-    result = bound.run(bound.Request.model_validate(bound.EXAMPLE), ctx)
+    result = bound.run(bound.Request.model_validate(bound.EXAMPLE), ctx).stored()
     for key in ("tpr", "fpr", "mu_lower", "epsilon_empirical", "epsilon_point", "threshold", "auc"):
         assert key in result
     assert result["tpr"] == 0.6 and result["mu_lower"] > 0 and result["biased"] is False
@@ -37,9 +37,11 @@ def test_kind_with_scores_labels_in_sample_as_biased() -> None:
         "scores_in": rng.normal(1, 1, 400).tolist(),
         "scores_out": rng.normal(0, 1, 400).tolist(),
     }
-    split = bound.run(bound.Request.model_validate(body), RunContext())
+    split = bound.run(bound.Request.model_validate(body), RunContext()).stored()
     assert split["threshold_strategy"] == "split" and split["auc"] > 0.7 and "note" not in split
-    biased = bound.run(bound.Request.model_validate(body | {"threshold_strategy": "in_sample"}), RunContext())
+    biased = bound.run(
+        bound.Request.model_validate(body | {"threshold_strategy": "in_sample"}), RunContext()
+    ).stored()
     assert biased["biased"] is True and "optimistic" in biased["note"]
 
 
@@ -161,13 +163,15 @@ def test_kind_reports_both_bounds_and_the_verdict_of_its_assumption() -> None:
     # Randomized response at exactly (1, 0)-DP, 5000 trials per side: rates 0.731 / 0.269.
     counts = {"tp": 3655, "fn": 1345, "fp": 1345, "tn": 3655}
     body = {"kind": "bound", "counts": counts, "epsilon": 1.0}
-    safe = bound.run(bound.Request.model_validate(body), RunContext())
+    safe = bound.run(bound.Request.model_validate(body), RunContext()).stored()
     assert safe["assumption"] == "none" and safe["epsilon_lower"] == safe["epsilon_empirical_assumption_free"]
     assert safe["epsilon_lower"] <= 1.0 and safe["violation"] is False
     assert safe["epsilon_empirical"] > 4  # the GDP route overstates ε for this non-Gaussian mechanism
-    gdp = bound.run(bound.Request.model_validate(body | {"assumption": "gdp"}), RunContext())
+    gdp = bound.run(bound.Request.model_validate(body | {"assumption": "gdp"}), RunContext()).stored()
     assert gdp["epsilon_lower"] == gdp["epsilon_empirical"] and gdp["violation"] is True
-    no_claim = bound.run(bound.Request.model_validate({"kind": "bound", "counts": counts}), RunContext())
+    no_claim = bound.run(
+        bound.Request.model_validate({"kind": "bound", "counts": counts}), RunContext()
+    ).stored()
     assert no_claim["violation"] is None and no_claim["epsilon_claimed"] is None
     with pytest.raises(pydantic.ValidationError, match="assumption"):
         bound.Request.model_validate(body | {"assumption": "gaussian"})
@@ -177,14 +181,14 @@ def test_kind_reports_both_bounds_and_the_verdict_of_its_assumption() -> None:
         r = bound.run(
             bound.Request.model_validate({"kind": "bound", **scores, "threshold_strategy": strategy}),
             RunContext(),
-        )
+        ).stored()
         assert r["assumption"] == "none" and 0 <= r["epsilon_empirical_assumption_free"] == r["epsilon_lower"]
         json.dumps(r)
     claimed = {"kind": "bound", **scores, "epsilon": 0.01}
-    assert bound.run(bound.Request.model_validate(claimed), RunContext())["violation"] is True
+    assert bound.run(bound.Request.model_validate(claimed), RunContext()).stored()["violation"] is True
     biased = bound.run(
         bound.Request.model_validate(claimed | {"threshold_strategy": "in_sample"}), RunContext()
-    )
+    ).stored()
     assert biased["violation"] is False and biased["verdict"] == "inconclusive"
     assert "no violation verdict" in biased["note"] and "in-sample" in biased["verdict_reason"]
 

@@ -166,7 +166,7 @@ def test_epsilon_detectable_predicts_the_flag_rate_of_gaussian_mechanisms() -> N
             "assumption": "gdp",
             "epsilon": claim,
         }
-        return bound_kind.run(bound_kind.Request.model_validate(body), RunContext())
+        return bound_kind.run(bound_kind.Request.model_validate(body), RunContext()).stored()
 
     at_claim = [(seed, audit(seed, claim)) for seed in range(5000, 5000 + n)]
     for k in (1.0, 2.0, 3.0):

@@ -31,7 +31,7 @@ from app.audit.stats.verdict import (
 
 
 def _bound(body: dict) -> dict:
-    return bound_kind.run(bound_kind.Request.model_validate({"kind": "bound"} | body), RunContext())
+    return bound_kind.run(bound_kind.Request.model_validate({"kind": "bound"} | body), RunContext()).stored()
 
 
 def _gaussian(seed: int, epsilon_true: float, n: int, **kw) -> dict:

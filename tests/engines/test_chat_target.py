@@ -36,7 +36,7 @@ def test_likelihood_and_label_votes_from_a_chat_target(vllm_server: str, monkeyp
             "contexts": 2,
         },
     }
-    result = mia.run(mia.Request.model_validate(likelihood), ctx)
+    result = mia.run(mia.Request.model_validate(likelihood), ctx).stored()
     assert result["llm_forward_passes"] > 0 and result["verdict"] in ("leak", "inconclusive", "consistent")
     assert result["white_box"]["auc"] is not None  # scores from the app's top_logprobs
 
@@ -51,7 +51,7 @@ def test_likelihood_and_label_votes_from_a_chat_target(vllm_server: str, monkeyp
         "llm_calls": 50,
         "trials": 2000,
     }
-    result = mia.run(mia.Request.model_validate(voting), ctx)
+    result = mia.run(mia.Request.model_validate(voting), ctx).stored()
     assert result["distinct_prompts"] == 3  # the canary's partition in C1 and C0, and the shared one
     assert result["llm_forward_passes"] >= result["distinct_prompts"]  # one request or more per prompt
     assert result["verdict"] in ("violation", "inconclusive", "consistent")
@@ -73,4 +73,4 @@ def test_a_target_that_is_down_fails_the_audit_without_its_reply(monkeypatch) ->
         },
     }
     with pytest.raises(AuditError, match=r"target http://127\.0\.0\.1:9/v1 failed"):
-        mia.run(mia.Request.model_validate(body), local_context(progress=no_progress))
+        mia.run(mia.Request.model_validate(body), local_context(progress=no_progress)).stored()

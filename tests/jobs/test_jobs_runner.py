@@ -56,7 +56,7 @@ def test_runner_stores_exactly_what_the_kind_returns_once(db) -> None:
     audit_id = _add(sessions, tenant_id, request)
     assert run_audit(audit_id, session_factory=sessions, settings=settings) == AuditState.SUCCEEDED
     module = kind_module("bound")
-    expected = module.run(module.Request.model_validate(request), RunContext())
+    expected = module.run(module.Request.model_validate(request), RunContext()).stored()
     with sessions() as s:
         audit = s.get(Audit, audit_id)
         assert audit.result == expected and audit.attempt == 1 and audit.progress_fraction == 1.0

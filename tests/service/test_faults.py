@@ -256,7 +256,7 @@ def _wait_done(stack: Stack, ids: list[str], timeout: float = 120) -> dict[str, 
 
 def test_faults_end_with_every_audit_succeeded_once_and_unchanged(stack: Stack) -> None:
     module = kind_module("bound")
-    bound_reference = module.run(module.Request.model_validate(bound_request()), RunContext())
+    bound_reference = module.run(module.Request.model_validate(bound_request()), RunContext()).stored()
     broker = redis.Redis.from_url(stack.broker.url)
     report: list[tuple[str, int, Counter[int], int, float]] = []  # (fault, injected, answers, bad 5xx, s)
     all_ids: dict[str, str] = {}  # audit id → "bound" | "mia"

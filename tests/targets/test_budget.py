@@ -205,7 +205,7 @@ def local_audit(url: str, trials: int, **extra: object) -> dict:
     return mia.run(
         mia.Request.model_validate(endpoint_body(url + "/", trials, **extra)),
         local_context(progress=no_progress),
-    )
+    ).stored()
 
 
 def test_a_429_stretch_is_waited_out_and_its_end_says_the_retries_ran_out(monkeypatch) -> None:

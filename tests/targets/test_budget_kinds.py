@@ -81,12 +81,12 @@ def without_budget(result: dict) -> dict:
 
 
 def test_iclinf_stops_at_the_cap_with_the_queries_it_finished() -> None:
-    full = iclinf.run(iclinf.Request.model_validate(ICLINF), context())
+    full = iclinf.run(iclinf.Request.model_validate(ICLINF), context()).stored()
     messages: list[str] = []
     # k + 1 = 3 prompts a query: 7 calls pay for two queries, the third's would pass the cap
     result = iclinf.run(
         iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 7}}), context(messages)
-    )
+    ).stored()
     assert result["stopped"] == {
         "reason": "budget",
         "cap": "max_calls",
@@ -104,14 +104,18 @@ def test_iclinf_stops_at_the_cap_with_the_queries_it_finished() -> None:
     assert messages[-1].startswith("query 2/5 · calls 6/7, tokens 60, ")  # the spend against the budget
 
     with pytest.raises(BudgetExhausted, match="max_calls = 2"):
-        iclinf.run(iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 2}}), context())
+        iclinf.run(iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 2}}), context()).stored()
 
-    roomy = iclinf.run(iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 15}}), context())
+    roomy = iclinf.run(
+        iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 15}}), context()
+    ).stored()
     assert "stopped" not in roomy and roomy["spent"]["calls"] == 15 and without_budget(roomy) == full
 
 
 def test_iclinf_max_tokens_stops_after_the_query_that_passed_it() -> None:
-    result = iclinf.run(iclinf.Request.model_validate(ICLINF | {"budget": {"max_tokens": 70}}), context())
+    result = iclinf.run(
+        iclinf.Request.model_validate(ICLINF | {"budget": {"max_tokens": 70}}), context()
+    ).stored()
     # 30 tokens a query: the third passes 70; the audit stops before the fourth
     assert result["stopped"]["cap"] == "max_tokens" and result["queries"] == 3
     assert result["spent"]["tokens"] == 90 and result["verdict"] == "inconclusive"
@@ -132,11 +136,11 @@ SYNTH = {
 
 
 def test_synthetic_generation_stops_at_the_cap_with_the_texts_it_finished() -> None:
-    full = synthetic_generation.run(synthetic_generation.Request.model_validate(SYNTH), context())
+    full = synthetic_generation.run(synthetic_generation.Request.model_validate(SYNTH), context()).stored()
     # s = 3 prompts a token, 3 tokens a text: 20 calls pay for two texts (18), not a third token of 3
     result = synthetic_generation.run(
         synthetic_generation.Request.model_validate(SYNTH | {"budget": {"max_calls": 20}}), context()
-    )
+    ).stored()
     assert result["stopped"]["texts"] == 2 and result["sequences"] == 2 and result["spent"]["calls"] == 18
     assert result["texts"] == full["texts"][:2] and result["step_losses"] == full["step_losses"][:2]
     assert result["verdict"] == "inconclusive" and "2 of 3 texts" in result["verdict_reason"]
@@ -149,10 +153,10 @@ def test_synthetic_generation_stops_at_the_cap_with_the_texts_it_finished() -> N
     with pytest.raises(BudgetExhausted, match="max_calls = 8"):
         synthetic_generation.run(
             synthetic_generation.Request.model_validate(SYNTH | {"budget": {"max_calls": 8}}), context()
-        )
+        ).stored()
     roomy = synthetic_generation.run(
         synthetic_generation.Request.model_validate(SYNTH | {"budget": {"max_calls": 27}}), context()
-    )
+    ).stored()
     assert "stopped" not in roomy and without_budget(roomy) == full
 
 
@@ -201,8 +205,10 @@ def test_mia_max_tokens_keeps_the_trials_it_finished() -> None:
     C1's 4 partitions, then C0's one other, 10 tokens each): max_tokens 45 is passed by C0's, and the audit
     stops at the next report, keeping that chunk's 1,000 pairs, the full run's first 1,000, judged
     inconclusive (budget) with what it spent. max_tokens 40 stops before C0's prompt: no pair, a failure."""
-    full = mia.run(mia.Request.model_validate(MIA_DIRECT), context())
-    result = mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 45}}), context())
+    full = mia.run(mia.Request.model_validate(MIA_DIRECT), context()).stored()
+    result = mia.run(
+        mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 45}}), context()
+    ).stored()
     assert result["stopped"] == {
         "reason": "budget",
         "cap": "max_tokens",
@@ -215,7 +221,7 @@ def test_mia_max_tokens_keeps_the_trials_it_finished() -> None:
     with pytest.raises(
         BudgetExhausted, match=r"max_tokens = 40 reached before .* \(spent: calls 4, tokens 40\)"
     ):
-        mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 40}}), context())
+        mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 40}}), context()).stored()
     first = full["evidence"], result["evidence"]  # the first trials of each context: the same draws
     assert first[0] == first[1]
 
@@ -223,29 +229,37 @@ def test_mia_max_tokens_keeps_the_trials_it_finished() -> None:
 def test_a_stop_names_the_budget_that_finishes_and_taking_it_finishes() -> None:
     """next_steps of a budget stop (app/audit/stats/next_steps.py): spent × (needed / done), for each kind
     that stops — mia (trials), iclinf (queries), synthetic_generation (texts) — and that budget finishes."""
-    stopped = mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 45}}), context())
+    stopped = mia.run(
+        mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 45}}), context()
+    ).stored()
     (step,) = stopped["next_steps"]
     # 50 tokens for 1,000 of 5,000 trials: 250 finish them; the step's power is the full run's
     assert step["set"] == {"budget.max_tokens": 250} and step["why"] == "stopped by budget.max_tokens"
-    full = mia.run(mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 250}}), context())
+    full = mia.run(
+        mia.Request.model_validate(MIA_DIRECT | {"budget": {"max_tokens": 250}}), context()
+    ).stored()
     assert "stopped" not in full and full["trials"] == 5000
     # η of the design: the full run's power is the one the step promised (None: unbounded, both)
     if (full.get("power") or {}).get("efficiency_source") == "design":
         promised = step["epsilon_detectable"]
         assert full["epsilon_detectable"] == (None if promised is None else pytest.approx(promised, rel=1e-6))
 
-    stopped = iclinf.run(iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 7}}), context())
+    stopped = iclinf.run(
+        iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 7}}), context()
+    ).stored()
     (step,) = stopped["next_steps"]
     assert step["set"] == {"budget.max_calls": 15}  # 6 calls paid for 2 of the 5 queries
-    done = iclinf.run(iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 15}}), context())
+    done = iclinf.run(
+        iclinf.Request.model_validate(ICLINF | {"budget": {"max_calls": 15}}), context()
+    ).stored()
     assert "stopped" not in done and done["queries"] == 5
 
     stopped = synthetic_generation.run(
         synthetic_generation.Request.model_validate(SYNTH | {"budget": {"max_calls": 20}}), context()
-    )
+    ).stored()
     (step,) = stopped["next_steps"]
     assert step["set"] == {"budget.max_calls": 27}  # 18 calls paid for 2 of the 3 texts
     done = synthetic_generation.run(
         synthetic_generation.Request.model_validate(SYNTH | {"budget": {"max_calls": 27}}), context()
-    )
+    ).stored()
     assert "stopped" not in done and done["verdict"] != "inconclusive"

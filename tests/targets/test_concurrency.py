@@ -124,7 +124,7 @@ def body(url: str, trials: int, concurrency: int, **extra: Any) -> dict:
 
 def audit(url: str, trials: int, concurrency: int, store: Store | None = None, **extra: Any) -> dict:
     ctx = dataclasses.replace(local_context(progress=no_progress), responses=store)
-    return mia.run(mia.Request.model_validate(body(url, trials, concurrency, **extra)), ctx)
+    return mia.run(mia.Request.model_validate(body(url, trials, concurrency, **extra)), ctx).stored()
 
 
 def science(result: dict) -> dict:
@@ -295,4 +295,4 @@ def audit_no_retries(url: str, store: Store) -> dict:
     request = body(url, 40, 4)
     request["mechanism"]["endpoint"]["retries"] = 0
     ctx = dataclasses.replace(local_context(progress=no_progress), responses=store)
-    return mia.run(mia.Request.model_validate(request), ctx)
+    return mia.run(mia.Request.model_validate(request), ctx).stored()

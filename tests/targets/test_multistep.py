@@ -86,7 +86,7 @@ def test_sessions_are_created_used_with_their_cookie_and_closed() -> None:
         request, ctx = mia.Request.model_validate(multistep_body(base)), local_context(progress=no_progress)
         planned = plan_mia(request, datasets=ctx.datasets)["calls"]["endpoint"]
         assert state["created"] == 0  # planning called nothing
-        result = mia.run(request, ctx)
+        result = mia.run(request, ctx).stored()
     assert state["created"] == state["messages"] == state["closed"] == 2 * TRIALS
     assert state["open"] == {} and state["bad_cookie"] == 0
     assert result["endpoint_calls"] == planned == 3 * 2 * TRIALS  # three requests per trial, as planned
@@ -102,7 +102,7 @@ def test_concurrent_trials_keep_their_own_sessions_and_cookies() -> None:
         body = multistep_body(base)
         body["mechanism"]["endpoint"]["max_concurrency"] = 4
         request, ctx = mia.Request.model_validate(body), local_context(progress=no_progress)
-        result = mia.run(request, ctx)
+        result = mia.run(request, ctx).stored()
     assert state["most_open"] > 1  # the trials did overlap
     assert state["created"] == state["messages"] == state["closed"] == 2 * TRIALS
     assert state["open"] == {} and state["bad_cookie"] == 0

@@ -135,8 +135,10 @@ def test_plan_counts_the_prompts_iclinf_and_synthetic_generation_send(smollm2, d
         request = kind_module(body["kind"]).Request.model_validate(body)
         plan = plan_request(request, datasets=datasets, tokens=model_tokens(request.model))
         engine = Counting(smollm2)
-        result = kind_module(body["kind"]).run(
-            request, RunContext(engines=_Provider(engine), datasets=datasets)
+        result = (
+            kind_module(body["kind"])
+            .run(request, RunContext(engines=_Provider(engine), datasets=datasets))
+            .stored()
         )
         calls = plan["calls"]["model"]
         assert run_calls(body["kind"], body, result) == ("model", engine.prompts), body

@@ -95,7 +95,7 @@ def test_retry_after_is_honoured() -> None:
         body = endpoint_body(url + "/", trials=5)
         body["mechanism"]["endpoint"]["retries"] = 1
         start = time.monotonic()
-        result = mia.run(mia.Request.model_validate(body), local_context(progress=no_progress))
+        result = mia.run(mia.Request.model_validate(body), local_context(progress=no_progress)).stored()
         elapsed = time.monotonic() - start
     assert target.refused == 1 and result["endpoint_calls"] == 10 and target.answered == 10
     assert elapsed >= 1.5  # the call waited what the target asked, not the 0.1 s back-off

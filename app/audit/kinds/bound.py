@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.audit.accounting import MAX_EPSILON, MIN_DELTA
 from app.audit.kinds.base import AuditRequestBase
+from app.audit.results.bound import BoundAuditResult
 from app.audit.runtime import RunContext
 from app.audit.stats.bounds import Assumption, Counts, gdp_bound_from_counts
 from app.audit.stats.next_steps import membership
@@ -154,7 +155,7 @@ class Request(AuditRequestBase):
         return self
 
 
-def run(request: Request, ctx: RunContext) -> dict:
+def run(request: Request, ctx: RunContext) -> BoundAuditResult:
     """Compute both bounds; `epsilon_lower` is the one `assumption` names, `violation` compares it with the
     claimed `epsilon`; `biased: true`, a note and no verdict when the threshold was chosen in-sample."""
     ctx.progress("bound", 0.0, "computing the privacy lower bound")
@@ -206,4 +207,4 @@ def run(request: Request, ctx: RunContext) -> dict:
             "keeps its confidence."
         )
     ctx.progress("bound", 1.0, "done")
-    return result
+    return BoundAuditResult.model_validate(result)

@@ -44,6 +44,7 @@ from app.audit.icl.templates import (
     resolve_template,
 )
 from app.audit.kinds.base import AuditRequestBase
+from app.audit.results.iclinf import IclinfAuditResult
 from app.audit.runtime import AuditError, RunContext
 from app.audit.stats.next_steps import budget_step
 from app.datasets.types import Dataset, Example
@@ -217,7 +218,7 @@ def content_free_logprobs(
     return content_free_distribution(np.stack(per_input))
 
 
-def run(request: Request, ctx: RunContext) -> dict:
+def run(request: Request, ctx: RunContext) -> IclinfAuditResult:
     engines = ctx.engines
     if engines is None or ctx.datasets is None:
         raise AuditError("iclinf needs an engine and a dataset provider")
@@ -294,29 +295,28 @@ def run(request: Request, ctx: RunContext) -> dict:
         )
     ):
         extra["next_steps"] = [step.as_dict()]
-    return {
+    return IclinfAuditResult(
         **extra,
-        "kind": "iclinf",
-        "dataset": request.dataset,
-        "model": request.model,
-        "shots": k,
-        "queries": m,
-        "output_space": request.output_space,
-        "calibration": request.calibration,
-        "content_free": list(inputs) if request.calibration else None,
-        "template": request.template
-        or (request.dataset if request.dataset in BUILTIN_TEMPLATES else "generic"),
-        "labels": list(words),
-        "iclinf": summary.iclinf,
-        "iclinf_std": summary.iclinf_std,
-        "per_position": list(summary.per_position),
-        "per_query": list(summary.per_query),
-        "accuracy": correct / m,
-        "chance_accuracy": chance,
-        "warnings": warnings,
-        "llm_forward_passes": forward_passes,
-        "forward_passes_per_query": forward_passes / m,
-    }
+        kind="iclinf",
+        dataset=request.dataset,
+        model=request.model,
+        shots=k,
+        queries=m,
+        output_space=request.output_space,
+        calibration=request.calibration,
+        content_free=list(inputs) if request.calibration else None,
+        template=request.template or (request.dataset if request.dataset in BUILTIN_TEMPLATES else "generic"),
+        labels=list(words),
+        iclinf=summary.iclinf,
+        iclinf_std=summary.iclinf_std,
+        per_position=list(summary.per_position),
+        per_query=list(summary.per_query),
+        accuracy=correct / m,
+        chance_accuracy=chance,
+        warnings=warnings,
+        llm_forward_passes=forward_passes,
+        forward_passes_per_query=forward_passes / m,
+    )
 
 
 if __name__ == "__main__":

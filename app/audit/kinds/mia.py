@@ -51,6 +51,7 @@ from app.audit.mechanisms.bugs import BUGS
 from app.audit.mechanisms.http_endpoint import ChatTargetSpec, HeaderValue, StepSpec, TargetEngines
 from app.audit.mechanisms.private_voting import PrivateVoting
 from app.audit.mechanisms.registry import MECHANISMS, build_mechanism, check_bug
+from app.audit.results.mia import MiaAuditResult
 from app.audit.runtime import AuditError, NoSolution, RunContext
 from app.audit.seeds import SeedTree
 from app.audit.stats.auditor import THREAT_MODELS, Auditor
@@ -669,7 +670,7 @@ def _direct(setup: Setup, ctx: RunContext):
 ESTIMATORS = {"bootstrap": _bootstrap, "direct": _direct}
 
 
-def run(request: Request, ctx: RunContext) -> dict:
+def run(request: Request, ctx: RunContext) -> MiaAuditResult:
     """The membership audit; see the module docstring. Progress: collect C1, collect C0, simulate, bound."""
     if request.target is not None:  # a deployed chat app is the model (app/audit/mechanisms/http_endpoint.py)
         ctx = dataclasses.replace(ctx, engines=TargetEngines(ctx, request.target))
@@ -680,14 +681,15 @@ def run(request: Request, ctx: RunContext) -> dict:
     started = time.monotonic()
     try:
         if request.attack.name == "auto":
-            return judged(request, _run_auto(request, ctx), seconds=time.monotonic() - started)
-        module = attack_module(request.attack.name)
-        own_audit = getattr(module, "run_audit", None)
-        owns = getattr(module, "owns_audit", lambda _request: True)
-        # an attack over several canaries runs its own trials
-        own = own_audit is not None and owns(request)
-        result = own_audit(request, ctx) if own_audit is not None and own else _run_trials(request, ctx)
-        return judged(request, result, seconds=time.monotonic() - started)
+            result = _run_auto(request, ctx)
+        else:
+            module = attack_module(request.attack.name)
+            own_audit = getattr(module, "run_audit", None)
+            owns = getattr(module, "owns_audit", lambda _request: True)
+            # an attack over several canaries runs its own trials
+            own = own_audit is not None and owns(request)
+            result = own_audit(request, ctx) if own_audit is not None and own else _run_trials(request, ctx)
+        return MiaAuditResult.model_validate(judged(request, result, seconds=time.monotonic() - started))
     except BudgetExhausted as exc:  # stopped before a trial on each side: fail with the final spend
         raise (meter.unfinished(exc, "a trial on each side") if meter is not None else exc) from None
 

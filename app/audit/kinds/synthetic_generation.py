@@ -47,6 +47,7 @@ from app.audit.kinds.base import (
     SvtNoise,
     SvtThreshold,
 )
+from app.audit.results.synthetic_generation import SyntheticGenerationAuditResult
 from app.audit.runtime import AuditError, RunContext
 from app.audit.stats.next_steps import budget_step
 from app.audit.stats.verdict import judge_accounting
@@ -243,7 +244,7 @@ def theory(request: Request) -> Theory:
     }
 
 
-def run(request: Request, ctx: RunContext) -> dict:
+def run(request: Request, ctx: RunContext) -> SyntheticGenerationAuditResult:
     engines = ctx.engines
     if engines is None or ctx.datasets is None:
         raise AuditError("synthetic_generation needs an engine and a dataset provider")
@@ -359,48 +360,52 @@ def run(request: Request, ctx: RunContext) -> dict:
         more = budget_step(verdict["stopped"], verdict.get("spent"), done=len(texts), needed=n, unit="texts")
         if more is not None:
             verdict["next_steps"] = [more.as_dict()]
-    return {
+    # fields the model does not declare pass as its extras, in their place
+    violation: dict[str, Any] = {"violation": verdict["verdict"] == "violation"}
+    accounted_batch: dict[str, Any] = {"epsilon_accounted_batch": epsilon_accounted}
+    svt_fields: dict[str, Any] = (
+        {
+            "svt_threshold": request.svt_threshold,
+            "svt_noise": request.svt_noise,
+            "public_temperature": request.public_temperature,
+            "max_private_tokens": budget,
+            "svt_sensitivities": [float(d) for d in svt.all_runs()],
+        }
+        if svt is not None
+        else {}
+    )
+    return SyntheticGenerationAuditResult(
         **verdict,
-        "violation": verdict["verdict"] == "violation",
-        "kind": "synthetic_generation",
-        "variant": request.variant,
-        "dataset": request.dataset,
-        "model": request.model,
-        "label": request.label,
-        "batch_size": s,
-        "clip": params["clip"],
-        "temperature": params["temperature"],
-        "sequences": len(texts) if stop is not None else n,
-        "max_new_tokens": t_max,
-        "delta": request.delta,
-        "target_epsilon": request.target_epsilon,
-        "epsilon_theory": params["epsilon"],
-        "alpha": alpha,
-        "epsilon_empirical": epsilon_empirical,
-        "epsilon_accounted_batch": epsilon_accounted,
-        "alpha_empirical": alpha_empirical,
-        "orders": [float(a) for a in orders],
-        "rdp_empirical": [float(v) for v in curve],
-        "rdp_theory": [float(v) for v in theory_curve],
-        "generated_tokens": generated,
-        "private_tokens": private_tokens,
-        "public_tokens": generated - private_tokens,
-        **(
-            {
-                "svt_threshold": request.svt_threshold,
-                "svt_noise": request.svt_noise,
-                "public_temperature": request.public_temperature,
-                "max_private_tokens": budget,
-                "svt_sensitivities": [float(d) for d in svt.all_runs()],
-            }
-            if svt is not None
-            else {}
-        ),
-        "step_losses": step_losses,
-        "private_mask": private_mask,
-        "texts": texts,
-        "llm_forward_passes": forward_passes,
-    }
+        **violation,
+        kind="synthetic_generation",
+        variant=request.variant,
+        dataset=request.dataset,
+        model=request.model,
+        label=request.label,
+        batch_size=s,
+        clip=params["clip"],
+        temperature=params["temperature"],
+        sequences=len(texts) if stop is not None else n,
+        max_new_tokens=t_max,
+        delta=request.delta,
+        target_epsilon=request.target_epsilon,
+        epsilon_theory=params["epsilon"],
+        alpha=alpha,
+        epsilon_empirical=epsilon_empirical,
+        **accounted_batch,
+        alpha_empirical=alpha_empirical,
+        orders=[float(a) for a in orders],
+        rdp_empirical=[float(v) for v in curve],
+        rdp_theory=[float(v) for v in theory_curve],
+        generated_tokens=generated,
+        private_tokens=private_tokens,
+        public_tokens=generated - private_tokens,
+        **svt_fields,
+        step_losses=step_losses,
+        private_mask=private_mask,
+        texts=texts,
+        llm_forward_passes=forward_passes,
+    )
 
 
 if __name__ == "__main__":

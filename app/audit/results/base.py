@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from app.audit.results.part import ResultPart
 from app.audit.results.steps import NextStep
 
 
@@ -26,7 +27,7 @@ class VerdictRow:
     detail: str = ""
 
 
-class ResultBase(BaseModel):
+class ResultBase(ResultPart):
     """Results accept fields the model does not declare yet (see app/audit/results/__init__.py).
 
     The verdict fields (app/audit/stats/verdict.py) are shared by every kind that measures leakage."""
@@ -108,7 +109,7 @@ class ResultBase(BaseModel):
         return self.verdict in ("violation", "leak") or (self.verdict is None and self.violated)
 
 
-class OutcomeCounts(BaseModel):
+class OutcomeCounts(ResultPart):
     """How the membership test's decisions split over the trials behind a bound."""
 
     tp: int = Field(description="Trials with the canary in the context (C1) that the test called 'in'.")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from app.audit.results.base import (
     ASSUMPTION,
@@ -16,9 +16,10 @@ from app.audit.results.base import (
     VerdictRow,
 )
 from app.audit.results.digest import bound_used
+from app.audit.results.part import ResultPart
 
 
-class ThreatModelResult(BaseModel):
+class ThreatModelResult(ResultPart):
     """What the attack achieved under one threat model."""
 
     model_config = ConfigDict(extra="allow")
@@ -64,7 +65,7 @@ class ThreatModelResult(BaseModel):
     )
 
 
-class RecordRisk(BaseModel):
+class RecordRisk(ResultPart):
     """One record of an audit over several canaries (app/audit/stats/records.py): its own evidence of leaking."""
 
     model_config = ConfigDict(extra="allow")
@@ -94,7 +95,7 @@ class RecordRisk(BaseModel):
     )
 
 
-class AuditedMechanism(BaseModel):
+class AuditedMechanism(ResultPart):
     """The mechanism that was audited."""
 
     model_config = ConfigDict(extra="allow")
@@ -114,7 +115,7 @@ class AuditedMechanism(BaseModel):
     )
 
 
-class ConfidenceSplit(BaseModel):
+class ConfidenceSplit(ResultPart):
     """How the audit's confidence is shared among the tests behind its verdict."""
 
     model_config = ConfigDict(extra="allow")
@@ -129,7 +130,7 @@ class ConfidenceSplit(BaseModel):
     )
 
 
-class EvidenceTrial(BaseModel):
+class EvidenceTrial(ResultPart):
     """One trial of one side: the black-box output (a decision, or a score of the released text) and the
     white-box score."""
 
@@ -142,7 +143,7 @@ class EvidenceTrial(BaseModel):
     score: float | None = Field(default=None, description="The white-box score (higher = record in).")
 
 
-class EvidenceRecord(BaseModel):
+class EvidenceRecord(ResultPart):
     """One record (the canary) and the first trials with it (C1) and without it (C0)."""
 
     record_id: str = Field(description="The record's id in the dataset (or the canary's).")
@@ -158,7 +159,7 @@ class EvidenceRecord(BaseModel):
     c0: list[EvidenceTrial] = Field(description="The first trials without it (at most 8).")
 
 
-class Evidence(BaseModel):
+class Evidence(ResultPart):
     """A bounded sample for a person to read: no figure of the result is computed from it."""
 
     answers: list[str | None] | None = Field(default=None, description="The answers the query offers.")

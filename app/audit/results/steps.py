@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from app.audit.results.part import ResultPart
 
 
-class NextStep(BaseModel):
+class NextStep(ResultPart):
     """One computed next step of a result: the request fields to change and what the change buys."""
 
     model_config = ConfigDict(extra="allow")

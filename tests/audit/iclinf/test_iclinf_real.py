@@ -52,14 +52,14 @@ def test_iclinf_matches_independent_scoring(smollm2, direct_logprobs, real_ctx):
     expected, expected_vocab, expected_acc = _reference(smollm2, direct_logprobs, real_ctx, calibrated)
 
     before = smollm2.counters.forward_passes
-    result = iclinf.run(calibrated, real_ctx)
+    result = iclinf.run(calibrated, real_ctx).stored()
     assert result["iclinf"] == pytest.approx(expected.iclinf, abs=1e-3)
     assert result["per_position"] == pytest.approx(expected.per_position, abs=1e-3)
     assert result["accuracy"] == expected_acc
     assert result["llm_forward_passes"] == smollm2.counters.forward_passes - before
     assert result["iclinf"] > 0 and len(result["per_position"]) == 2
 
-    vocab = iclinf.run(iclinf.Request(**body, output_space="vocabulary"), real_ctx)
+    vocab = iclinf.run(iclinf.Request(**body, output_space="vocabulary"), real_ctx).stored()
     assert vocab["iclinf"] == pytest.approx(expected_vocab.iclinf, abs=1e-3)
     # per query: at most one batched pass for the k + 1 prompts (+ label scoring for the accuracy)
     assert vocab["forward_passes_per_query"] <= body["shots"] + 1
@@ -71,12 +71,12 @@ def test_zhao2021_calibration_averages_three_content_free_inputs(smollm2, direct
     expected, _, expected_acc = _reference(
         smollm2, direct_logprobs, real_ctx, request, content_free=("N/A", "", "[MASK]")
     )
-    result = iclinf.run(request, real_ctx)
+    result = iclinf.run(request, real_ctx).stored()
     assert result["content_free"] == ["N/A", "", "[MASK]"]
     assert result["iclinf"] == pytest.approx(expected.iclinf, abs=1e-3)
     assert result["per_position"] == pytest.approx(expected.per_position, abs=1e-3)
     assert result["accuracy"] == expected_acc
-    blank = iclinf.run(iclinf.Request(**body, calibration=True), real_ctx)
+    blank = iclinf.run(iclinf.Request(**body, calibration=True), real_ctx).stored()
     assert blank["content_free"] == [""] and blank["iclinf"] != pytest.approx(result["iclinf"], abs=1e-6)
 
 

@@ -52,7 +52,7 @@ def test_kind_end_to_end(real_ctx):
     }
     progress: list[float] = []
     real_ctx.progress = lambda stage, fraction, message="": progress.append(fraction)
-    result = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx)
+    result = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx).stored()
     tau, alpha, eps = rdp.solve_temperature(
         target_epsilon=5.0, delta=1e-5, clip=10.0, batch_size=3, sequences=2, max_new_tokens=3
     )
@@ -77,7 +77,7 @@ def test_kind_end_to_end(real_ctx):
     assert progress == sorted(progress) and progress[-1] <= 1.0
     assert result["llm_forward_passes"] <= 2 * 3  # one batched pass per generated token
     # the same seed gives the same texts
-    again = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx)
+    again = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx).stored()
     assert again["texts"] == result["texts"] and again["step_losses"] == result["step_losses"]
 
 
@@ -97,7 +97,7 @@ def test_svt_variant_end_to_end(real_ctx):
         "svt_noise": 1.0,
         "max_private_tokens": 4,
     }
-    result = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx)
+    result = synthetic_generation.run(synthetic_generation.Request(**body), real_ctx).stored()
     tau, alpha, eps = rdp.solve_temperature(
         target_epsilon=8.0, delta=1e-5, clip=10.0, batch_size=3, sequences=2, max_new_tokens=3,
         svt_noise=1.0, private_tokens=4,
@@ -166,7 +166,7 @@ def test_a_release_that_spends_more_than_its_parameters_is_a_violation(real_ctx,
     }
     verdicts = []
     for seed in range(5000, 5010):
-        r = synthetic_generation.run(synthetic_generation.Request(**body, seed=seed), real_ctx)
+        r = synthetic_generation.run(synthetic_generation.Request(**body, seed=seed), real_ctx).stored()
         verdicts.append(r["verdict"])
         assert r["epsilon_detectable"] is None and r["epsilon_accounted_batch"] <= r["epsilon_theory"]
     if bug is None:

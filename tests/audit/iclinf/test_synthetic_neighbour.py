@@ -184,7 +184,7 @@ def test_released_text_c0_keeps_the_batch_size_as_denominator(monkeypatch, built
         },
     }
     ctx = RunContext(engines=OneLM(TwoTokenLM(vocabulary=5)), datasets=builtin_datasets)
-    result = mia.run(mia.Request.model_validate(body), ctx)
+    result = mia.run(mia.Request.model_validate(body), ctx).stored()
     assert sorted(set(calls)) == [(3, 4), (4, 4)]
     assert calls.count((3, 4)) == calls.count((4, 4)) == 2 * 2  # records × calls, each side
     assert "over s" in result["synthetic_generation"]["neighbours"]
@@ -205,7 +205,7 @@ def test_kind_measures_every_step_below_the_theory(builtin_datasets) -> None:
         "seed": 5060,
     }
     ctx = RunContext(engines=OneLM(TwoTokenLM(vocabulary=6)), datasets=builtin_datasets)
-    result = kind.run(kind.Request.model_validate(body), ctx)
+    result = kind.run(kind.Request.model_validate(body), ctx).stored()
     per_step = rdp.synthetic_generation_step_rdp(result["alpha"], 10.0, 2, 1.0)
     steps = [v for sequence in result["step_losses"] for v in sequence]
     assert steps and max(steps) <= per_step * (1 + 1e-9)

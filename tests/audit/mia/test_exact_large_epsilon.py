@@ -32,7 +32,7 @@ def _exact_audit(ctx, epsilon: float, calibration: str, seed: int) -> dict:
         "assumption": "none",
         "mechanism": {"name": "private_voting", "partitions": 4, "calibration": calibration},
     }
-    return mia.run(mia.Request.model_validate(body), ctx)
+    return mia.run(mia.Request.model_validate(body), ctx).stored()
 
 
 @pytest.mark.parametrize("calibration", ["analytic", "classic"])

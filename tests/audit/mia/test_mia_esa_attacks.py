@@ -24,7 +24,7 @@ def test_esa_attacks_rank_as_the_papers_report(oracle_ctx, minilm) -> None:
             "mechanism": {"name": "esa", "calibration": "analytic"},
             "attack": {"name": attack},
         }
-        r = mia.run(mia.Request.model_validate(body), oracle_ctx)
+        r = mia.run(mia.Request.model_validate(body), oracle_ctx).stored()
         assert not r["violation"]
         eps[attack] = (r["black_box"]["epsilon_empirical"], r["white_box"]["epsilon_empirical"])
     assert eps["repeat"][0] == 0.0

@@ -51,7 +51,7 @@ def test_gap_and_brainwash_with_smollm2(oracle_ctx, smollm2) -> None:
             "mechanism": {"name": "private_voting", "partitions": 2, "shots_per_partition": 1},
             "attack": {"name": attack},
         }
-        r = mia.run(mia.Request.model_validate(body), oracle_ctx)
+        r = mia.run(mia.Request.model_validate(body), oracle_ctx).stored()
         assert r["distinct_prompts"] == 3, attack
         for tm in ("black_box", "white_box"):
             assert 0.0 <= r[tm]["epsilon_empirical"] <= r["epsilon_ceiling"], (attack, tm)

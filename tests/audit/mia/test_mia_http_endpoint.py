@@ -29,7 +29,7 @@ def endpoint_audit(ctx, url: str, *, trials: int = CALLS, **endpoint) -> dict:
         },
         "attack": {"name": "canary_prompt", "threat_model": "black_box"},
     }
-    return mia.run(mia.Request.model_validate(body), ctx)
+    return mia.run(mia.Request.model_validate(body), ctx).stored()
 
 
 @pytest.mark.parametrize("bug", [None, "noise_divided_by_t"])

@@ -15,7 +15,7 @@ from app.engines.oracle import OracleEngine
 def audit(ctx, **body):
     return mia.run(
         mia.Request.model_validate({"kind": "mia", "dataset": "ag_news", "model": "oracle", **body}), ctx
-    )
+    ).stored()
 
 
 def ksa(ctx, max_words: int) -> dict:

@@ -12,7 +12,7 @@ from app.audit.kinds import mia
 def audit(ctx, **body):
     mechanism = {"name": "private_voting", **body.pop("mechanism", {})}  # stated: no default any more
     body = {"kind": "mia", "dataset": "ag_news", "model": "oracle", **body, "mechanism": mechanism}
-    return mia.run(mia.Request.model_validate(body), ctx)
+    return mia.run(mia.Request.model_validate(body), ctx).stored()
 
 
 @pytest.mark.parametrize("epsilon", [1, 2, 4, 8])

@@ -20,7 +20,7 @@ def test_esa_with_minilm_stays_below_theory(oracle_ctx, minilm) -> None:
         "mechanism": {"name": "esa", "calibration": "analytic"},
         "attack": {"name": "signal_text"},
     }
-    r = mia.run(mia.Request.model_validate(body), oracle_ctx)
+    r = mia.run(mia.Request.model_validate(body), oracle_ctx).stored()
     assert 0 < r["white_box"]["epsilon_empirical"] < r["epsilon_theory"]
     assert not r["violation"]
 
@@ -37,6 +37,6 @@ def test_smollm2_private_voting_end_to_end(oracle_ctx, smollm2) -> None:
         "trials": 20_000,
         "mechanism": {"name": "private_voting", "partitions": 4, "shots_per_partition": 1},
     }
-    r = mia.run(mia.Request.model_validate(body), oracle_ctx)
+    r = mia.run(mia.Request.model_validate(body), oracle_ctx).stored()
     assert r["distinct_prompts"] == 5
     assert r["white_box"]["epsilon_empirical"] <= r["epsilon_ceiling"] and not r["violation"]

@@ -24,7 +24,7 @@ from testkit.dp_icl_server import randomized_response, serve
 def audit(ctx, **body) -> dict:
     mechanism = {"name": "private_voting", **body.pop("mechanism", {})}  # stated: no default any more
     request = {"kind": "mia", "dataset": "ag_news", "model": "simulated", "epsilon": 1.0, **body}
-    return mia.run(mia.Request.model_validate({**request, "mechanism": mechanism}), ctx)
+    return mia.run(mia.Request.model_validate({**request, "mechanism": mechanism}), ctx).stored()
 
 
 def test_seed_tree_streams_are_distinct_and_reproducible() -> None:

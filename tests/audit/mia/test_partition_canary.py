@@ -93,7 +93,7 @@ def test_every_disjoint_poisson_audit_holds_the_canary_and_says_so(oracle_ctx) -
     ids=["disjoint_poisson", "disjoint", "exact", "plain_icl"],
 )
 def test_every_mia_result_reports_canary_included(oracle_ctx, body: dict) -> None:
-    result = mia.run(mia.Request.model_validate(body), oracle_ctx)
+    result = mia.run(mia.Request.model_validate(body), oracle_ctx).stored()
     assert result["mechanism"]["canary_included"] is True
     assert AuditedMechanism.model_validate(result["mechanism"]).canary_included is True
 
@@ -107,6 +107,6 @@ def test_a_partitioning_without_the_canary_is_reported(oracle_ctx, monkeypatch) 
         return [b[b != keep] for b in blocks]  # and never the canary's position
 
     monkeypatch.setitem(PARTITIONERS, "disjoint_poisson", alg3_unconditioned)
-    result = mia.run(mia.Request.model_validate(_body(5110)), oracle_ctx)
+    result = mia.run(mia.Request.model_validate(_body(5110)), oracle_ctx).stored()
     assert result["mechanism"]["canary_included"] is False
     assert not result["violation"] and result.get("verdict", "inconclusive") == "inconclusive"
