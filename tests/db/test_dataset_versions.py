@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -12,15 +11,6 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from testkit.servers import create_database
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'versions.db'}"
-    server = request.getfixturevalue("postgres_server")
-    return create_database(server.url, f"versions_{tmp_path.name[-20:].replace('-', '_').lower()}")
 
 
 def _insert(connection, row_id: str, tenant: str, name: str, at: datetime) -> None:
