@@ -4,6 +4,7 @@ path, for the tests that check a page is what its script prints."""
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 
@@ -18,3 +19,9 @@ def load_script(relative: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def missing_from(page: str, lines: Iterable[str]) -> list[str]:
+    """The `lines` (what a script prints) that the page at `page` (relative to the root) does not hold."""
+    held = set((ROOT / page).read_text().splitlines())
+    return [line for line in lines if line not in held]

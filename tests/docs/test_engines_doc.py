@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.scripts import load_script
+from testkit.scripts import load_script, missing_from
 
 ROOT = Path(__file__).resolve().parents[2]
 _engines = load_script("bench/suites/engines.py")
@@ -19,8 +19,7 @@ RUN = ROOT / "docs/results/engines-peers.jsonl"
 def test_the_doc_prints_the_committed_run() -> None:
     rows = [json.loads(line) for line in RUN.read_text().splitlines() if line.strip()]
     assert {r["engine"] for r in rows if r["name"].startswith("peers_")} == set(PEERS)
-    doc = (ROOT / "docs/results/engines.md").read_text().splitlines()
-    missing = [line for line in report(rows).splitlines() if line not in doc]
+    missing = missing_from("docs/results/engines.md", report(rows).splitlines())
     assert missing == [], "engines.md is stale; paste report() of the committed run:\n" + "\n".join(missing)
 
 

@@ -5,15 +5,12 @@ figures (the script's logic on the committed runs; the SmolLM2 runs themselves a
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from app.audit.kinds.mia import Request
-from testkit.scripts import load_script
-
-ROOT = Path(__file__).resolve().parents[2]
+from testkit.scripts import load_script, missing_from
 
 
 @pytest.fixture(scope="module")
@@ -22,11 +19,10 @@ def leakage():
 
 
 def test_every_table_row_of_the_doc_is_printed_from_the_runs_file(leakage) -> None:
-    doc = (ROOT / "docs/results/leakage.md").read_text().splitlines()
     rows = [line for line in leakage.report().splitlines() if line.startswith("| ")]
     runs = {json.loads(line)["name"] for line in leakage.RUNS.read_text().splitlines()}
     assert len([r for r in rows if r.split("|")[1].strip() in runs]) >= len(leakage.NAMES)
-    missing = [row for row in rows if row not in doc]
+    missing = missing_from("docs/results/leakage.md", rows)
     assert missing == [], "leakage.md is stale; rerun `docs/results/leakage.py --report`:\n" + "\n".join(
         missing
     )

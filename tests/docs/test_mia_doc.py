@@ -4,14 +4,10 @@ script's own and validates, and the tightness rows audit the white box alone (as
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from app.audit.kinds.mia import Request
-from testkit.scripts import load_script
-
-ROOT = Path(__file__).resolve().parents[2]
+from testkit.scripts import load_script, missing_from
 
 
 @pytest.fixture(scope="module")
@@ -20,10 +16,9 @@ def mia_runs():
 
 
 def test_every_table_row_of_the_doc_is_printed_from_the_runs_file(mia_runs) -> None:
-    doc = (ROOT / "docs/results/mia.md").read_text().splitlines()
     rows = [line for line in mia_runs.report().splitlines() if line.startswith("| ")]
     assert len(rows) >= 20
-    missing = [row for row in rows if row not in doc]
+    missing = missing_from("docs/results/mia.md", rows)
     assert missing == [], "mia.md is stale; rerun `docs/results/mia_runs.py --report`:\n" + "\n".join(missing)
 
 
