@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -28,15 +26,14 @@ from app.config import Settings
 from app.db.migrate import upgrade
 from app.main import create_app
 from testkit.servers import (  # the tests' real-server helpers
-    _die_with_parent,
     create_database,
     free_port,
     start_postgres,
     start_redis,
 )
+from testkit.workers import celery_env, start_worker, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
-ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 DATA_DIR = ROOT.parent / "shared" / "datasets"
 OUTAGE_SECONDS = float(os.environ.get("ICLAUDIT_BENCH_OUTAGE_SECONDS", "30"))
 SWEEP = {
@@ -56,23 +53,8 @@ SWEEP = {
 
 
 def _workers(n: int, env: dict[str, str], workdir: Path) -> list[subprocess.Popen[bytes]]:
-    procs = []
-    for i in range(n):
-        log = workdir / f"worker{i}.log"
-        proc = subprocess.Popen(
-            [str(ICLAUDIT), "worker", "--loglevel", "INFO"],
-            env={**os.environ, **env},
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: _die_with_parent(signal.SIGKILL),
-        )
-        proc.log = log  # type: ignore[attr-defined]
-        procs.append(proc)
-    for proc in procs:
-        while b" ready." not in proc.log.read_bytes():  # type: ignore[attr-defined]
-            if proc.poll() is not None:
-                raise RuntimeError(proc.log.read_text()[-2000:])  # type: ignore[attr-defined]
-            time.sleep(0.2)
+    procs = [start_worker(env, workdir / f"worker{i}.log") for i in range(n)]
+    wait_ready(procs)
     return procs
 
 
@@ -80,13 +62,7 @@ def _sweep_seconds(n_workers: int, postgres_url: str, broker_url: str, workdir: 
     redis.Redis.from_url(broker_url).flushall()
     database = create_database(postgres_url, f"iclaudit_sweep_{n_workers}")
     upgrade(database)
-    env = {
-        "ICLAUDIT_DATABASE_URL": database,
-        "ICLAUDIT_BROKER_URL": broker_url,
-        "ICLAUDIT_EXECUTOR": "celery",
-        "ICLAUDIT_DATA_DIR": str(DATA_DIR),
-        "ICLAUDIT_STATE_DIR": str(workdir),
-        "ICLAUDIT_AUTH_ENABLED": "false",
+    env = celery_env(database, broker_url, DATA_DIR, workdir) | {
         "ICLAUDIT_DEFAULT_MODEL": "oracle",
         "HF_HUB_OFFLINE": "1",
     }

@@ -4,8 +4,6 @@ webhooks are delivered by the workers' `iclaudit.deliver_webhook` task, each onc
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from collections import Counter
@@ -20,34 +18,16 @@ from standardwebhooks import Webhook
 
 from app.config import Settings
 from app.main import create_app
-from testkit.servers import _die_with_parent, fresh_database, redis_server  # noqa: F401 - fixture
+from testkit.servers import fresh_database, redis_server  # noqa: F401 - fixture
+from testkit.workers import celery_env, start_worker, wait_ready
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 
 
 def start_workers(n: int, env: dict[str, str], logs: Path) -> list[subprocess.Popen[bytes]]:
     """`n` workers started together; returns once each says it is ready."""
-    import sys
-
-    binary = Path(sys.executable).parent / "iclaudit"
-    procs = []
-    for i in range(n):
-        log = logs / f"worker{i}.log"
-        procs.append(
-            subprocess.Popen(
-                [str(binary), "worker", "--loglevel", "INFO"],
-                env={**os.environ, **env},
-                stdout=log.open("wb"),
-                stderr=subprocess.STDOUT,
-                preexec_fn=lambda: _die_with_parent(signal.SIGKILL),
-            )
-        )
-        procs[-1].log = log  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 120
-    for proc in procs:
-        while b" ready." not in proc.log.read_bytes():  # type: ignore[attr-defined]
-            assert proc.poll() is None and time.monotonic() < deadline, proc.log.read_text()[-3000:]  # type: ignore[attr-defined]
-            time.sleep(0.1)
+    procs = [start_worker(env, logs / f"worker{i}.log") for i in range(n)]
+    wait_ready(procs)
     return procs
 
 
@@ -59,13 +39,7 @@ def test_sweep_and_webhooks_on_the_celery_stack(
     receiver: Receiver,
 ) -> None:
     redis.Redis.from_url(redis_server.url).flushall()
-    env = {
-        "ICLAUDIT_DATABASE_URL": fresh_database("postgres", tmp_path),
-        "ICLAUDIT_BROKER_URL": redis_server.url,
-        "ICLAUDIT_EXECUTOR": "celery",
-        "ICLAUDIT_DATA_DIR": str(data_dir),
-        "ICLAUDIT_STATE_DIR": str(tmp_path),
-        "ICLAUDIT_AUTH_ENABLED": "false",
+    env = celery_env(fresh_database("postgres", tmp_path), redis_server.url, data_dir, tmp_path) | {
         "ICLAUDIT_PRELOAD_MODELS": "true",
         "ICLAUDIT_DEFAULT_MODEL": "oracle",
         "ICLAUDIT_WEBHOOK_TICK_SECONDS": "0.2",

@@ -7,7 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,25 +19,20 @@ from app.audit.kinds.registry import KINDS
 from app.config import Settings, get_settings
 from app.jobs.broker import TASK_NAME, create_celery
 from app.main import create_app
+from testkit import workers
 from testkit.client import bound_request, long_mia_request, sse_events, wait_for
 from testkit.held_model import held_iclinf, serve_held_model
-from testkit.servers import _die_with_parent, fresh_database
+from testkit.servers import fresh_database
 from testkit.tenants import key_maker
+from testkit.workers import celery_env, settings_of, stop, wait_ready
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
-ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 
 
 @pytest.fixture
 def stack(postgres_server, redis_server, tmp_path: Path, data_dir: Path) -> Iterator[dict[str, str]]:
     redis.Redis.from_url(redis_server.url).flushall()
-    env = {
-        "ICLAUDIT_DATABASE_URL": fresh_database("postgres", tmp_path),
-        "ICLAUDIT_BROKER_URL": redis_server.url,
-        "ICLAUDIT_EXECUTOR": "celery",
-        "ICLAUDIT_DATA_DIR": str(data_dir),
-        "ICLAUDIT_STATE_DIR": str(tmp_path),
-        "ICLAUDIT_AUTH_ENABLED": "false",
+    env = celery_env(fresh_database("postgres", tmp_path), redis_server.url, data_dir, tmp_path) | {
         "ICLAUDIT_PRELOAD_MODELS": "true",
         "ICLAUDIT_DEFAULT_MODEL": "oracle",  # preloaded once per worker process (cheap here)
         "ICLAUDIT_HEARTBEAT_SECONDS": "0.5",
@@ -55,40 +49,18 @@ def start_worker(stack: dict[str, str], tmp_path: Path) -> Iterator[Callable[[st
     started: list[subprocess.Popen[bytes]] = []
 
     def start(name: str) -> subprocess.Popen[bytes]:
-        log = tmp_path / f"{name}.log"
-        proc = subprocess.Popen(
-            [str(ICLAUDIT), "worker", "--loglevel", "INFO"],
-            env={**os.environ, **stack},
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: _die_with_parent(signal.SIGKILL),
-        )
-        started.append(proc)
-        deadline = time.monotonic() + 60
-        while b" ready." not in log.read_bytes():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"worker {name} did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.1)
-        proc.log = log  # type: ignore[attr-defined]
-        return proc
+        started.append(workers.start_worker(stack, tmp_path / f"{name}.log"))
+        wait_ready(started[-1:], timeout=60)
+        return started[-1]
 
     yield start
     for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop(proc)
 
 
 @pytest.fixture
 def api(stack: dict[str, str]) -> Iterator[TestClient]:
-    settings = Settings(
-        **{k.removeprefix("ICLAUDIT_").lower(): v for k, v in stack.items() if k.startswith("ICLAUDIT_")}
-    )
-    with TestClient(create_app(settings)) as client:
+    with TestClient(create_app(settings_of(stack))) as client:
         yield client
 
 

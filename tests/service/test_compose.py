@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -29,10 +28,10 @@ from app.config import Settings
 from app.main import create_app
 from testkit.client import wait_for
 from testkit.gate import Gate
-from testkit.servers import _die_with_parent, fresh_database
+from testkit.servers import fresh_database
+from testkit.workers import celery_env, start_worker
 
 ROOT = Path(__file__).resolve().parents[2]
-ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 
 
 @pytest.fixture(scope="module")
@@ -251,13 +250,7 @@ def test_worker_healthcheck_stays_green_through_a_held_audit(
     check = [sys.executable if w == "python3" else w for w in check]
     redis.Redis.from_url(redis_server.url).flushall()
     with Gate() as gate:
-        env = {
-            "ICLAUDIT_DATABASE_URL": fresh_database("postgres", tmp_path),
-            "ICLAUDIT_BROKER_URL": redis_server.url,
-            "ICLAUDIT_EXECUTOR": "celery",
-            "ICLAUDIT_DATA_DIR": str(data_dir),
-            "ICLAUDIT_STATE_DIR": str(tmp_path),
-            "ICLAUDIT_AUTH_ENABLED": "false",
+        env = celery_env(fresh_database("postgres", tmp_path), redis_server.url, data_dir, tmp_path) | {
             "ICLAUDIT_PRELOAD_MODELS": "false",
             "ICLAUDIT_ENDPOINT_ALLOWLIST": json.dumps([gate.url]),
             "ICLAUDIT_WORKER_HEARTBEAT_FILE": str(alive),
@@ -265,13 +258,7 @@ def test_worker_healthcheck_stays_green_through_a_held_audit(
         }
         healthy = lambda: subprocess.run(check, env={**os.environ, **env}, capture_output=True).returncode  # noqa: E731
         log = tmp_path / "worker.log"
-        worker = subprocess.Popen(
-            [str(ICLAUDIT), "worker", "--loglevel", "INFO"],
-            env={**os.environ, **env},
-            stdout=log.open("wb"),
-            stderr=subprocess.STDOUT,
-            preexec_fn=lambda: _die_with_parent(signal.SIGKILL),
-        )
+        worker = start_worker(env, log)
         try:
             deadline = time.monotonic() + 60
             while b" ready." not in log.read_bytes() or not alive.exists():
