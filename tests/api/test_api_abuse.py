@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from testkit.client import bound_request, long_mia_request, wait_for
-from testkit.gate import Gate
+from testkit.held_endpoint import HeldEndpoint
 from testkit.internal_server import internal_server
 from testkit.served import make_key, serve, stop
 
@@ -42,7 +42,7 @@ class Live:
     state: Path
     hooks_port: int
     hits: list[str]
-    gate: Gate | None = None
+    gate: HeldEndpoint | None = None
 
     def key(self, tenant: str) -> str:
         return make_key(self.state, tenant)
@@ -536,7 +536,7 @@ LIST_MAX_BYTES = 2 * 2**20  # its ICLAUDIT_LIST_MAX_BYTES
 def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     """A second server with small caps and one inline worker, which `held` can hold at a gate."""
     state = tmp_path_factory.mktemp("tight")
-    with internal_server() as (port, hits), Gate() as gate:
+    with internal_server() as (port, hits), HeldEndpoint() as gate:
         proc, url, _ = serve(
             state,
             auth=True,
@@ -570,7 +570,7 @@ def held(tight: Live) -> Iterator[Live]:
     tight.gate.rearm()
     with tight.client("blocker") as api:
         blocker = api.post("/v1/audits", json=tight.gate.request()).json()
-        tight.gate.wait_entered()
+        tight.gate.wait_held()
         try:
             yield tight
         finally:

@@ -9,7 +9,7 @@ import pytest
 
 from app.audit.kinds.registry import KINDS
 from testkit.client import bound_request, long_mia_request, wait_for
-from testkit.gate import Gate
+from testkit.held_endpoint import HeldEndpoint
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -37,12 +37,12 @@ def test_same_seed_gives_the_same_result(client) -> None:
 
 
 def test_cancel_running_audit_ends_cancelled(app_client, make_key) -> None:
-    """Held RUNNING at a gate (testkit/gate.py), not by a trial count: the cancel reaches a running
+    """Held RUNNING by testkit/held_endpoint.py, not by a trial count: the cancel reaches a running
     audit on any machine, which stops at its next progress check once its calls return."""
-    with Gate() as gate, app_client(endpoint_allowlist=[gate.url]) as client:
+    with HeldEndpoint() as gate, app_client(endpoint_allowlist=[gate.url]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         audit = client.post("/v1/audits", json=gate.request()).json()
-        gate.wait_entered()
+        gate.wait_held()
         assert client.get(f"/v1/audits/{audit['id']}").json()["state"] == "RUNNING"
         response = client.post(f"/v1/audits/{audit['id']}/cancel")
         assert response.status_code == 200 and response.json()["cancel_requested"] is True
@@ -55,10 +55,13 @@ def test_cancel_running_audit_ends_cancelled(app_client, make_key) -> None:
 
 
 def test_cancel_pending_audit_never_runs(app_client, make_key) -> None:
-    with Gate() as gate, app_client(endpoint_allowlist=[gate.url]) as client:  # holds the inline worker
+    with (
+        HeldEndpoint() as gate,
+        app_client(endpoint_allowlist=[gate.url]) as client,
+    ):  # holds the inline worker
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         running = client.post("/v1/audits", json=gate.request()).json()
-        gate.wait_entered()
+        gate.wait_held()
         queued = client.post("/v1/audits", json=bound_request()).json()
         cancelled = client.post(f"/v1/audits/{queued['id']}/cancel").json()
         assert cancelled["state"] == "CANCELLED"

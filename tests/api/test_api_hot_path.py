@@ -14,12 +14,13 @@ from typing import Any
 from sqlalchemy import event, select, update
 
 from app.api import poll
+from app.api.state import state_of
 from app.db import audits as audit_rows
 from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.models import ApiKey, Audit, utcnow
 from testkit.client import bound_request, wait_for
-from testkit.gate import Gate
+from testkit.held_endpoint import HeldEndpoint
 
 
 @contextmanager
@@ -40,10 +41,10 @@ def _statements(engine) -> Iterator[list[str]]:
 def test_a_poll_of_a_finished_audit_needs_no_database_thread_or_slot(client) -> None:
     audit = client.post("/v1/audits", json=bound_request()).json()
     wait_for(client.get, audit["id"])
-    engine = client.app.state.session_factory.kw["bind"]
+    engine = state_of(client.app).session_factory.kw["bind"]
     first = client.get(f"/v1/audits/{audit['id']}")  # wait_for's last poll rendered the finished audit
     assert first.status_code == 200 and first.json()["state"] == "SUCCEEDED"
-    slots = client.app.state.db_slots
+    slots = state_of(client.app).db_slots
     taken = 0
     while slots.value > 0:  # every request slot held: a poll that needed one would wait, then 503
         slots.acquire_nowait()
@@ -69,7 +70,7 @@ def test_a_poll_by_a_key_not_remembered_takes_the_database_path(client, make_key
     wait_for(client.get, audit["id"])
     first = client.get(f"/v1/audits/{audit['id']}")
     monkeypatch.setattr(keys, "VERIFIED_TTL_SECONDS", 0.0)  # every key must be looked up again
-    engine = client.app.state.session_factory.kw["bind"]
+    engine = state_of(client.app).session_factory.kw["bind"]
     with _statements(engine) as seen:
         again = client.get(f"/v1/audits/{audit['id']}")
     assert again.content == first.content
@@ -120,8 +121,8 @@ def test_a_wrong_secret_never_rides_on_a_verified_key(client, make_key) -> None:
 
 
 def test_healthz_needs_no_database_and_no_slot(client) -> None:
-    engine = client.app.state.session_factory.kw["bind"]
-    slots = client.app.state.db_slots
+    engine = state_of(client.app).session_factory.kw["bind"]
+    slots = state_of(client.app).db_slots
     taken = 0
     while slots.value > 0:  # every request slot held: a route needing one would wait, then 503
         slots.acquire_nowait()
@@ -179,7 +180,7 @@ def test_outermost_answers_count_in_metrics_and_rate_limits(app_client, make_key
         assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
         assert "ICLAUDIT_RATE_LIMIT" in refused.json()["error"]["message"]
         assert refused.headers["X-Content-Type-Options"] == "nosniff"
-        token = {"Authorization": f"Bearer {client.app.state.settings.metrics_token}"}
+        token = {"Authorization": f"Bearer {state_of(client.app).settings.metrics_token}"}
         text = client.get("/metrics", headers=token).text
     counted = {
         status: float(line.rsplit(" ", 1)[1])
@@ -194,14 +195,14 @@ def test_outermost_answers_count_in_metrics_and_rate_limits(app_client, make_key
 
 
 @contextmanager
-def _held(app_client, make_key, **changes) -> Iterator[tuple[Any, Gate, str]]:
+def _held(app_client, make_key, **changes) -> Iterator[tuple[Any, HeldEndpoint, str]]:
     """(client, gate, audit id): an audit RUNNING at a gate in the single worker process, its answer kept
     here (rendered by a first poll)."""
-    with Gate() as gate, app_client(endpoint_allowlist=[gate.url], **changes) as client:
+    with HeldEndpoint() as gate, app_client(endpoint_allowlist=[gate.url], **changes) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         try:
             audit_id = client.post("/v1/audits", json=gate.request()).json()["id"]
-            gate.wait_entered()
+            gate.wait_held()
             wait_for(client.get, audit_id, ("RUNNING",))
             yield client, gate, audit_id
         finally:
@@ -215,7 +216,7 @@ def test_a_running_audits_kept_answer_ends_with_the_next_write(app_client, make_
     """A running audit's answer is kept (inline executor): a poll reads nothing while no write began;
     after a write in this process (a cancel) the next poll shows it."""
     with _held(app_client, make_key, **QUIET) as (client, _, audit_id):
-        engine = client.app.state.session_factory.kw["bind"]
+        engine = state_of(client.app).session_factory.kw["bind"]
         first = client.get(f"/v1/audits/{audit_id}")
         assert first.json()["state"] == "RUNNING"
         with _statements(engine) as seen:
@@ -235,7 +236,7 @@ def test_the_audit_processs_writes_show_in_the_next_poll(app_client, make_key) -
     poll answers it, never the kept answer from before: its state is never behind the stored one read
     just before, and the stored end state is the answer at once."""
     with _held(app_client, make_key, **QUIET) as (client, gate, audit_id):
-        sessions = client.app.state.session_factory
+        sessions = state_of(client.app).session_factory
         path = f"/v1/audits/{audit_id}"
         assert client.get(path).json()["state"] == "RUNNING"  # kept
         gate.release()
@@ -256,9 +257,9 @@ def test_a_write_to_one_audit_keeps_the_others_answers(app_client, make_key, mon
     audit's kept answer only; another audit's (queued, PENDING) is still served without a read."""
     monkeypatch.setattr(poll, "RUNNING_TTL_SECONDS", 600.0)
     with _held(app_client, make_key, heartbeat_seconds=0.3) as (client, _, running):
-        engine = client.app.state.session_factory.kw["bind"]
+        engine = state_of(client.app).session_factory.kw["bind"]
         queued = client.post("/v1/audits", json=bound_request()).json()["id"]
-        writes = client.app.state.executor.writes
+        writes = state_of(client.app).executor.writes
         deadline = time.monotonic() + 30
         while True:  # until its answer is kept: one read with none of this process's writes in flight
             with _statements(engine) as seen:
@@ -287,7 +288,7 @@ def test_polls_during_a_storm_of_writes_are_never_behind(app_client, make_key) -
     """Progress written every few milliseconds (as the runner writes it): each poll answers a read begun
     after it arrived, so its fraction is never below the one committed before the poll was sent."""
     with _held(app_client, make_key, **QUIET) as (client, _, audit_id):
-        sessions = client.app.state.session_factory
+        sessions = state_of(client.app).session_factory
         with sessions() as session:
             attempt = session.execute(select(Audit.attempt).where(Audit.id == audit_id)).scalar_one()
         committed = [0.0]
@@ -326,7 +327,7 @@ def test_polls_during_a_storm_of_writes_are_never_behind(app_client, make_key) -
 def test_a_stale_answer_is_read_again_once_for_concurrent_polls(app_client, make_key) -> None:
     """After a write, polls of the audit that arrive while it is read again wait for that one read."""
     with _held(app_client, make_key, **QUIET) as (client, _, audit_id):
-        engine = client.app.state.session_factory.kw["bind"]
+        engine = state_of(client.app).session_factory.kw["bind"]
         path = f"/v1/audits/{audit_id}"
         client.get(path)
         assert client.post(f"{path}/cancel").status_code == 200  # a write: the kept answer ends
@@ -350,7 +351,7 @@ def test_a_remembered_key_is_renewed_before_its_memo_runs_out(client, monkeypatc
     time.sleep(0.6)
     assert client.get(f"/v1/audits/{audit_id}").status_code == 200  # past half: renewed in the background
     time.sleep(0.6)  # past the first verification's TTL
-    slots = client.app.state.db_slots
+    slots = state_of(client.app).db_slots
     taken = 0
     while slots.value > 0:  # every request slot held: a poll that read the key's row would wait, then 503
         slots.acquire_nowait()

@@ -11,7 +11,7 @@ import pytest
 
 from app.config import Settings
 from testkit.client import bound_request, wait_for
-from testkit.gate import Gate
+from testkit.held_endpoint import HeldEndpoint
 from testkit.servers import fresh_database
 
 
@@ -98,9 +98,9 @@ def test_write_rate_limit_is_429(app_client, make_key) -> None:
 
 
 def test_active_audits_cap_is_429_and_stores_nothing(app_client, make_key) -> None:
-    """The active audit is held at a gate (testkit/gate.py), not by its size: it cannot end before
+    """The active audit is held by testkit/held_endpoint.py, not by its size: it cannot end before
     the second submit on a fast machine."""
-    with Gate() as gate, app_client(max_active_audits=1, endpoint_allowlist=[gate.url]) as client:
+    with HeldEndpoint() as gate, app_client(max_active_audits=1, endpoint_allowlist=[gate.url]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         running = client.post("/v1/audits", json=gate.request()).json()
         _assert_429(client.post("/v1/audits", json=bound_request()), "ICLAUDIT_MAX_ACTIVE_AUDITS")

@@ -14,11 +14,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from app.api.state import state_of
 from app.audit.stats.verdict import OUTCOMES
 from app.db import audits as audit_rows
 from app.db.models import Audit
 from testkit.client import bound_request, long_mia_request, sse_events, verdict_request, wait_for
-from testkit.gate import Gate
+from testkit.held_endpoint import HeldEndpoint
 
 
 def _sqlite_only(settings, why: str) -> None:
@@ -29,13 +30,13 @@ def _sqlite_only(settings, why: str) -> None:
 
 
 @pytest.fixture
-def gate() -> Iterator[Gate]:
-    with Gate() as held:
+def gate() -> Iterator[HeldEndpoint]:
+    with HeldEndpoint() as held:
         yield held
 
 
 @pytest.fixture
-def app_client(app_client: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
+def app_client(app_client: Callable[..., Any], gate: HeldEndpoint) -> Callable[..., Any]:
     """The conftest's, with the gate's endpoint allowed; the gate opens before the app stops (a held audit
     ends and its worker is free)."""
 
@@ -50,16 +51,16 @@ def app_client(app_client: Callable[..., Any], gate: Gate) -> Callable[..., Any]
     return open_client
 
 
-def _hold_the_worker(client, gate: Gate) -> dict[str, Any]:
-    """An audit RUNNING at the gate (testkit/gate.py) on the single inline worker, so that audits
+def _hold_the_worker(client, gate: HeldEndpoint) -> dict[str, Any]:
+    """An audit RUNNING, held by testkit/held_endpoint.py, on the single inline worker, so that audits
     submitted after it stay PENDING until the gate opens, however fast or busy the machine is."""
     running = client.post("/v1/audits", json=gate.request()).json()
-    gate.wait_entered()
+    gate.wait_held()
     wait_for(client.get, running["id"], ("RUNNING",))
     return running
 
 
-def _end(client, gate: Gate, running: dict[str, Any]) -> None:
+def _end(client, gate: HeldEndpoint, running: dict[str, Any]) -> None:
     """Cancel the held audit, open the gate, and wait for it to end CANCELLED."""
     client.post(f"/v1/audits/{running['id']}/cancel")
     gate.release()
@@ -69,7 +70,7 @@ def _end(client, gate: Gate, running: dict[str, Any]) -> None:
 def _record_progress(client, audit_id: str, fraction: float) -> None:
     """Write the held audit's progress as its runner does (app.db.audits.record_progress, its attempt):
     the gated runner writes none while it waits."""
-    with client.app.state.session_factory.begin() as session:
+    with state_of(client.app).session_factory.begin() as session:
         attempt = session.execute(select(Audit.attempt).where(Audit.id == audit_id)).scalar_one()
         assert audit_rows.record_progress(
             session,

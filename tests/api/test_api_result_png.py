@@ -13,7 +13,7 @@ from app.cli import _register, app
 from app.main import create_app
 from app.reports.plots import render
 from testkit.client import bound_request, wait_for
-from testkit.gate import Gate
+from testkit.held_endpoint import HeldEndpoint
 from testkit.servers import serve_in_thread
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -30,12 +30,12 @@ def test_result_png_of_a_succeeded_audit(client) -> None:
 
 
 def test_result_png_is_404_until_succeeded(app_client, make_key) -> None:
-    """Held by a gate (testkit/gate.py), not a trial count: the first audit is RUNNING and the
+    """Held by testkit/held_endpoint.py, not a trial count: the first audit is RUNNING and the
     second PENDING for as long as the checks take, on any machine (issue 23)."""
-    with Gate() as gate, app_client(endpoint_allowlist=[gate.url]) as client:
+    with HeldEndpoint() as gate, app_client(endpoint_allowlist=[gate.url]) as client:
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         running = client.post("/v1/audits", json=gate.request()).json()
-        gate.wait_entered()
+        gate.wait_held()
         queued = client.post("/v1/audits", json=bound_request()).json()
         for audit, state in ((running, "RUNNING"), (queued, "PENDING")):
             assert client.get(f"/v1/audits/{audit['id']}").json()["state"] == state

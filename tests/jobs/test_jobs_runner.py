@@ -22,7 +22,7 @@ from app.jobs.progress import ClaimLost, DbProgress, DeadlineExceeded, Heartbeat
 from app.jobs.runner import run_audit
 from app.main import create_app
 from testkit.client import bound_request, long_mia_request, wait_for
-from testkit.gate import Gate
+from testkit.held_endpoint import HeldEndpoint
 
 
 @pytest.fixture
@@ -134,15 +134,15 @@ def test_sweep_reruns_an_audit_whose_process_died(db) -> None:
 
 
 def test_shutdown_returns_a_running_inline_audit_to_pending(db) -> None:
-    """Held RUNNING in its worker process at a gate (testkit/gate.py), not by its size: the gate
-    opens only once the shutdown began, so the audit cannot end first on a fast machine."""
+    """Held RUNNING in its worker process by testkit/held_endpoint.py, not by its size: its calls are
+    released only once the shutdown began, so the audit cannot end first on a fast machine."""
     sessions, settings, tenant_id = db
-    with Gate() as gate:
+    with HeldEndpoint() as gate:
         audit_id = _add(sessions, tenant_id, gate.request())
         allowed = settings.model_copy(update={"endpoint_allowlist": [gate.url]})
         executor = InlineExecutor(session_factory=sessions, settings=allowed)
         executor.submit(audit_id)
-        gate.wait_entered()
+        gate.wait_held()
         with sessions() as s:
             assert s.get(Audit, audit_id).state == AuditState.RUNNING
         closing = threading.Thread(target=executor.close)

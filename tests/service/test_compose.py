@@ -27,7 +27,7 @@ from app.cli import _register, app
 from app.config import Settings
 from app.main import create_app
 from testkit.client import wait_for
-from testkit.gate import Gate
+from testkit.held_endpoint import HeldEndpoint
 from testkit.servers import fresh_database
 from testkit.workers import celery_env, start_worker
 
@@ -249,7 +249,7 @@ def test_worker_healthcheck_stays_green_through_a_held_audit(
     check[check.index("--max-age") + 1] = "2"
     check = [sys.executable if w == "python3" else w for w in check]
     redis.Redis.from_url(redis_server.url).flushall()
-    with Gate() as gate:
+    with HeldEndpoint() as gate:
         env = celery_env(fresh_database("postgres", tmp_path), redis_server.url, data_dir, tmp_path) | {
             "ICLAUDIT_PRELOAD_MODELS": "false",
             "ICLAUDIT_ENDPOINT_ALLOWLIST": json.dumps([gate.url]),
@@ -270,7 +270,7 @@ def test_worker_healthcheck_stays_green_through_a_held_audit(
             )
             with TestClient(create_app(settings)) as api:
                 held = api.post("/v1/audits", json=gate.request()).json()
-                gate.wait_entered()
+                gate.wait_held()
                 assert api.get(f"/v1/audits/{held['id']}").json()["state"] == "RUNNING"
                 checks = []
                 until = time.monotonic() + 6  # 3x the window, the solo pool busy all along
