@@ -369,21 +369,27 @@ OUTRO = """
   canary text and query), the label y* and, only when no record flips at the drawn position, the position
   among C0's exemplars (no cell's flip needed it), by the exact clean label distributions: e.g. trec seed 1's drawn record flips
   with y* = "Abbreviation" (its partition votes "Human" without the canary), and sst2 seed 1's pilot
-  found no flip at T = 2 but flips at T = 4, so `auto` took T = 4 there. The white box scores Ṽ_y+ − Ṽ_w
+  flipped at T = 2 only once the search read more than 8 records (before, `auto` took T = 4 there). The white box scores Ṽ_y+ − Ṽ_w
   against the label w the partition votes without the canary (the Neyman-Pearson score of the two-count
   move), which lifts it to 0.92–0.99× of ε_theory wherever the vote flips; the strongest-other score of the fixed rows adds the
   noise of every other label (trec seed 1 with it: 0.71×). The black box releases the argmax over every
   label's noisy count, a coarser view than Ṽ, so it falls with the number of labels: lowest on dbpedia14
-  (14 labels: 0.62–0.83×), then trec (6: 0.68–0.90×), highest on sst2 (2: 0.97–0.99×).
-- **Where the grid fails** (sst2 seeds 2 and 3, every ε): the pilot's contexts flipped at T = 2, so
-  `auto` took T = 2, but on the measurement's context none of the 16 candidate pairs (8 records × C0's 2
-  positions) moves the vote (μ 0 for each: its partition votes the same label with and without the
-  canary; the one kept has P(vote "negative") 0.00 with and 0.00 without). As on content-free texts,
-  SmolLM2's "positive" prior beats a copied "negative", and with "positive" as y* the partition votes it
-  without the canary too. The
-  limit is the model's label prior on these contexts, measured by the canary effect; what could still
-  reach them is a larger search (more records, or T = 4's four positions, where a C0 exemplar labelled
-  "negative" is likelier to be the one replaced), at more forward passes than this pass had CPU for.
+  (14 labels: 0.62–0.83×), then trec (6: 0.68–0.90×), highest on sst2 (2: 0.96–0.99×).
+- **sst2 seeds 2 and 3** failed at every ε (0.00×) while the search stopped at 8 records: none of its
+  16 (record, position) groups moved the vote. Direct engine calls on seed 2's measurement context
+  (T = 2, 16 records × both labels × C0's 2 positions, 64 forward passes) showed why: with one exemplar
+  per partition the canary's partition holds only the canary exemplar and the query, so whether it votes
+  y* depends on the record, not on the position replaced; SmolLM2's "positive" prior beat a copied
+  "negative" on 15 of the 16 records (log-probability margin of "negative" −0.23 to −1.45 with the
+  canary), and with y* = "positive" the partition voted "positive" without the canary too. No position
+  helps such a record; another record can. The search now tries up to 128 (record, label) pairs at the
+  drawn position before it moves the position, and moves it only for pairs whose partition already
+  votes y* with the canary: seed 2's search flips at its 26th record (y* "negative"), seed 3's at its
+  11th (y* "positive": there its partition votes "negative" without the canary), and both cells meet the
+  goal at every ε. The larger search also reaches further in the pilot: seed 1's pilot now flips at
+  T = 2 (it took T = 4 before) and seed 4's stops at its first candidate (copy, T = 2) instead of
+  scoring all 16 (its search read more records instead: 190 pilot forward passes, the most of any cell);
+  seed 0 measures the same pair as before.
 
 - **The Ṽ_y+ score** (`inquiry_count`) lifts the white box on ag_news from 0.40–0.44× to 0.60–0.65×
   of ε_theory, against its ceiling ε(μ/√2) = 0.66–0.68× (in each cell): the query, not the score, is
@@ -455,11 +461,20 @@ bootstrap trials, one context pair per cell, seeds 0–4 (`docs/results/tightnes
 labelled support tickets (billing, shipping, account, technical; docs/results/tightness-tickets.jsonl), read
 as an upload is read (app/datasets/validate.py). The pilot (odd training rows)
 chooses the design and T; for the copy canary both the pilot and the measurement (even rows) run the canary
-search of app/audit/design.py: among up to 8 canary records and every label y*, the pair whose exact clean
-label distributions give the largest μ, white-box score Ṽ_y+ − Ṽ_w against the label w the canary's
-partition votes without the canary. The search reads the model's clean label distributions only, never
-the noise or the trials. Goal: white box ≥ 0.8×, black box ≥ 0.6× of ε_theory in the WORST cell of each
-dataset."""
+search of app/audit/design.py: among the canary records (at least 8, and up to 128 (record, label) pairs
+at the drawn position: 64 records on sst2, 32 on ag_news and tickets, 21 on trec, 9 on dbpedia14) and
+every label y*, the pair whose exact clean label distributions give the largest μ, white-box score
+Ṽ_y+ − Ṽ_w against the label w the canary's partition votes without the canary. The search reads the
+model's clean label distributions only, never the noise or the trials. Goal: white box ≥ 0.8×, black box
+≥ 0.6× of ε_theory in the WORST cell of each dataset.
+
+Which code ran each cell: the 15 sst2 cells were rerun at 314c4a4, the commit that lets the search read
+more than 8 records; the trec, ag_news, dbpedia14 and tickets cells are the runs of the code before it
+(fdad9ae–419ef41), not rerun, because the change cannot alter them: in each, the pilot stopped at its
+first candidate (copy, T = 2: every pilot context flipped) and the measurement's search flipped within
+its first 8 records at the drawn position (records tried ≤ 5 below), and the new search draws the same
+first 8 records in the same order (`design.search_records`) and tries them first, so it picks the same
+(design, T) and the same pair."""
 
 
 def _grid_section(runs: dict[str, dict]) -> list[str]:
