@@ -32,6 +32,7 @@ from app.api.routes import (
     sweeps,
     webhooks,
 )
+from app.api.state import AppState
 from app.api.watch import AuditWatch
 from app.config import Settings, get_settings
 from app.db import keys
@@ -76,27 +77,43 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             name="iclaudit-jobs",
         )
         jobs_session_factory = make_session_factory(jobs_engine)
-        app.state.settings = settings
-        app.state.session_factory = session_factory
-        app.state.jobs_session_factory = jobs_session_factory
-        app.state.db_slots = anyio.Semaphore(settings.api_concurrency)
+        db_slots = anyio.Semaphore(settings.api_concurrency)
         to_thread.current_default_thread_limiter().total_tokens = settings.api_concurrency + 8
+        default_tenant_id = None
         if not settings.auth_enabled:
             with session_factory.begin() as session:
-                app.state.default_tenant_id = keys.get_or_create_tenant(session, DEFAULT_TENANT).id
+                default_tenant_id = keys.get_or_create_tenant(session, DEFAULT_TENANT).id
             log.warning(
                 "AUTHENTICATION IS OFF (ICLAUDIT_AUTH_ENABLED=false): every caller is tenant %r. "
                 "Never expose this server beyond localhost.",
                 DEFAULT_TENANT,
             )
         executor = make_executor(settings=settings, session_factory=jobs_session_factory)
-        app.state.executor = executor
         sweeper = Sweeper(session_factory=jobs_session_factory, executor=executor, settings=settings)
         sweeper.start()
         # webhook events and deliveries, schedules (app/integrations/dispatch.py)
         integrations = IntegrationsTicker(sessions=jobs_session_factory, settings=settings, executor=executor)
         integrations.start()
-        app.state.audit_watch = watch = AuditWatch(jobs_session_factory)  # wakes long-polls, /events
+        watch = AuditWatch(jobs_session_factory)  # wakes long-polls, /events
+        guard = Guard.from_settings(settings)  # rate limits and failed-authentication throttles
+        state = AppState(
+            settings=settings,
+            session_factory=session_factory,
+            jobs_session_factory=jobs_session_factory,
+            db_slots=db_slots,
+            guard=guard,
+            authenticator=Authenticator(  # who the caller is, for routes and middleware
+                guard=guard,
+                default_tenant_id=default_tenant_id,
+                session_factory=session_factory,
+                db_slots=db_slots,
+            ),
+            executor=executor,
+            audit_watch=watch,
+            metrics_registry=registry,
+            default_tenant_id=default_tenant_id,
+        )
+        app.state.iclaudit = state  # the one attribute: read through app.api.state.state_of
         await watch.start()
         if hasattr(executor, "on_write"):  # the inline executor's worker processes commit out of our sight
             executor.on_write = watch.wake_threadsafe
@@ -107,7 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await watch.stop()
             await close_poll_cache(app)
             datasets.close_checking_pool(app)  # the upload-checking processes, if any started
-            close_planner(app)  # the plan process, if a plan started it (app/jobs/plans.py)
+            close_planner(state)  # the plan process, if a plan started it (app/jobs/plans.py)
             integrations.stop()
             sweeper.stop()
             executor.close()
@@ -126,8 +143,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         middleware=stack(settings, registry),  # outer to inner (app/api/middleware/__init__.py)
         exception_handlers=EXCEPTION_HANDLERS,  # app/api/handlers.py
     )
-    app.state.guard = Guard.from_settings(settings)  # rate limits and failed-authentication throttles
-    app.state.authenticator = Authenticator(app.state)  # who the caller is, for routes and middleware
     metrics.install_metrics(app, registry)  # the database's audit figures beside the HTTP ones
     app.include_router(health.router)
     app.include_router(audits.router)

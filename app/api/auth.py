@@ -15,16 +15,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
 
+import anyio
 from anyio import to_thread
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.applications import Starlette
 from starlette.requests import HTTPConnection, Request
 from starlette.types import Scope
 
 from app.api.errors import ApiError
 from app.api.limits import Guard
 from app.api.sessions import in_session, run_in_session
+from app.api.state import state_of
 from app.db import keys
 from app.db.retry import short_reason
 
@@ -68,34 +70,43 @@ class Credentials:
         return key
 
 
-def authenticator_of(app: Any) -> Authenticator:
-    return app.state.authenticator
+def authenticator_of(app: Starlette) -> Authenticator:
+    return state_of(app).authenticator
 
 
 class Authenticator:
     """The caller's tenant id from its credentials, checked and counted against the tenant's rate limits.
-    Reads the app's state as the lifespan fills it (settings, guard, default tenant, sessions, slots)."""
+    `default_tenant_id` is every caller's tenant while authentication is off (None when it is on)."""
 
-    def __init__(self, state: Any) -> None:
-        self._state = state
+    def __init__(
+        self,
+        *,
+        guard: Guard,
+        default_tenant_id: str | None,
+        session_factory: sessionmaker[Session],
+        db_slots: anyio.Semaphore,
+    ) -> None:
+        self._guard = guard
+        self._default_tenant_id = default_tenant_id
+        self._sessions = session_factory
+        self._db_slots = db_slots
         self._renewing: set[str] = set()
         self._renewals: set[asyncio.Task[None]] = set()
 
-    @property
-    def _guard(self) -> Guard:
-        return self._state.guard
-
     def _auth_off(self) -> bool:
-        return not self._state.settings.auth_enabled
+        return self._default_tenant_id is not None
+
+    @property
+    def _default(self) -> str:
+        """The default tenant (only read while authentication is off)."""
+        assert self._default_tenant_id is not None
+        return self._default_tenant_id
 
     def tenant(self, session: Session, credentials: Credentials) -> str:
         """The caller's tenant id (the default tenant when auth is off), after the failed-authentication
         throttles, counted against the tenant's rate limits (429 over ICLAUDIT_RATE_LIMIT or
         ICLAUDIT_WRITE_RATE_LIMIT). A key verified in the last few seconds costs no database read."""
-        if self._auth_off():
-            tenant_id: str = self._state.default_tenant_id
-        else:
-            tenant_id = self.verify(session, credentials)
+        tenant_id = self._default if self._auth_off() else self.verify(session, credentials)
         self._guard.request(tenant_id, credentials.method)
         return tenant_id
 
@@ -119,7 +130,7 @@ class Authenticator:
         scrypt): what a long-poll or an event stream does at least every ICLAUDIT_KEY_RECHECK_SECONDS
         while it waits. 401 once the key is revoked. Counts nothing."""
         if self._auth_off():
-            return str(self._state.default_tenant_id)
+            return self._default
         found = keys.authenticated_tenant_id(session, credentials.key(), max_age=0)
         if found is None:
             raise ApiError(401, UNKNOWN_KEY)
@@ -135,7 +146,7 @@ class Authenticator:
         if not guard.local and not on_loop:
             return None
         if self._auth_off():
-            return self._state.default_tenant_id
+            return self._default
         scheme, _, key = (credentials.authorization or "").partition(" ")
         key = key.strip()
         if scheme.lower() != "bearer" or not key or not (guard.local or guard.known_good(key)):
@@ -192,8 +203,8 @@ class Authenticator:
 
     async def _renew(self, key: str) -> None:
         try:
-            async with self._state.db_slots:
-                await to_thread.run_sync(in_session, self._state.session_factory, _reread_key, (key,))
+            async with self._db_slots:
+                await to_thread.run_sync(in_session, self._sessions, _reread_key, (key,))
         except Exception as exc:  # the memo then runs out and the next poll reads the row itself
             log.warning("renewing a verified key failed (%s)", short_reason(exc))
         finally:

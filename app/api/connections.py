@@ -22,7 +22,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from starlette.applications import Starlette
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from app.api.state import state_of
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -133,12 +136,12 @@ class StreamSlots:
         return release
 
 
-def stream_slots(app: Any) -> StreamSlots:
+def stream_slots(app: Starlette) -> StreamSlots:
     """The app's StreamSlots (made on first use, on the event loop)."""
-    slots = getattr(app.state, "stream_slots", None)
-    if slots is None:
-        slots = app.state.stream_slots = StreamSlots(app.state.settings.max_open_streams)
-    return slots
+    state = state_of(app)
+    if state.stream_slots is None:
+        state.stream_slots = StreamSlots(state.settings.max_open_streams)
+    return state.stream_slots
 
 
 PLAN_RETRY_SECONDS = 5

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.api.auth import Credentials, authenticator_of
 from app.api.sessions import get_session
+from app.api.state import state_of
 from app.config import Settings
 from app.db.models import Tenant
 from app.db.scoping import PAGE_TOKEN_PATTERN
@@ -16,11 +17,11 @@ from app.jobs.executors import Executor
 
 
 def get_settings_dep(request: Request) -> Settings:
-    return request.app.state.settings
+    return state_of(request.app).settings
 
 
 def get_executor(request: Request) -> Executor:
-    return request.app.state.executor
+    return state_of(request.app).executor
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]

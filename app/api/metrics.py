@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.middleware import Middleware
 
 from app.api.errors import ApiError
+from app.api.state import state_of
 from app.audit.stats.verdict import OUTCOMES
 from app.db import audits as audit_rows
 from app.db import stats
@@ -96,7 +97,7 @@ class AuditCollector(Collector):
 def metrics(request: Request) -> Response:
     """Behind `Authorization: Bearer <ICLAUDIT_METRICS_TOKEN>` when that is set; without it, closed (403)
     when authentication is on (the figures span every tenant), open when it is off (a local server)."""
-    settings = request.app.state.settings
+    settings = state_of(request.app).settings
     token = settings.metrics_token
     if not token and settings.auth_enabled:
         raise ApiError(
@@ -110,7 +111,7 @@ def metrics(request: Request) -> Response:
             raise ApiError(
                 401, "GET /metrics needs `Authorization: Bearer <token>` (ICLAUDIT_METRICS_TOKEN)."
             )
-    return Response(generate_latest(request.app.state.metrics_registry), media_type=CONTENT_TYPE_LATEST)
+    return Response(generate_latest(state_of(request.app).metrics_registry), media_type=CONTENT_TYPE_LATEST)
 
 
 def http_metrics(registry: CollectorRegistry) -> Middleware:
@@ -127,5 +128,4 @@ def http_metrics(registry: CollectorRegistry) -> Middleware:
 def install_metrics(app: FastAPI, registry: CollectorRegistry) -> None:
     """The database's audit figures in the app's registry (the HTTP ones: `http_metrics`), served by
     `GET /metrics`."""
-    registry.register(AuditCollector(lambda: app.state.session_factory))
-    app.state.metrics_registry = registry
+    registry.register(AuditCollector(lambda: state_of(app).session_factory))

@@ -34,6 +34,7 @@ from anyio import to_thread
 from cachetools import LRUCache
 from sqlalchemy.orm import Session
 
+from app.api.state import state_of
 from app.api.watch import etag_of
 from app.db import audits as audit_rows
 from app.db import mark_check
@@ -148,7 +149,7 @@ class WriteStamp:
         return started >= arrived
 
     async def read(self, poll: PollCache, app: Any, tenant_id: str, audit_id: str) -> Kept | None:
-        state = app.state
+        state = state_of(app)
         with anyio.move_on_after(state.settings.api_queue_seconds):
             async with state.db_slots:
                 return await to_thread.run_sync(_reread, state.session_factory, poll, tenant_id, audit_id)
@@ -312,28 +313,27 @@ def poll_cache_of(app: Any) -> PollCache:
     """The app's PollCache (made on first use, on the event loop): running answers proven by the write
     stamp with the limits in this process's memory and an executor that stamps (inline), by the version
     in PostgreSQL with the limits shared (Redis), else only finished answers kept."""
-    state = app.state
-    poll: PollCache | None = getattr(state, "poll_cache", None)
-    if poll is None:
+    state = state_of(app)
+    if state.poll_cache is None:
         freshness: Freshness | None = None
-        executor = getattr(state, "executor", None)
+        executor = state.executor
         url = state.settings.sqlalchemy_url
         if state.guard.local and hasattr(executor, "write_stamp"):
             freshness = WriteStamp(executor)
         elif not state.guard.local and mark_check.supported(url):
             freshness = PgVersion(mark_check.MarkCheck(url, etag_of))
-        poll = state.poll_cache = PollCache(freshness)
-    return poll
+        state.poll_cache = PollCache(freshness)
+    return state.poll_cache
 
 
 def forget_finished(app: Any, tenant_id: str, audit_ids: list[str]) -> None:
     """Drop the kept answers of finished audits whose stored result was rewritten (a dataset's purge)."""
-    poll: PollCache | None = getattr(app.state, "poll_cache", None)
+    poll = state_of(app).poll_cache
     if poll is not None:
         poll.answers.forget(tenant_id, audit_ids)
 
 
 async def close_poll_cache(app: Any) -> None:
-    poll: PollCache | None = getattr(app.state, "poll_cache", None)
+    poll = state_of(app).poll_cache
     if poll is not None:
         await poll.close()

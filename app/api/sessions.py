@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from starlette.requests import Request
 
 from app.api.errors import ApiError
+from app.api.state import state_of
 from app.db.retry import short_reason
 
 log = logging.getLogger(__name__)
@@ -24,9 +25,10 @@ T = TypeVar("T")
 async def request_slot(request: Request) -> AsyncIterator[None]:
     """One of ICLAUDIT_API_CONCURRENCY slots for the block. Waiting for a slot costs no thread and no
     connection; past ICLAUDIT_API_QUEUE_SECONDS the answer is 503 with Retry-After."""
-    slots: anyio.Semaphore = request.app.state.db_slots
+    state = state_of(request.app)
+    slots = state.db_slots
     acquired = False
-    with anyio.move_on_after(request.app.state.settings.api_queue_seconds):
+    with anyio.move_on_after(state.settings.api_queue_seconds):
         await slots.acquire()
         acquired = True
     if not acquired:
@@ -48,7 +50,7 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     """A session, while holding one of the request slots (`request_slot`). The pool has a connection per
     slot, so a request never waits for one while holding a thread (no pool stall)."""
     async with request_slot(request):
-        session = request.app.state.session_factory()
+        session = state_of(request.app).session_factory()
         try:
             yield session
         finally:
@@ -67,4 +69,4 @@ async def run_in_session(request: Request, step: Callable[..., T], *args: Any) -
     """`step(session, *args)` in one worker thread, in a session opened and closed there, under one request
     slot: a single thread hop for a short step (a poll), and nothing held once it returns."""
     async with request_slot(request):
-        return await to_thread.run_sync(in_session, request.app.state.session_factory, step, args)
+        return await to_thread.run_sync(in_session, state_of(request.app).session_factory, step, args)

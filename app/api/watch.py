@@ -25,8 +25,10 @@ from anyio import to_thread
 from fastapi import Depends, Query
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
+from starlette.applications import Starlette
 
 from app.api.errors import ApiError
+from app.api.state import state_of
 from app.db import polling
 from app.schemas.errors import FieldViolation
 
@@ -171,5 +173,5 @@ class AuditWatch:
             await asyncio.sleep(self._min_gap)
 
 
-def watch_of(app: Any) -> AuditWatch:
-    return app.state.audit_watch
+def watch_of(app: Starlette) -> AuditWatch:
+    return state_of(app).audit_watch

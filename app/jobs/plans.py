@@ -30,7 +30,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -523,23 +523,29 @@ def answer_plan(
 _lock = threading.Lock()
 
 
-def planner(app: Any) -> InlinePlanner | CeleryPlanner:
-    """The app's planner, made at its first plan (the executor's kind)."""
+class HoldsPlanner(Protocol):
+    """Where a process keeps its planner (the API's AppState, app/api/state.py)."""
+
+    settings: Settings
+    planner: InlinePlanner | CeleryPlanner | None
+
+
+def planner(state: HoldsPlanner) -> InlinePlanner | CeleryPlanner:
+    """The process's planner, made at its first plan (the executor's kind)."""
     with _lock:
-        found = getattr(app.state, "planner", None)
-        if found is None:
-            settings = app.state.settings
-            found = CeleryPlanner(settings) if settings.executor == "celery" else InlinePlanner(settings)
-            app.state.planner = found
-        return found
+        if state.planner is None:
+            settings = state.settings
+            state.planner = (
+                CeleryPlanner(settings) if settings.executor == "celery" else InlinePlanner(settings)
+            )
+        return state.planner
 
 
-def close_planner(app: Any) -> None:
-    """Stop the app's planner, if a plan started one (the app's shutdown)."""
-    found = getattr(app.state, "planner", None)
-    if found is not None:
-        found.close()
-        app.state.planner = None
+def close_planner(state: HoldsPlanner) -> None:
+    """Stop the process's planner, if a plan started one (the app's shutdown)."""
+    if state.planner is not None:
+        state.planner.close()
+        state.planner = None
 
 
 def check_plan(session: Session, tenant_id: str, request: Any, settings: Settings) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from app.api.state import state_of
 from testkit.client import bound_request, wait_for
 
 
 def test_metrics_count_audits_by_kind_and_state(client) -> None:
     audit_id = client.post("/v1/audits", json=bound_request()).json()["id"]
     wait_for(client.get, audit_id, ("SUCCEEDED",))
-    token = client.app.state.settings.metrics_token
+    token = state_of(client.app).settings.metrics_token
     text = client.get("/metrics", headers={"Authorization": f"Bearer {token}"}).text
     assert 'iclaudit_audits{kind="bound",state="SUCCEEDED"} 1.0' in text
     assert 'iclaudit_audits{kind="bound",state="PENDING"} 0.0' in text

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from app.api.connections import plan_slots
+from app.api.state import state_of
 from app.main import create_app
 from testkit.servers import serve_in_thread
 
@@ -35,7 +36,7 @@ def test_the_reported_plan_is_refused_before_any_rehearsal(client) -> None:
     assert "500 × 1,000 = 500,000 pairs, above this service's 4,000" in error["message"]
     assert "ICLAUDIT_PLAN_MAX_PAIRS" in error["message"]
     assert time.monotonic() - start < 10
-    assert getattr(client.app.state, "planner", None) is None  # no worker was asked
+    assert state_of(client.app).planner is None  # no worker was asked
     many = client.post("/v1/audits/plan", json=likelihood(2000, 10))
     assert many.status_code == 422 and many.json()["error"]["details"][0]["path"] == "$.attack.canaries"
 
@@ -66,7 +67,7 @@ def test_another_tenants_plan_is_answered_while_one_computes_and_a_plan_stops_at
         warm = [_plan_in_thread(client, BOUND, key)[0] for key in (bob, carol)]  # both plan processes start
         for thread in warm:
             thread.join(300)
-        pids = client.app.state.planner.pids
+        pids = state_of(client.app).planner.pids
         assert len(pids) == 2
         slow, answers = _plan_in_thread(client, likelihood(200, 200), alice)
         other = client.post("/v1/audits/plan", json=BOUND, headers={"Authorization": f"Bearer {bob}"})
@@ -80,7 +81,7 @@ def test_another_tenants_plan_is_answered_while_one_computes_and_a_plan_stops_at
         assert "did not finish within 10 s (ICLAUDIT_PLAN_TIMEOUT_SECONDS) and was stopped" in message
         again = client.post("/v1/audits/plan", json=BOUND, headers={"Authorization": f"Bearer {alice}"})
         assert again.status_code == 200  # the plan stopped itself: its process lives on and plans again
-        assert client.app.state.planner.pids == pids
+        assert state_of(client.app).planner.pids == pids
 
 
 def test_a_plan_stops_when_its_caller_hangs_up(settings, make_key) -> None:
@@ -107,4 +108,4 @@ def test_a_plan_stops_when_its_caller_hangs_up(settings, make_key) -> None:
         # alice's plan alone takes 20 s or more (minutes on a loaded machine); bob's, behind it in the one plan
         # process, waited only for it to stop
         assert waited < 15, f"bob's plan waited {waited:.1f} s"
-        assert app.state.planner.pids == [app.state.planner.pid]  # stopped, not killed
+        assert state_of(app).planner.pids == [state_of(app).planner.pid]  # stopped, not killed

@@ -15,6 +15,7 @@ import pytest
 
 from app.api.connections import PlanSlots, plan_slots
 from app.api.errors import TooManyRequests
+from app.api.state import state_of
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -79,7 +80,7 @@ def test_a_plan_is_computed_in_the_plan_process_while_healthz_and_polls_answer(
         client.headers["Authorization"] = f"Bearer {make_key('alice')}"
         audit_id = client.post("/v1/audits", json=bound).json()["id"]
         assert client.post("/v1/audits/plan", json=bound).status_code == 200  # starts the plan process
-        pid = client.app.state.planner.pid
+        pid = state_of(client.app).planner.pid
         answers: list[int] = []
         body = json.loads((EXAMPLES / "mia-oracle-eps1.json").read_text()) | {"trials": 2000}
         planning = threading.Thread(

@@ -9,6 +9,7 @@ import logging
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from app.api.state import state_of
 from app.observability import log_handler
 from testkit.client import bound_request, verdict_request, wait_for
 
@@ -36,7 +37,7 @@ def test_request_id_is_echoed_or_made_and_reaches_the_audit_log(client) -> None:
     from app.db.models import Audit
     from app.integrations.webhooks import audit_data
 
-    with client.app.state.session_factory() as session:  # webhook deliveries carry it too
+    with state_of(client.app).session_factory() as session:  # webhook deliveries carry it too
         assert audit_data(session.get(Audit, audit["id"]))["request_id"] == "ci-run-42"
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     runner = [line for line in lines if line["logger"] == "app.jobs.runner"]
@@ -47,7 +48,7 @@ def test_request_id_is_echoed_or_made_and_reaches_the_audit_log(client) -> None:
 
 
 def _families(client) -> dict:
-    token = client.app.state.settings.metrics_token
+    token = state_of(client.app).settings.metrics_token
     text = client.get("/metrics", headers={"Authorization": f"Bearer {token}"}).text
     return {family.name: family for family in text_string_to_metric_families(text)}
 

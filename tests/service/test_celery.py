@@ -15,6 +15,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from app.api.state import state_of
 from app.audit.kinds.registry import KINDS
 from app.config import Settings, get_settings
 from app.jobs.broker import TASK_NAME, create_celery
@@ -102,7 +103,7 @@ def test_sigkilled_worker_audit_finishes_once_on_a_new_worker_with_the_same_resu
     assert done["attempt"] == 2  # claimed once more, by the new worker, after the heartbeat went stale
 
     # the broker's late redelivery of the original message finds the audit finished and changes nothing
-    create_celery(Settings(broker_url=api.app.state.settings.broker_url)).send_task(
+    create_celery(Settings(broker_url=state_of(api.app).settings.broker_url)).send_task(
         TASK_NAME, args=[audit["id"]]
     )
     deadline = time.monotonic() + 30

@@ -23,6 +23,7 @@ from app.api.auth import Credentials, authenticator_of
 from app.api.errors import ApiError, TooManyRequests, error_response
 from app.api.middleware.strict_json import is_v1_write
 from app.api.sessions import run_in_session
+from app.api.state import state_of
 
 
 def _has_body(scope: Scope) -> bool:
@@ -42,8 +43,7 @@ class AuthenticateFirst:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
-        state = request.app.state
-        if not state.settings.auth_enabled:
+        if not state_of(request.app).settings.auth_enabled:
             await self.app(scope, receive, send)
             return
         auth = authenticator_of(request.app)

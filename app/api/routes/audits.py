@@ -30,6 +30,7 @@ from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.middleware.strict_json import StrictJSONRoute
 from app.api.poll import AnswerCache, PollCache, poll_cache_of
 from app.api.sessions import run_in_session
+from app.api.state import state_of
 from app.api.watch import CACHE_CONTROL, WaitDep, etag_of, matches, watch_of
 from app.audit.budget import BudgetSpec
 from app.audit.kinds.base import MAX_LABELS, AuditRequestBase
@@ -319,7 +320,7 @@ async def _wait_rechecking(
     watch = watch_of(request.app)
     clock = asyncio.get_running_loop().time
     deadline = clock() + timeout
-    recheck = request.app.state.settings.key_recheck_seconds
+    recheck = state_of(request.app).settings.key_recheck_seconds
     while (left := deadline - clock()) > 0:
         if await watch.changed(audit_id, etag, timeout=min(left, recheck), since=since):
             return
@@ -375,7 +376,7 @@ async def audit_events(
         raise _not_found(audit_id)
 
     clock = asyncio.get_running_loop().time
-    recheck = request.app.state.settings.key_recheck_seconds
+    recheck = state_of(request.app).settings.key_recheck_seconds
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         nonlocal row, since
@@ -432,7 +433,7 @@ async def plan_audit(
 
     tenant_id = await authenticator_of(request.app).caller(request, Credentials.of(request, authorization))
     with plan_slots.hold(tenant_id):
-        settings = request.app.state.settings
+        settings = state_of(request.app).settings
         await run_in_session(request, plans.check_plan, tenant_id, body, settings)
         gone = threading.Event()
 
@@ -444,7 +445,7 @@ async def plan_audit(
         watcher = asyncio.create_task(watch())
         try:
             answer = await to_thread.run_sync(
-                plans.planner(request.app).plan, tenant_id, body.model_dump(mode="json"), None, gone
+                plans.planner(state_of(request.app)).plan, tenant_id, body.model_dump(mode="json"), None, gone
             )
             return plans.plan_of(answer)
         except plans.PlanUnavailable as exc:

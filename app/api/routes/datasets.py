@@ -29,6 +29,7 @@ from app.api.idempotency import IdempotencyKeyHeader, Remember, create_once
 from app.api.middleware.strict_json import StrictJSONRoute
 from app.api.poll import forget_finished
 from app.api.sessions import run_in_session
+from app.api.state import state_of
 from app.api.upload_worker import Checked
 from app.config import Settings
 from app.db import datasets as dataset_rows
@@ -106,9 +107,8 @@ class _Upload:
 async def _upload_slot(request: Request, tenant_id: str) -> AsyncIterator[None]:
     """One of the tenant's ICLAUDIT_MAX_CONCURRENT_UPLOADS in this process (counted on the event loop), or
     429 at once with the body unread."""
-    state = request.app.state
-    streaming: dict[str, int] = getattr(state, "uploads_streaming", None) or {}
-    state.uploads_streaming = streaming
+    state = state_of(request.app)
+    streaming = state.uploads_streaming
     limit = state.settings.max_concurrent_uploads
     held = streaming.get(tenant_id, 0)
     if held >= limit:
@@ -194,18 +194,19 @@ def _parse_upload(spool: IO[bytes], content_type: str, max_bytes: int) -> _Uploa
 def _checking_pool(app: Any) -> ProcessPoolExecutor:
     """The app's pool of UPLOAD_CHECKERS spawned processes that check uploads (made on first use, on the
     event loop; shut down with the app: `close_checking_pool`)."""
-    pool = getattr(app.state, "upload_checkers", None)
-    if pool is None:
-        pool = ProcessPoolExecutor(UPLOAD_CHECKERS, mp_context=multiprocessing.get_context("spawn"))
-        app.state.upload_checkers = pool
-    return pool
+    state = state_of(app)
+    if state.upload_checkers is None:
+        state.upload_checkers = ProcessPoolExecutor(
+            UPLOAD_CHECKERS, mp_context=multiprocessing.get_context("spawn")
+        )
+    return state.upload_checkers
 
 
 def close_checking_pool(app: Any) -> None:
-    pool = getattr(app.state, "upload_checkers", None)
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
-        app.state.upload_checkers = None
+    state = state_of(app)
+    if state.upload_checkers is not None:
+        state.upload_checkers.shutdown(wait=False, cancel_futures=True)
+        state.upload_checkers = None
 
 
 async def _checked(app: Any, upload: _Upload, settings: Settings) -> Checked:

@@ -6,6 +6,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
+from app.api.state import state_of
+
 router = APIRouter(tags=["health"])
 
 
@@ -19,12 +21,12 @@ async def healthz() -> dict[str, str]:
 def readyz(request: Request) -> JSONResponse:
     checks: dict[str, str] = {}
     try:
-        with request.app.state.session_factory() as session:
+        with state_of(request.app).session_factory() as session:
             session.execute(text("SELECT 1"))
         checks["database"] = "ok"
     except Exception as exc:
         checks["database"] = f"unreachable: {type(exc).__name__}"
-    broker_url = request.app.state.settings.broker_url
+    broker_url = state_of(request.app).settings.broker_url
     if broker_url:
         import redis
 
