@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Text, and_, cast, func, or_, select, update
+from sqlalchemy import Select, Text, and_, cast, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from app.db.models import TERMINAL_STATES, Audit, AuditState, Tenant, utcnow
@@ -68,6 +68,18 @@ def count_active(session: Session, *, tenant_id: str) -> int:
     return int(session.scalar(query) or 0)
 
 
+def filtered(query: Select[Any], *, state: str | None, kind: str | None, verdict: str | None) -> Select[Any]:
+    """`query` kept to the audits in `state`, of `kind` and whose result has `verdict` (each where given):
+    the filters every list of audits takes."""
+    if state:
+        query = query.where(Audit.state == state)
+    if kind:
+        query = query.where(Audit.kind == kind)
+    if verdict:
+        query = query.where(with_verdict(verdict))
+    return query
+
+
 def list_audits(
     session: Session,
     *,
@@ -83,13 +95,7 @@ def list_audits(
     """`where`: further conditions on `Audit` (e.g. app.db.labels.having_labels); `verdict`: only audits
     whose stored result has this `verdict` (`with_verdict`); `max_bytes`: the page stops early once the
     audits' stored request and result add up past it (`stored_bytes`; the next page goes on from there)."""
-    query = owned(Audit, tenant_id).where(*where)
-    if state:
-        query = query.where(Audit.state == state)
-    if kind:
-        query = query.where(Audit.kind == kind)
-    if verdict:
-        query = query.where(with_verdict(verdict))
+    query = filtered(owned(Audit, tenant_id).where(*where), state=state, kind=kind, verdict=verdict)
     if max_bytes is not None:
         return keyset_page_by_bytes(
             session, query, Audit, page_size, page_token, size=stored_bytes(), max_bytes=max_bytes

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, and_, bindparam, func, or_, select
+from sqlalchemy import Row, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from app.db.audits import with_verdict
+from app.db.audits import filtered
 from app.db.constants import CLAIM_FIELDS
 from app.db.models import Audit
-from app.db.scoping import Page, decode_page_token, encode_page_token
+from app.db.scoping import Page, keyset_page
 
 MARK_FIELDS = (
     "state",
@@ -88,23 +88,5 @@ def summary_page(
     """`audits.list_audits` without the request bodies: the same filters, order and page tokens; `where`:
     further conditions on `Audit` (e.g. labels); `verdict`: only audits whose result has that verdict."""
     query = select(*_SUMMARY).where(Audit.tenant_id == tenant_id, *where)
-    if state:
-        query = query.where(Audit.state == state)
-    if kind:
-        query = query.where(Audit.kind == kind)
-    if verdict:
-        query = query.where(with_verdict(verdict))
-    if page_token:
-        created_at, row_id = decode_page_token(page_token)
-        query = query.where(
-            or_(Audit.created_at < created_at, and_(Audit.created_at == created_at, Audit.id < row_id))
-        )
-    rows = list(
-        session.execute(query.order_by(Audit.created_at.desc(), Audit.id.desc()).limit(page_size + 1))
-    )
-    token = (
-        encode_page_token(rows[page_size - 1].created_at, rows[page_size - 1].id)
-        if len(rows) > page_size
-        else None
-    )
-    return Page(items=rows[:page_size], next_page_token=token)
+    query = filtered(query, state=state, kind=kind, verdict=verdict)
+    return keyset_page(session, query, Audit, page_size, page_token, scalars=False)

@@ -107,13 +107,20 @@ def keyset_page_by_bytes(
 
 
 def keyset_page(
-    session: Session, query: Select[Any], model: Any, page_size: int, page_token: str | None
+    session: Session,
+    query: Select[Any],
+    model: Any,
+    page_size: int,
+    page_token: str | None,
+    *,
+    scalars: bool = True,
 ) -> Page:
-    """Newest first; the token is the (created_at, id) of the last row shown (keyset pagination)."""
-    query = _after(query, model, page_token)
-    rows = list(
-        session.scalars(query.order_by(model.created_at.desc(), model.id.desc()).limit(page_size + 1))
-    )
+    """Newest first; the token is the (created_at, id) of the last row shown (keyset pagination).
+    `scalars`: the items are the query's first column (ORM objects); False: whole rows (a select of
+    columns, which must hold `created_at` and `id`)."""
+    query = _after(query, model, page_token).order_by(model.created_at.desc(), model.id.desc())
+    query = query.limit(page_size + 1)
+    rows = list(session.scalars(query) if scalars else session.execute(query))
     token = (
         encode_page_token(rows[page_size - 1].created_at, rows[page_size - 1].id)
         if len(rows) > page_size
