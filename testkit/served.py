@@ -83,15 +83,7 @@ def serve(
     from app.db.migrate import upgrade
 
     upgrade(f"sqlite:///{state / 'iclaudit.db'}")  # in-process: a CLI start costs seconds here
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(ICLAUDIT), "serve", "--port", str(port)],
-        env=env,
-        cwd=state,
-        stdout=(state / "serve.log").open("wb"),
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
-    )
+    proc, port = start_serve(state, env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + ready_within
     while True:
@@ -104,6 +96,21 @@ def serve(
             stop(proc)
             raise AssertionError(f"not ready within {ready_within:g} s: " + (state / "serve.log").read_text())
         time.sleep(0.1)
+
+
+def start_serve(state: Path, env: dict[str, str], *options: str) -> tuple[subprocess.Popen, int]:
+    """`iclaudit serve` with `options` on a free port (returned), `env` its whole environment, `state` its
+    directory and where serve.log is written; it gets SIGTERM when this process dies."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(ICLAUDIT), "serve", "--port", str(port), *options],
+        env=env,
+        cwd=state,
+        stdout=(state / "serve.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
+    )
+    return proc, port
 
 
 def stop(proc: subprocess.Popen) -> None:

@@ -7,7 +7,6 @@ shared limits the command refuses to start."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -21,8 +20,8 @@ from app.db import keys
 from app.db.engine import make_engine, make_session_factory
 from app.db.migrate import upgrade
 from testkit.client import bound_request
-from testkit.served import ICLAUDIT, make_key, stop
-from testkit.servers import _die_with_parent, free_port, redis_server, wait_for_port  # noqa: F401
+from testkit.served import ICLAUDIT, make_key, start_serve, stop
+from testkit.servers import free_port, redis_server, wait_for_port  # noqa: F401 - a fixture
 
 LIMIT = 120
 
@@ -31,7 +30,6 @@ LIMIT = 120
 def two(tmp_path_factory: pytest.TempPathFactory, redis_server) -> Iterator[tuple[str, Path]]:  # noqa: F811
     state = tmp_path_factory.mktemp("workers")
     upgrade(f"sqlite:///{state / 'iclaudit.db'}")
-    port = free_port()
     env = {
         **os.environ,
         "ICLAUDIT_STATE_DIR": str(state),
@@ -43,14 +41,7 @@ def two(tmp_path_factory: pytest.TempPathFactory, redis_server) -> Iterator[tupl
     }
     env.pop("ICLAUDIT_DATABASE_URL", None)
     env.pop("ICLAUDIT_BROKER_URL", None)
-    proc = subprocess.Popen(
-        [str(ICLAUDIT), "serve", "--port", str(port), "--workers", "2"],
-        env=env,
-        cwd=state,
-        stdout=(state / "serve.log").open("wb"),
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
-    )
+    proc, port = start_serve(state, env, "--workers", "2")
     try:
         wait_for_port(port, proc, "iclaudit serve --workers 2", timeout=120)
         time.sleep(3)  # both workers up

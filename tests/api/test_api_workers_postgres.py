@@ -8,8 +8,6 @@ connection that stays with its process."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -22,15 +20,8 @@ from app.db.engine import make_engine, make_session_factory
 from app.db.models import Audit, AuditState, utcnow
 from app.schemas.audits import AuditResource
 from testkit.client import bound_request
-from testkit.served import ICLAUDIT, stop
-from testkit.servers import (  # noqa: F401 - fixtures
-    _die_with_parent,
-    create_database,
-    free_port,
-    postgres_server,
-    redis_server,
-    wait_for_port,
-)
+from testkit.served import start_serve, stop
+from testkit.servers import create_database, postgres_server, redis_server, wait_for_port  # noqa: F401 - fixtures
 from testkit.tenants import create_key
 
 
@@ -40,7 +31,6 @@ def served(tmp_path_factory, postgres_server, redis_server) -> Iterator[tuple[st
     state = tmp_path_factory.mktemp("workers-pg")
     url = create_database(postgres_server.url, "iclaudit_workers_pg")
     key = create_key(url, "w-pg", migrate=True)
-    port = free_port()
     env = {
         **os.environ,
         "ICLAUDIT_STATE_DIR": str(state),
@@ -55,14 +45,7 @@ def served(tmp_path_factory, postgres_server, redis_server) -> Iterator[tuple[st
         "ICLAUDIT_HEADER_TIMEOUT_SECONDS": "120",
     }
     env.pop("ICLAUDIT_RATE_LIMIT_STORAGE", None)
-    proc = subprocess.Popen(
-        [str(ICLAUDIT), "serve", "--port", str(port), "--workers", "2"],
-        env=env,
-        cwd=state,
-        stdout=(state / "serve.log").open("wb"),
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
-    )
+    proc, port = start_serve(state, env, "--workers", "2")
     try:
         wait_for_port(port, proc, "iclaudit serve --workers 2", timeout=120)
         yield f"http://127.0.0.1:{port}", key, url

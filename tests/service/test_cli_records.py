@@ -5,59 +5,24 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
 from app.cli import _register, app
-from testkit.servers import _die_with_parent, free_port
+from testkit.served import serve, stop
 
 ROOT = Path(__file__).resolve().parents[2]
-ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`iclaudit serve` on SQLite, inline executor, auth off (as tests/service/test_cli_service.py)."""
-    state = tmp_path_factory.mktemp("serve")
-    env = {**os.environ, "ICLAUDIT_STATE_DIR": str(state), "ICLAUDIT_AUTH_ENABLED": "false"}
-    env |= {"ICLAUDIT_PRELOAD_MODELS": "false", "HF_HUB_OFFLINE": "1"}
-    env.pop("ICLAUDIT_DATABASE_URL", None)
-    subprocess.run([str(ICLAUDIT), "migrate"], env=env, check=True, capture_output=True, cwd=state)
-    port, log = free_port(), state / "serve.log"
-    proc = subprocess.Popen(
-        [str(ICLAUDIT), "serve", "--port", str(port)],
-        env=env,
-        cwd=state,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
-    )
-    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 240
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(log.read_text())
-        time.sleep(0.2)
+    proc, url, _ = serve(tmp_path_factory.mktemp("serve"), auth=False, ready_within=240)
     yield url
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop(proc)
 
 
 def test_result_records_as_csv_json_and_table(server: str, tmp_path: Path) -> None:

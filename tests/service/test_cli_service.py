@@ -12,7 +12,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,10 +23,10 @@ from typer.testing import CliRunner
 from app.cli import _register, app
 from app.config import get_settings
 from testkit.client import long_mia_request
-from testkit.servers import _die_with_parent, free_port
+from testkit.served import ICLAUDIT, serve, stop
+from testkit.servers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-ICLAUDIT = Path(sys.executable).parent / "iclaudit"
 # An audit that still runs seconds after it is submitted: 2M oracle trials finished within a second on an
 # idle CI machine, before the cancel and Ctrl-C below.
 LONG_TRIALS = 16_000_000
@@ -46,44 +45,12 @@ def cli() -> CliRunner:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, str], Path]]:
     state = tmp_path_factory.mktemp("serve")
-    env = {
-        **os.environ,
-        "ICLAUDIT_STATE_DIR": str(state),
-        "ICLAUDIT_AUTH_ENABLED": "false",
-        "ICLAUDIT_PRELOAD_MODELS": "false",  # no test here needs SmolLM2
-        "ICLAUDIT_MAX_TRIALS": str(LONG_TRIALS),
-        "HF_HUB_OFFLINE": "1",
-    }
-    env.pop("ICLAUDIT_DATABASE_URL", None)
-    subprocess.run([str(ICLAUDIT), "migrate"], env=env, check=True, capture_output=True, cwd=state)
-    port = free_port()
-    log = state / "serve.log"
-    proc = subprocess.Popen(
-        [str(ICLAUDIT), "serve", "--port", str(port)],
-        env=env,
-        cwd=state,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        preexec_fn=lambda: _die_with_parent(signal.SIGTERM),
+    # no test here needs SmolLM2 (models are not preloaded)
+    proc, url, env = serve(
+        state, auth=False, extra_env={"ICLAUDIT_MAX_TRIALS": str(LONG_TRIALS)}, ready_within=60
     )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(log.read_text())
-        time.sleep(0.1)
-    yield url, env, log
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:  # a loaded machine: do not fail the tests on a slow shutdown
-        proc.kill()
-        proc.wait()
+    yield url, env, state / "serve.log"
+    stop(proc)
 
 
 def test_serve_logs_that_auth_is_off(server) -> None:
