@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,23 @@ from fastapi.testclient import TestClient
 from app.config import Settings
 from app.main import create_app
 from testkit.tenants import key_maker
+
+
+def app_settings(database_url: str, state_dir: Path, data_dir: Path, **changes: Any) -> Settings:
+    """A directory's `settings`: the inline executor, authentication on, fast heartbeats and no model
+    preloaded, with `changes` on top."""
+    return Settings(
+        database_url=database_url,
+        state_dir=state_dir,
+        data_dir=data_dir,
+        executor="inline",
+        auth_enabled=True,
+        heartbeat_seconds=0.5,
+        stale_after_seconds=5,
+        sweep_seconds=60,
+        preload_models=False,
+        **changes,
+    )
 
 
 @pytest.fixture

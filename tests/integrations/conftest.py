@@ -18,7 +18,7 @@ import pytest
 
 from app.config import Settings
 from app.main import create_app
-from testkit.app_fixtures import app_client, client, make_key  # noqa: F401 - fixtures
+from testkit.app_fixtures import app_client, app_settings, client, make_key  # noqa: F401 - fixtures
 from testkit.servers import database_url, free_port, postgres_server, serve_in_thread  # noqa: F401 - fixtures
 
 
@@ -84,17 +84,11 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path, data_dir: Path, receiver: Receiver) -> Settings:  # noqa: F811
-    return Settings(
-        database_url=database_url,
-        state_dir=tmp_path,
-        data_dir=data_dir,
-        executor="inline",
+    return app_settings(
+        database_url,
+        tmp_path,
+        data_dir,
         inline_workers=2,
-        auth_enabled=True,
-        heartbeat_seconds=0.5,
-        stale_after_seconds=5,
-        sweep_seconds=60,
-        preload_models=False,
         webhook_tick_seconds=0.1,
         webhook_backoff_seconds=0.2,
         webhook_allowlist=[f"http://127.0.0.1:{receiver.port}/"],
