@@ -40,6 +40,7 @@ import aiohttp
 
 from app.audit.kinds.registry import kind_module
 from bench import loadgen
+from testkit.served import stop
 from testkit.servers import (  # the tests' real-server helpers
     _die_with_parent,
     create_database,
@@ -112,16 +113,6 @@ def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[
     )
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @contextlib.contextmanager
 def _stack(name: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
     """(base URL, API key, API server pid) of a running stack, stopped after the block."""
@@ -164,7 +155,7 @@ def _stack(name: str, workdir: Path) -> Iterator[tuple[str, str, int]]:
         yield f"http://127.0.0.1:{port}", key, procs[-1].pid
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop(proc)
         for server in servers:
             server.stop()
 
@@ -314,7 +305,7 @@ def _bare(workdir: Path, workers: int) -> Iterator[tuple[str, int]]:
             time.sleep(3)
         yield f"http://127.0.0.1:{port}", proc.pid
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def _served_rps(stats: loadgen.Stats) -> float:
