@@ -9,15 +9,14 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from testkit.held_endpoint import HeldEndpoint
 from testkit.servers import _die_with_parent, free_port
 from testkit.tenants import create_key
 
@@ -50,7 +49,7 @@ VERDICT_REQUESTS = {
 }
 
 # Worker processes of the browser tests' server (ICLAUDIT_INLINE_WORKERS): a test that must keep an audit PENDING
-# holds that many at the gate.
+# holds that many at the held endpoint.
 INLINE_WORKERS = 2
 
 
@@ -153,98 +152,5 @@ def log_in(page, key: str, path: str = "/ui") -> None:
         raise AssertionError(f"the login dialog stayed open on {path}: {shown}") from exc
 
 
-class SteppedGate:
-    """A gated endpoint for the served server: hold an audit RUNNING, or let it through a given
-    number of calls at a time, by events, never by a trial count.
-
-    The server allows `url` (ICLAUDIT_ENDPOINT_ALLOWLIST, `allowlist_env`). An `http_endpoint` audit of it
-    (`request`) makes real calls, each of which waits here until `allow` counts it in or `release` opens the
-    gate for good; `wait_held(n)` returns once call n arrived, so the audit is RUNNING and its worker waits here.
-    Like testkit/gate.py's `Gate`, but calls can be let through in steps (the progress test moves the
-    bar one chunk of calls at a time). One gate serves a module's server: `rearm` before each held audit."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._arrived = 0
-        self._allowed = 0
-        self._open = False
-        gate = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with gate._cond:
-                    gate._arrived += 1
-                    mine = gate._arrived
-                    gate._cond.notify_all()
-                    gate._cond.wait_for(lambda: gate._open or mine <= gate._allowed, timeout=600)
-                body = json.dumps({"answer": "1"}).encode()
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                except OSError:  # the server that asked has stopped
-                    pass
-
-            def log_message(self, *_: object) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def allowlist_env(self) -> dict[str, str]:
-        return {"ICLAUDIT_ENDPOINT_ALLOWLIST": json.dumps([self.url])}
-
-    def request(self, trials: int = 5, seed: int = 0) -> dict[str, Any]:
-        """A real membership audit of this endpoint (black box): `trials` calls per context, in chunks of
-        `http_endpoint`'s call_batch (100) calls per context, each chunk followed by a progress report."""
-        return {
-            "kind": "mia",
-            "dataset": "ag_news",
-            "seed": seed,
-            "epsilon": 1.0,
-            "estimator": "direct",
-            "trials": trials,
-            "mechanism": {
-                "name": "http_endpoint",
-                "endpoint": {"url": self.url, "timeout_s": 300, "retries": 0},
-            },
-            "attack": {"name": "canary_prompt", "threat_model": "black_box"},
-        }
-
-    def wait_held(self, calls: int = 1, timeout: float = 120.0) -> None:
-        """Until call number `calls` (since `rearm`) arrived: every call before it was let through."""
-        with self._cond:
-            arrived = self._cond.wait_for(lambda: self._arrived >= calls, timeout=timeout)
-            assert arrived, f"{self._arrived} calls reached the gate within {timeout} s, not {calls}"
-
-    def allow(self, calls: int) -> None:
-        """Let `calls` more calls through (those waiting first), then hold again."""
-        with self._cond:
-            self._allowed += calls
-            self._cond.notify_all()
-
-    def release(self) -> None:
-        """Open the gate: every call, waiting or to come, goes through until `rearm`."""
-        with self._cond:
-            self._open = True
-            self._cond.notify_all()
-
-    def rearm(self) -> None:
-        """Hold the next audit's calls again, counted from zero."""
-        with self._cond:
-            self._arrived = self._allowed = 0
-            self._open = False
-
-    def __enter__(self) -> SteppedGate:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.release()
-        self._server.shutdown()
-        self._server.server_close()
+# tests/ui/conftest.py's name for testkit/held_endpoint.py's HeldEndpoint, until it imports that
+SteppedGate = HeldEndpoint

@@ -10,7 +10,8 @@ import time
 from typing import Any
 
 from app.audit.kinds.registry import kind_module
-from testkit.served import Served, SteppedGate, log_in
+from testkit.held_endpoint import HeldEndpoint
+from testkit.served import Served, log_in
 
 
 def _mia(trials: int, seed: int = 0) -> dict[str, Any]:
@@ -50,7 +51,7 @@ LIVE_CHUNKS, CHUNK_CALLS = 3, 200
 
 
 def test_submit_from_the_page_watch_it_live_and_see_the_charts(
-    page, served: Served, gate: SteppedGate
+    page, served: Served, gate: HeldEndpoint
 ) -> None:
     """The bar moves because the test moves the audit, one chunk of calls at a time through the gate (issue 23):
     after each chunk the page must show the audit's new fraction before the next chunk is let through, so it
@@ -108,7 +109,7 @@ def test_submit_from_the_page_watch_it_live_and_see_the_charts(
     assert download.value.suggested_filename.endswith(".png")
 
 
-def test_a_422_is_shown_beside_the_field_it_names(page, served: Served, gate: SteppedGate) -> None:
+def test_a_422_is_shown_beside_the_field_it_names(page, served: Served, gate: HeldEndpoint) -> None:
     """The audit submitted with the keyboard at the end stays PENDING, by construction: every worker is held
     at the gate (issue 23), so it is cancelled before it runs (an iclinf audit, minutes of CPU)."""
     log_in(page, served.alice, "/ui/submit")
@@ -177,7 +178,7 @@ def test_the_sweeps_page_charts_a_finished_sweep(page, served: Served) -> None:
     page.locator("#summary [data-state]").wait_for()
 
 
-def test_filter_the_list_and_cancel_a_running_audit(page, served: Served, gate: SteppedGate) -> None:
+def test_filter_the_list_and_cancel_a_running_audit(page, served: Served, gate: HeldEndpoint) -> None:
     """The audit cancelled is RUNNING by construction: its first call waits at the gate (issue 23) until the
     cancel was accepted, and it stops at its next progress check once the gate opens."""
     with served.client(served.alice) as api:

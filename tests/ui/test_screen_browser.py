@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from app.audit.kinds.registry import kind_module
-from testkit.served import VERDICT_REQUESTS, Served, SteppedGate, log_in, offline_context
+from testkit.held_endpoint import HeldEndpoint
+from testkit.served import VERDICT_REQUESTS, Served, log_in, offline_context
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 WIDTHS = (1400, 390)
@@ -101,7 +102,7 @@ MODEL_KINDS = {
 
 
 @pytest.fixture(scope="module")
-def screens(served: Served, module_gate: SteppedGate, tmp_path_factory: pytest.TempPathFactory):
+def screens(served: Served, module_gate: HeldEndpoint, tmp_path_factory: pytest.TempPathFactory):
     """Alice's finished audits of each verdict and kind but the model kinds (a mechanism-none one submitted with
     an ε it cannot claim, one of an uploaded dataset), a failed one, a sweep and the HTML report of the leak.
     Returns {name: audit id} and the rest for the pages."""
@@ -221,7 +222,7 @@ def _visit(
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_no_rough_edges_on_any_page(browser, served: Served, screens, gate: SteppedGate, width: int) -> None:
+def test_no_rough_edges_on_any_page(browser, served: Served, screens, gate: HeldEndpoint, width: int) -> None:
     """Every page, with one audit held RUNNING at the gate."""
     with served.client(served.alice) as api:
         running = _submit(api, gate.request(trials=5))
