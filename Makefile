@@ -60,3 +60,11 @@ lint: venv
 
 bench: venv
 	$(VENV)/bin/python bench/run.py
+
+# The fast tier, a maintainer's loop of about a minute: the tests whose fixtures start no PostgreSQL, Redis,
+# Chromium, real model or side venv (`pytest --fast`, testkit/tiers.py), on 2 workers, without the lint and
+# without the side venvs' set-up. CI still runs `make test`, which runs them all.
+.PHONY: test-fast
+test-fast: venv
+	$(VENV)/bin/python -m compileall -q app iclaudit workers testkit bench >/dev/null
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 --dist loadfile --fast

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from testkit.tiers import refuse
+
 _PR_SET_PDEATHSIG = 1
 
 
@@ -104,6 +106,7 @@ def _unprivileged_user() -> str | None:
 
 def start_postgres() -> Server:
     """initdb + postgres (fsync off: a test cluster) on a free port; URL for psycopg 3, database `postgres`."""
+    refuse("PostgreSQL")
     bindir = postgres_bin_dir()
     if bindir is None:
         raise RuntimeError("PostgreSQL is not installed (initdb not found); `.ci/run` installs it")
@@ -183,6 +186,7 @@ def create_database(server_url: str, name: str) -> str:
 
 
 def start_redis() -> Server:
+    refuse("Redis")
     binary = shutil.which("redis-server")
     if binary is None:
         raise RuntimeError("redis-server is not installed; `.ci/run` installs it")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from testkit import tiers
 from testkit.served import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -60,6 +61,7 @@ def served(
 
 @pytest.fixture(scope="session")
 def browser():
+    tiers.refuse("Chromium")
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).is_file():
         pytest.fail(f"Chromium not found at {CHROMIUM}; `.ci/run` installs Debian's chromium")
     from playwright.sync_api import sync_playwright
