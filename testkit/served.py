@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 
-from testkit.held_endpoint import HeldEndpoint
 from testkit.servers import _die_with_parent, free_port
 from testkit.tenants import create_key
 
@@ -150,7 +149,3 @@ def log_in(page, key: str, path: str = "/ui") -> None:
                        held: sessionStorage.getItem('iclaudit.apiKey') !== null})"""
         )
         raise AssertionError(f"the login dialog stayed open on {path}: {shown}") from exc
-
-
-# tests/ui/conftest.py's name for testkit/held_endpoint.py's HeldEndpoint, until it imports that
-SteppedGate = HeldEndpoint

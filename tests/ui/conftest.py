@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from testkit import tiers
+from testkit.held_endpoint import HeldEndpoint
 from testkit.served import (
     CHROMIUM,
     CHROMIUM_ARGS,
     INLINE_WORKERS,
     Served,
-    SteppedGate,
     make_key,
     offline_context,
     serve,
@@ -23,14 +23,14 @@ from testkit.served import (
 
 
 @pytest.fixture(scope="module")
-def module_gate() -> Iterator[SteppedGate]:
-    """The gated endpoint of the module's server (testkit/served.py): it holds the audits a test needs RUNNING."""
-    with SteppedGate() as gate:
+def module_gate() -> Iterator[HeldEndpoint]:
+    """The held endpoint of the module's server (testkit/held_endpoint.py): it holds the audits a test needs RUNNING."""
+    with HeldEndpoint() as gate:
         yield gate
 
 
 @pytest.fixture
-def gate(module_gate: SteppedGate, served: Served) -> Iterator[SteppedGate]:
+def gate(module_gate: HeldEndpoint, served: Served) -> Iterator[HeldEndpoint]:
     """The module's gate, holding from the test's first call; opened at the end, so no audit stays held."""
     module_gate.rearm()
     try:
@@ -41,7 +41,7 @@ def gate(module_gate: SteppedGate, served: Served) -> Iterator[SteppedGate]:
 
 @pytest.fixture(scope="module")
 def served(
-    tmp_path_factory: pytest.TempPathFactory, data_dir: Path, module_gate: SteppedGate
+    tmp_path_factory: pytest.TempPathFactory, data_dir: Path, module_gate: HeldEndpoint
 ) -> Iterator[Served]:
     state = tmp_path_factory.mktemp("dashboard")
     proc, url, _ = serve(
