@@ -90,6 +90,7 @@ def test_likelihood_in_sample_is_inconclusive_too() -> None:
     assert r["verdict"] == "inconclusive" and r["white_box"]["biased"] is True
 
 
+@pytest.mark.slow  # the real SmolLM2
 def test_a_signal_free_attack_on_smollm2_is_inconclusive() -> None:
     """SmolLM2 asked the inquiry by free-text teachers sampling at temperature 1 (private voting at ε = 4; the
     quickstart's audit before its teachers voted greedily by their labels' log-probabilities), with fewer

@@ -9,7 +9,10 @@ from pydantic import ValidationError
 from app.audit.kinds.registry import KINDS, result_model, validate_result
 from app.audit.results.mia import MiaAuditResult
 
-CASES = ["bound", "mia", "mia_bug", "mia_exact", "iclinf", "synthetic_generation", "synthetic_generation_svt"]
+CASES = ["bound", "mia", "mia_bug", "mia_exact"] + [
+    pytest.param(name, marks=pytest.mark.slow)  # these kinds run the real SmolLM2
+    for name in ("iclinf", "synthetic_generation", "synthetic_generation_svt")
+]
 
 
 @pytest.mark.parametrize("name", CASES)
