@@ -63,8 +63,9 @@ bench: venv
 
 # The fast tier, a maintainer's loop of about a minute: the tests whose fixtures start no PostgreSQL, Redis,
 # Chromium, real model or side venv (`pytest --fast`, testkit/tiers.py), on 2 workers, without the lint and
-# without the side venvs' set-up. CI still runs `make test`, which runs them all.
+# without the side venvs' set-up, and without the timing comparisons that `make test` runs alone. CI still
+# runs `make test`, which runs them all.
 .PHONY: test-fast
 test-fast: venv
 	$(VENV)/bin/python -m compileall -q app iclaudit workers testkit bench >/dev/null
-	$(VENV)/bin/pytest -p no:cacheprovider -n 2 --dist loadfile --fast
+	$(VENV)/bin/pytest -p no:cacheprovider -n 2 --dist loadfile --fast $(addprefix --ignore=,$(SERIAL_TESTS))
