@@ -61,7 +61,7 @@ lint: venv
 bench: venv
 	$(VENV)/bin/python bench/run.py
 
-# The fast tier, a maintainer's loop of about a minute: the tests whose fixtures start no PostgreSQL, Redis,
+# The fast tier, a maintainer's loop between edits: the tests whose fixtures start no PostgreSQL, Redis,
 # Chromium, real model or side venv (`pytest --fast`, testkit/tiers.py), on 2 workers, without the lint and
 # without the side venvs' set-up, and without the timing comparisons that `make test` runs alone. CI still
 # runs `make test`, which runs them all.

@@ -1,6 +1,6 @@
 """The two test tiers: `make test` runs everything (CI); `make test-fast` (`pytest --fast`) leaves out every
-test that needs PostgreSQL, Redis, Chromium, a real model or a venv that a setup script builds, for a
-maintainer's loop of about a minute.
+test that needs PostgreSQL, Redis, Chromium, a real model or a venv that a setup script builds: a
+maintainer's loop between edits.
 
 What a test needs is read from its fixtures, not from lists kept by hand: `NEEDS` maps each fixture that
 starts one of those things to the marker that names it, and `mark_needs` gives every test that uses such a
