@@ -572,3 +572,45 @@ def test_without_a_flip_the_search_keeps_the_largest_mu_first_on_ties() -> None:
     search, calls = _table_search(table, records=3, positions=[1])
     assert search.best is not None and search.best[1] == ("r0", "b", 0)
     assert all(p == 0 for _, _, p in calls)  # nothing takes its label: no position step
+
+
+@pytest.mark.slow
+def test_the_canary_search_reaches_past_sst2s_label_prior_on_smollm2(oracle_ctx, smollm2) -> None:
+    """sst2 seed 2, T = 2, label_logprobs teachers (the measurement's records): SmolLM2's "positive" prior
+    beats a copied "negative" on the first SEARCH_RECORDS records, so the search reads more records, and
+    one flips its partition's vote at the drawn position. The dataset is read as the service reads it
+    (`LocalDatasets`: its label order is the prompt's)."""
+    import dataclasses
+    from pathlib import Path
+
+    from app.audit.local import LocalDatasets
+
+    oracle_ctx.engines.llms["smollm2"] = smollm2
+    shared = Path(__file__).resolve().parents[3].parent / "shared" / "datasets"
+    ctx = dataclasses.replace(oracle_ctx, datasets=LocalDatasets(shared))
+    body = {
+        "kind": "mia",
+        "dataset": "sst2",
+        "model": "smollm2",
+        "seed": 2,
+        "epsilon": 4.0,
+        "trials": 1000,
+        "llm_calls": 1,
+        "mechanism": {
+            "name": "private_voting",
+            "partitions": 2,
+            "shots_per_partition": 1,
+            "calibration": "analytic",
+            "temperature": 0.0,
+            "teacher_output": "label_logprobs",
+        },
+        "attack": {"name": "copy"},
+    }
+    setup = mia._setup(mia.Request.model_validate(body), ctx, measured=True)
+    search = setup.search
+    assert search is not None and search["records_tried"] > design.SEARCH_RECORDS
+    assert search["effect"] == 1.0 and not search["position_moved"]
+    signal = design.canary_signal(
+        setup.mechanism, setup.query, setup.prompts_in, setup.prompts_out, setup.source
+    )
+    assert design.flips(signal)
