@@ -88,6 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "Never expose this server beyond localhost.",
                 DEFAULT_TENANT,
             )
+        # before any thread starts: the sweeper's first import of redis (through celery) must not race
+        # the limits library's import check, which reads a half-imported module as version 0.0.0
+        guard = Guard.from_settings(settings)  # rate limits and failed-authentication throttles
         executor = make_executor(settings=settings, session_factory=jobs_session_factory)
         sweeper = Sweeper(session_factory=jobs_session_factory, executor=executor, settings=settings)
         sweeper.start()
@@ -95,7 +98,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         integrations = IntegrationsTicker(sessions=jobs_session_factory, settings=settings, executor=executor)
         integrations.start()
         watch = AuditWatch(jobs_session_factory)  # wakes long-polls, /events
-        guard = Guard.from_settings(settings)  # rate limits and failed-authentication throttles
         state = AppState(
             settings=settings,
             session_factory=session_factory,

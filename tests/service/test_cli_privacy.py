@@ -10,9 +10,10 @@ import re
 import subprocess
 from pathlib import Path
 
-from service.test_cli_records import ICLAUDIT, server  # noqa: F401 - the `iclaudit serve` fixture
+from service.test_cli_records import server  # noqa: F401 - the `iclaudit serve` fixture
 
 from testkit.client import white_box_request
+from testkit.served import ICLAUDIT
 
 EMAILS = [f"client{i}@example.org" for i in range(12)]
 

@@ -75,7 +75,7 @@ def test_signal_is_the_canary_partitions_vote_with_and_without_the_canary(oracle
         "epsilon": 4.0,
         "mechanism": {"name": "private_voting"},
     }
-    r = mia.run(mia.Request.model_validate(body), oracle_ctx)
+    r = mia.run(mia.Request.model_validate(body), oracle_ctx).stored()
     assert r["signal"] == {
         "answer": "Yes",
         "p_with": 1.0,
@@ -97,7 +97,7 @@ def test_auto_measures_the_chosen_design_as_a_plain_audit_would(oracle_ctx) -> N
     """The pilot only chooses: the measurement equals the chosen design's own audit on the even records,
     so it reads none of the pilot's records or draws."""
     request = mia.Request.model_validate(_auto(7))
-    r = mia.run(request, oracle_ctx)
+    r = mia.run(request, oracle_ctx).stored()
     chosen = r["design"]
     skipped = {c["attack"] for c in chosen["candidates"] if "skipped" in c}
     assert skipped == {"copy", "rare_token"}  # the simulated engine refuses their query
@@ -125,7 +125,8 @@ def test_design_selection_null_small(oracle_ctx) -> None:
     """A small docs/results/design_null.py: the mechanism exactly at its claim, auto selection, 20 seeded
     audits (seeds 5000…) at ε = 1: no more violations than the 5 % the verdict allows would make likely."""
     flagged = sum(
-        mia.run(mia.Request.model_validate(_auto(s)), oracle_ctx)["violation"] for s in range(5000, 5020)
+        mia.run(mia.Request.model_validate(_auto(s)), oracle_ctx).stored()["violation"]
+        for s in range(5000, 5020)
     )
     assert flagged <= 2
 
@@ -149,7 +150,7 @@ def test_copy_canary_on_smollm2_publishes_its_effect(oracle_ctx, smollm2) -> Non
         },
         "attack": {"name": "copy"},
     }
-    r = mia.run(mia.Request.model_validate(body), oracle_ctx)
+    r = mia.run(mia.Request.model_validate(body), oracle_ctx).stored()
     assert set(r["signal"]) >= {"p_with", "p_without", "effect"} and r["signal"]["temperature"] == 0.0
     assert r["signal"]["p_with"] in (0.0, 1.0)  # greedy votes: a context's effect is 0 or 1
     assert not r["violation"]
@@ -241,7 +242,7 @@ def test_count_score_null_small(oracle_ctx) -> None:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     runs = [
-        mia.run(mia.Request.model_validate(module.count_body(s, 4.0, trials=4000)), oracle_ctx)
+        mia.run(mia.Request.model_validate(module.count_body(s, 4.0, trials=4000)), oracle_ctx).stored()
         for s in range(5000, 5020)
     ]
     assert sum(r["violation"] for r in runs) <= 2
@@ -345,9 +346,9 @@ def test_teacher_output_is_the_mechanisms_and_free_text_by_default(oracle_ctx) -
     audit sees more (white box)."""
     default = mia.Request.model_validate(_teacher_body(None))
     assert default.mechanism.teacher_output == "free_text"
-    free = mia.run(default, oracle_ctx)
-    assert free == mia.run(mia.Request.model_validate(_teacher_body("free_text")), oracle_ctx)
-    labels = mia.run(mia.Request.model_validate(_teacher_body("label_logprobs")), oracle_ctx)
+    free = mia.run(default, oracle_ctx).stored()
+    assert free == mia.run(mia.Request.model_validate(_teacher_body("free_text")), oracle_ctx).stored()
+    labels = mia.run(mia.Request.model_validate(_teacher_body("label_logprobs")), oracle_ctx).stored()
     assert free["signal"]["valid_without"] == pytest.approx(0.2)
     assert labels["signal"]["valid_without"] == 1.0 and labels["signal"]["valid_with"] == 1.0
     assert labels["signal"] != free["signal"]

@@ -67,7 +67,7 @@ def test_oracle_plain_icl_releases_the_secret_and_the_audit_bounds_it(attack) ->
         {"name": "none", "shots_per_partition": 2, "temperature": 0},
         attack | {"canaries": 20, "contexts": 10},
     )
-    result = run(Request.model_validate(body), _ctx())
+    result = run(Request.model_validate(body), _ctx()).stored()
     black = result["black_box"]
     assert black["auc"] == 1.0 and black["tpr_at_fpr"]["0.01"] == 1.0
     assert black["assumption"] == "none" and black["epsilon_lower"] > 3  # 100 held-out trials per side
@@ -88,7 +88,7 @@ def test_oracle_ksa_keeps_its_claim_on_the_secret_and_its_noise_hides_it_at_eps_
             epsilon=eps,
             llm_calls=200,
         )  # fmt: skip
-        results[eps] = run(Request.model_validate(body), _ctx())
+        results[eps] = run(Request.model_validate(body), _ctx()).stored()
     for eps, result in results.items():
         assert result["trials"] == 4000 and not result["violation"]
         for tm in ("black_box", "white_box"):
@@ -105,7 +105,7 @@ def test_smollm2_continues_the_record_from_its_handle_when_it_is_in_the_context(
         SECRET | {"canaries": 4, "contexts": 1},
         model="smollm2-135m-instruct",
     )
-    result = run(Request.model_validate(body), _ctx())
+    result = run(Request.model_validate(body), _ctx()).stored()
     examples = result["generated"]["examples"]
     assert len(examples) == 4
     assert sum(e["secret"] in e["released_in"] for e in examples) >= 3
@@ -125,7 +125,7 @@ def test_likelihood_of_the_secret_number_is_the_white_box_twin_on_the_oracle() -
         {"name": "likelihood", "secret": "code", "threat_model": "white_box", "canaries": 5, "contexts": 4},
         seed=1,
     )
-    result = run(Request.model_validate(body), _ctx())
+    result = run(Request.model_validate(body), _ctx()).stored()
     assert result["white_box"]["auc"] == 1.0  # log p(secret) = 0 with the record, −10⁴ without
     assert len(result["records"]) == 5 and result["likelihood"]["secret"] == "code"
     with pytest.raises(ValidationError, match=r"attack\.secret"):
@@ -175,7 +175,7 @@ def test_smollm2_synthetic_generation_releases_text_and_keeps_its_claim_at_eps_1
     body = _body(
         SYNTHGEN, SECRET | {"canaries": 2, "contexts": 1}, model="smollm2-135m-instruct", llm_calls=2
     )
-    result = run(Request.model_validate(body | {"epsilon": 1.0}), _ctx())
+    result = run(Request.model_validate(body | {"epsilon": 1.0}), _ctx()).stored()
     assert result["trials"] == 4 and result["black_box"]["assumption"] == "none"
     assert not result["violation"] and result["black_box"]["epsilon_lower"] <= 1.0
     extras = result["synthetic_generation"]
@@ -210,7 +210,7 @@ def test_smollm2_synthetic_generation_with_the_sparse_vector_test_counts_its_pri
     body = _body(
         mechanism, SECRET | {"canaries": 2, "contexts": 1}, model="smollm2-135m-instruct", llm_calls=2
     )
-    result = run(Request.model_validate(body | {"epsilon": 1.0}), _ctx())
+    result = run(Request.model_validate(body | {"epsilon": 1.0}), _ctx()).stored()
     assert not result["violation"] and result["black_box"]["epsilon_lower"] <= 1.0
     extras = result["synthetic_generation"]
     texts = 2 * 2 * 2  # records × calls × (C1, C0)

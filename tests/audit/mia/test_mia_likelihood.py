@@ -47,7 +47,7 @@ def test_bad_likelihood_requests_name_the_field(change, field) -> None:
 
 
 def test_twenty_canaries_give_a_per_record_table_on_the_oracle() -> None:
-    result = run(Request.model_validate(_body(canaries=20, contexts=10, reference=True)), _ctx())
+    result = run(Request.model_validate(_body(canaries=20, contexts=10, reference=True)), _ctx()).stored()
     white = result["white_box"]
     assert white["tpr"] == 1.0 and white["fpr"] == 0.0 and white["epsilon_lower"] > 2
     assert white["tpr_at_fpr"]["0.01"] == 1.0  # 200 C0 trials resolve FPR = 1e-2
@@ -79,7 +79,7 @@ def test_null_records_are_not_flagged_and_leaking_ones_are() -> None:
 def test_smollm2_context_raises_the_canary_likelihood_within_prefix_reuse(smollm2) -> None:
     body = _body(canaries=2, contexts=1, reference=True) | {"model": "smollm2-135m-instruct", "seed": 7}
     body["mechanism"] = {"name": "none", "shots_per_partition": 1}
-    result = run(Request.model_validate(body), _ctx())
+    result = run(Request.model_validate(body), _ctx()).stored()
     cost = result["likelihood"]["cost"]
     assert cost["prompt_tokens"] < cost["from_scratch_tokens"]
     assert cost["forward_passes"] <= cost["from_scratch_forward_passes"]

@@ -33,5 +33,5 @@ def test_the_oracle_still_completes_the_record_from_the_system_prompt() -> None:
         "attack": {"name": "likelihood", "threat_model": "white_box", "canaries": 5, "contexts": 4},
     }
     ctx = RunContext(engines=LocalEngines(), datasets=LocalDatasets(default_data_dir()))
-    result = run(Request.model_validate(body), ctx)
+    result = run(Request.model_validate(body), ctx).stored()
     assert result["white_box"]["auc"] == 1.0
