@@ -4,7 +4,7 @@
     .venv/bin/python examples/iclinf-experiments.py run [FILES...]   # default: every iclinf request in ORDER
     .venv/bin/python examples/iclinf-experiments.py report           # tables (markdown, stdout) + docs/img/iclinf-*.png
 
-`run` executes each request in one process through `app.audit.local.run_request` (the same `run`
+`run` executes each request in one process through `app.audit.standalone.run_request` (the same `run`
 the service calls), appending {file, wall_seconds, result} to docs/results/iclinf-runs.jsonl; files
 already there are skipped, so an interrupted run resumes.
 """
@@ -46,7 +46,7 @@ def load_runs() -> dict[str, dict]:
 
 
 def run(files: list[str]) -> None:
-    from app.audit.local import local_context, run_request
+    from app.audit.standalone import local_context, run_request
 
     ctx = local_context()
     done = load_runs()

@@ -4,7 +4,7 @@
     .venv/bin/python examples/synthgen-experiments.py report   # markdown tables (stdout) + docs/img/synthgen-*.png
 
 `run` executes each request (default: examples/synthgen-eps{1,5,10}.json, synthgen-svt-eps{5,10}.json) in one
-process through `app.audit.local.run_request` (the same `run` the service calls) and appends
+process through `app.audit.standalone.run_request` (the same `run` the service calls) and appends
 {file, wall_seconds, result} to docs/results/synthgen-runs.jsonl; files already there are skipped.
 `report` prints the summary table, the RDP-curve table (rdp_empirical vs rdp_theory at a few orders) and
 plots both curves against α for every run, and the service's result plot (app/reports/plots.py) of
@@ -32,7 +32,7 @@ def load_runs() -> dict[str, dict]:
 
 
 def run(files: list[str]) -> None:
-    from app.audit.local import local_context, run_request
+    from app.audit.standalone import local_context, run_request
 
     ctx = local_context()
     done = load_runs()

@@ -1,4 +1,4 @@
-"""Canary design: the measured canary effect (`signal`) and `attack: {"name": "auto"}` (issue 19).
+"""Canary design: the measured canary effect (`signal`) and `attack: {"name": "auto"}`.
 
 `signal` (every private-voting audit of one canary): the clean pool's canary effect, the probability that
 the canary's partition votes the canary's answer y+ with the canary (C1) and without it (C0), at the

@@ -1,4 +1,4 @@
-"""Plan an audit before spending (issue 22 §1): its calls, tokens, time and power, without running it.
+"""Plan an audit before spending: its calls, tokens, time and power, without running it.
 
 `plan_request` answers for every kind (`bound`, `iclinf` and `synthetic_generation` at the end of this
 module). A `mia` request is rehearsed: its contexts, partitions and the attack's prompts are built exactly

@@ -412,7 +412,7 @@ def chat_target_engine(
     timeout_s: float = 60.0,
     max_concurrency: int = 1,
 ) -> OpenAIEngine:
-    """The engine for a deployed chat-completions app audited directly (issue 22 §4): its base URL (…/v1)
+    """The engine for a deployed chat-completions app audited directly: its base URL (…/v1)
     and served model, the tenant's headers (secrets resolved), every connection through the service's
     egress policy when `egress` is given (app/egress.py: allow-list, connect-time address check, no
     redirects), and errors that never quote the app's reply."""

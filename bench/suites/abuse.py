@@ -1,6 +1,7 @@
-"""`bench/run.py abuse`: issue 20's attacks H1-H4, M3 and M4, each for ICLAUDIT_BENCH_ATTACK_SECONDS (15 s)
-against one `iclaudit serve` (embedded default: SQLite, inline executor, auth on), side by side with a
-well-behaved tenant. For each attack one row: the well-behaved tenant's polls (open loop, 20 req/s of its
+"""`bench/run.py abuse`: the abuse attacks H1-H4, M3 and M4 (docs/results/api.md), each for
+ICLAUDIT_BENCH_ATTACK_SECONDS (15 s) against one `iclaudit serve` (embedded default: SQLite, inline
+executor, auth on), side by side with a well-behaved tenant. For each attack one row: the well-behaved
+tenant's polls (open loop, 20 req/s of its
 finished audit: p99, errors), `/healthz` every 0.25 s (p99, max), the server's RSS growth (each process,
 sampled every 0.2 s: the API process's and its largest child's peak minus its value before the attack, and
 the processes the attack started, counted whole), and the

@@ -50,8 +50,8 @@ def _target(latency: float, epsilon: float = 1.0) -> FastAPI:
 
 def _audit(url: str, concurrency: int) -> tuple[float, dict]:
     from app.audit.kinds import mia
-    from app.audit.local import local_context
     from app.audit.runtime import no_progress
+    from app.audit.standalone import local_context
 
     body = json.loads(EXAMPLE.read_text())
     body["mechanism"]["endpoint"].update(

@@ -102,7 +102,7 @@ def run() -> Iterator[dict]:
 def naive() -> Iterator[dict]:
     """Parts 1–3 of the module docstring."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from app.audit.local import default_data_dir
+    from app.audit.standalone import default_data_dir
     from app.datasets.builtin import load_builtin
 
     dataset = load_builtin("ag_news", default_data_dir())
@@ -202,7 +202,7 @@ OMP_NUM_THREADS, llama.cpp's --n_threads."""
 
 
 def _voting_prompts() -> list[str]:
-    from app.audit.local import default_data_dir
+    from app.audit.standalone import default_data_dir
     from app.datasets.builtin import load_builtin
 
     dataset = load_builtin("ag_news", default_data_dir())
@@ -218,7 +218,7 @@ def _likelihood_records() -> list[dict]:
     """The likelihood attack's own prompts for its first records (seed 0), as plain texts."""
     from app.audit.attacks.likelihood import build_query
     from app.audit.attacks.several_canaries import record_contexts
-    from app.audit.local import default_data_dir
+    from app.audit.standalone import default_data_dir
     from app.datasets.builtin import load_builtin
 
     dataset = load_builtin("synthetic_records", default_data_dir())

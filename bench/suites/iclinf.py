@@ -47,7 +47,7 @@ def run() -> Iterator[dict]:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from app.audit.icl.templates import resolve_template
     from app.audit.kinds.iclinf import CONTENT_FREE_QUERY, draw_queries, leave_one_out_prompts, score
-    from app.audit.local import default_data_dir
+    from app.audit.standalone import default_data_dir
     from app.datasets.builtin import load_builtin
 
     shared, scratch = _engine(), _engine(min_shared_prefix=10**9, kv_cache_bytes=0)

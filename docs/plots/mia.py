@@ -26,9 +26,9 @@ import matplotlib.pyplot as plt
 
 ROOT = Path(__file__).resolve().parents[2]
 
-from app.audit.local import local_context, run_request  # noqa: E402
 from app.audit.mechanisms.bugs import BUGS  # noqa: E402
 from app.audit.runtime import no_progress  # noqa: E402
+from app.audit.standalone import local_context, run_request  # noqa: E402
 
 IMG = ROOT / "docs" / "img"
 EPSILONS = (1, 2, 4, 8)

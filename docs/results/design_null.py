@@ -90,7 +90,7 @@ HEADER = (
 
 def audit(seed: int, eps: float, trials: int, count: bool, engine: str, ctx: object) -> dict:
     """One audit of the null: its verdict, largest ε_lower over the threat models and the design measured."""
-    from app.audit.local import run_request
+    from app.audit.standalone import run_request
 
     make = count_body if count else body
     r = run_request(make(seed, eps, trials, engine), ctx)  # type: ignore[arg-type]
@@ -138,8 +138,8 @@ def table(
     """Run the null seed by seed (every ε of a seed before the next seed, so a run cut short has about as
     many audits per ε) and return its rows. With `log`, each audit is appended to it as a JSON line and
     the audits already there are not run again (a stopped run resumes)."""
-    from app.audit.local import local_context
     from app.audit.runtime import no_progress
+    from app.audit.standalone import local_context
 
     ctx = local_context(progress=no_progress)
     lines = read_log(log, epsilons) if log is not None and log.exists() else []

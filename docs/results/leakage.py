@@ -31,10 +31,10 @@ from app.audit.attacks import released_text
 from app.audit.attacks.likelihood import collect, run_audit
 from app.audit.attacks.registry import attack_module
 from app.audit.kinds.mia import Request
-from app.audit.local import local_context
 from app.audit.mechanisms.registry import build_mechanism
 from app.audit.runtime import no_progress
 from app.audit.seeds import SeedTree
+from app.audit.standalone import local_context
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -192,8 +192,8 @@ def main(argv: list[str]) -> int:
     if "--report" in argv:
         print(report())
         return 0
-    from app.audit.local import local_context, run_request
     from app.audit.runtime import no_progress
+    from app.audit.standalone import local_context, run_request
 
     ctx = local_context(progress=no_progress)
     for name in [a for a in argv if not a.startswith("--")] or list(ROWS):

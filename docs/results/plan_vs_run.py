@@ -4,7 +4,7 @@
 
 Six requests — two oracle, two SmolLM2-135M (transformers on the CPU), one endpoint (the randomized
 response target of testkit/target_server.py, served by uvicorn on 127.0.0.1), one SmolLM2 `iclinf` —
-each planned with `app.audit.plan.plan_request`, then run in this process with `app.audit.local` (the
+each planned with `app.audit.plan.plan_request`, then run in this process with `app.audit.standalone` (the
 library road: no queue), measuring the run's wall time, its `distinct_prompts` or `endpoint_calls` (iclinf:
 the prompts the engine was sent, counted at the engine), the calls the target counted and the engine's
 prompt-token counter. Seconds per call come, as in the service (app/jobs/plans.py `measured_rates`), from
@@ -28,9 +28,9 @@ import time
 from pathlib import Path
 
 from app.audit.kinds.registry import kind_module
-from app.audit.local import local_context
 from app.audit.plan import Rates, model_tokens, plan_request
 from app.audit.runtime import no_progress
+from app.audit.standalone import local_context
 from app.engines.registry import load_llm
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -50,8 +50,8 @@ def submit(env: dict[str, str]) -> tuple[float, dict]:
 
 def time_warm(runs: int) -> None:
     """The demo `runs` times in one process with the model loaded and its prompt cache emptied before each."""
-    from app.audit.local import local_context, run_request
     from app.audit.runtime import no_progress
+    from app.audit.standalone import local_context, run_request
 
     body = json.loads(DEMO.read_text())
     ctx = local_context(progress=no_progress)

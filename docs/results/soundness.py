@@ -18,9 +18,9 @@ import numpy as np
 from scipy import stats
 
 from app.audit.kinds import mia
-from app.audit.local import local_context
 from app.audit.mechanisms.bugs import BUGS
 from app.audit.runtime import no_progress
+from app.audit.standalone import local_context
 from testkit.dp_icl_server import randomized_response, serve
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -175,8 +175,8 @@ class WithUploads:
 def run(names: list[str], out: Path) -> None:
     import dataclasses
 
-    from app.audit.local import local_context, run_request
     from app.audit.runtime import no_progress
+    from app.audit.standalone import local_context, run_request
 
     ctx = local_context(progress=no_progress)
     ctx = dataclasses.replace(ctx, datasets=WithUploads(ctx.datasets))

@@ -98,8 +98,8 @@ def oracle(seed: int, k: float, threat_model: str) -> dict:
         "attack": {"name": "inquiry", "threat_model": threat_model},
         "trials": ORACLE_TRIALS[threat_model],
     }
-    from app.audit.local import local_context
     from app.audit.runtime import no_progress
+    from app.audit.standalone import local_context
 
     return mia.run(mia.Request.model_validate(body), local_context(progress=no_progress)).stored()
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from app.audit.kinds import mia
-from app.audit.local import run_request
 from app.audit.results.base import ResultBase
 from app.audit.results.steps import NextStep
+from app.audit.standalone import run_request
 from app.audit.stats.verdict import POWER_FACTOR
 
 ROOT = Path(__file__).resolve().parents[2]

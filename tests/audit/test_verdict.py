@@ -13,8 +13,8 @@ import pytest
 
 from app.audit.accounting.gdp import mu_for_epsilon
 from app.audit.kinds import bound as bound_kind
-from app.audit.local import run_request
 from app.audit.runtime import RunContext
+from app.audit.standalone import run_request
 from app.audit.stats.verdict import (
     POWER_FACTOR,
     MembershipTest,

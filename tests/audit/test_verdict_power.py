@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from app.audit.accounting.gdp import mu_for_epsilon
 from app.audit.kinds import bound as bound_kind
 from app.audit.kinds import mia
-from app.audit.local import run_request
 from app.audit.mechanisms.base import calibrate
 from app.audit.mechanisms.bugs import factor_for_multiple
 from app.audit.runtime import RunContext
+from app.audit.standalone import run_request
 from app.audit.stats.thresholds import bonferroni_tests
 from app.audit.stats.verdict import (
     DETECT_PROBABILITY,

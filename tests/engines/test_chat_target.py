@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from app.audit.kinds import mia
-from app.audit.local import local_context
 from app.audit.runtime import AuditError, no_progress
+from app.audit.standalone import local_context
 
 pytestmark = pytest.mark.extras
 

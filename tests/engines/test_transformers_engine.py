@@ -281,8 +281,8 @@ def test_an_audit_on_one_and_two_threads(engine: TransformersEngine) -> None:
     the same."""
     import json
 
-    from app.audit.local import LocalDatasets, default_data_dir, run_request
     from app.audit.runtime import RunContext
+    from app.audit.standalone import LocalDatasets, default_data_dir, run_request
 
     body = json.loads(
         (Path(__file__).resolve().parents[2] / "examples/mia-demo-synthetic-records.json").read_text()

@@ -273,7 +273,7 @@ def test_scheduled_runs_that_end_out_of_order_send_each_verdict_change_once(tmp_
     """Alarms are decided in fire order: a run that ends before an earlier one waits for it, so runs of
     verdicts [inconclusive, violation, violation] ending in the order 3, 2, 1 send one audit.violation
     (for run 2, against run 1), not one per run judged against whatever had ended."""
-    from app.audit.local import run_request
+    from app.audit.standalone import run_request
     from app.db import migrate
     from app.db.models import Schedule, Tenant, WebhookDelivery, WebhookEndpoint
     from app.integrations.webhooks import write_due_events

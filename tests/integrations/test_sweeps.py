@@ -200,7 +200,7 @@ def test_rows_points_and_csv_carry_each_childs_verdict(client: TestClient) -> No
 def test_a_points_verdict_is_its_most_severe_childs() -> None:
     """Over the seeds of one point: violation before leak before inconclusive before consistent; the
     headline is that child's; a child without a verdict (failed, or a kind without one) is left out."""
-    from app.audit.local import run_request
+    from app.audit.standalone import run_request
     from app.db.models import Audit, AuditState, Sweep, SweepChild
     from app.integrations.sweeps import result
 

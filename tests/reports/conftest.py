@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.audit.local import local_context, run_request
 from app.audit.runtime import no_progress
+from app.audit.standalone import local_context, run_request
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from app.audit.kinds.registry import result_model
-from app.audit.local import run_request
+from app.audit.standalone import run_request
 from iclaudit.cli.rendering import result_table
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from junitparser import Failure, JUnitXml, Skipped
 
-from app.audit.local import run_request
 from app.audit.results.iclinf import EXAMPLE as ICLINF_EXAMPLE
+from app.audit.standalone import run_request
 from app.reports.junit import junit_xml
 from iclaudit.cli.exits import Exit, exit_code
 from iclaudit.client import Audit

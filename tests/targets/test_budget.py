@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from app.audit.kinds import mia
-from app.audit.local import local_context
 from app.audit.mechanisms import http_endpoint
 from app.audit.runtime import AuditError, no_progress
+from app.audit.standalone import local_context
 from testkit.client import wait_for
 from testkit.target_server import Target, serve
 

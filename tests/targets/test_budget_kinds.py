@@ -16,8 +16,8 @@ import pytest
 
 from app.audit.budget import BudgetExhausted
 from app.audit.kinds import iclinf, mia, synthetic_generation
-from app.audit.local import local_context
 from app.audit.runtime import RunContext
+from app.audit.standalone import local_context
 from app.engines.protocol import EngineCounters, Prompt, TokenDistribution
 from testkit.client import wait_for
 

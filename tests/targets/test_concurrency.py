@@ -20,8 +20,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from app.audit.kinds import mia
-from app.audit.local import local_context
 from app.audit.runtime import AuditError, no_progress
+from app.audit.standalone import local_context
 from testkit.client import wait_for
 from testkit.target_server import Target, serve
 

@@ -15,9 +15,9 @@ from pydantic import BaseModel
 
 from app.audit.icl.prompts import CONTEXTLEAK_CANARY
 from app.audit.kinds import mia
-from app.audit.local import local_context
 from app.audit.plan import plan_mia
 from app.audit.runtime import no_progress
+from app.audit.standalone import local_context
 from testkit.target_server import serve
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

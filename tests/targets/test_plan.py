@@ -118,9 +118,9 @@ def test_plan_counts_the_prompts_iclinf_and_synthetic_generation_send(smollm2, d
     """Against real SmolLM2 runs: iclinf's calls are exact, synthetic generation's are N_gen·T_max steps
     of s prompts (+1 with svt), of which the run sends those of the steps it took."""
     from app.audit.kinds.registry import kind_module
-    from app.audit.local import LocalDatasets
     from app.audit.plan import model_tokens, plan_request, run_calls
     from app.audit.runtime import RunContext
+    from app.audit.standalone import LocalDatasets
 
     datasets = LocalDatasets(data_dir)
     bodies = [
@@ -196,8 +196,8 @@ def test_a_plan_over_its_budget_says_where_the_audit_would_stop(data_dir) -> Non
     calls, an upper bound (a model's calls are checked a batch at a time), beside the full run's — and notes
     that the audit, whose calls all come before its first trial, would fail naming it."""
     from app.audit.kinds import mia
-    from app.audit.local import LocalDatasets
     from app.audit.plan import plan_request
+    from app.audit.standalone import LocalDatasets
 
     body = json.loads((EXAMPLES / "mia-oracle-eps1.json").read_text()) | {"trials": 2000}
     plan = plan_request(

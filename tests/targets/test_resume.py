@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from app.audit.kinds import mia
-from app.audit.local import local_context
 from app.audit.runtime import no_progress
+from app.audit.standalone import local_context
 from testkit.client import wait_for
 from testkit.target_server import Target, serve
 

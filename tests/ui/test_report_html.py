@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from app.audit.local import run_request
+from app.audit.standalone import run_request
 from app.reports import html as report
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ LABEL_KEY = r"^[A-Za-z0-9]([A-Za-z0-9_.\-/]*[A-Za-z0-9])?$"
 def pattern_keys(schema: dict[str, Any]) -> None:
     """A dict whose keys have a pattern, as JSON Schema states it for every key: pydantic writes
     patternProperties, which leave a key that does not match unconstrained; here the pattern goes to
-    propertyNames and the values' schema to additionalProperties (issue 20 L1)."""
+    propertyNames and the values' schema to additionalProperties."""
     patterns = schema.pop("patternProperties", {})
     if len(patterns) == 1:
         (pattern, values), *_ = patterns.items()

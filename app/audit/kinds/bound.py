@@ -71,7 +71,7 @@ class CountsIn(BaseModel):
 _SCORES = {"type": "array", "minItems": 1}
 _NOT_SPLIT = {"type": "string", "enum": ["in_sample", "bonferroni"]}
 
-# The schema states what _one_source checks (issue 20 L1): counts, or scores_in and scores_out (not both,
+# The schema states what _one_source checks: counts, or scores_in and scores_out (not both,
 # not neither; an absent or null field is not given), each non-empty, with at least two scores on each side
 # under the split threshold_strategy (the default).
 SOURCE_SCHEMA: dict = {

@@ -60,7 +60,7 @@ EXAMPLE_FORMAT_PATTERN = (
 )
 """An example_format: {text} and {label}, other braces doubled (no doubled one spelling either)."""
 
-# The schema states what _check_template checks (issue 20 L1): content_free other than blank only with
+# The schema states what _check_template checks: content_free other than blank only with
 # calibration: true; example_format only beside a custom template (a string that is no built-in name); a
 # custom template's and example_format's placeholders (the patterns, enforced in _check_template).
 TEMPLATE_SCHEMA: dict = {
@@ -320,6 +320,6 @@ def run(request: Request, ctx: RunContext) -> IclinfAuditResult:
 
 
 if __name__ == "__main__":
-    from app.audit.local import main
+    from app.audit.standalone import main
 
     raise SystemExit(main())

@@ -14,7 +14,7 @@ with the claim only for a known Gaussian mechanism (`Mechanism.gaussian`), the a
 otherwise or when the request says `"assumption": "none"`. A classic calibration whose exact ε at δ
 exceeds the claim is reported apart (`calibration_valid`, `theory_violation`).
 
-Run it from a file: `python -m app.audit.kinds.mia examples/mia-oracle-eps1.json` (= app.audit.local).
+Run it from a file: `python -m app.audit.kinds.mia examples/mia-oracle-eps1.json` (= app.audit.standalone).
 """
 
 from __future__ import annotations
@@ -915,6 +915,6 @@ def _run_trials(request: Request, ctx: RunContext, measured: bool = False) -> di
 
 
 if __name__ == "__main__":
-    from app.audit.local import main
+    from app.audit.standalone import main
 
     raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The rules of a mia request across fields as JSON Schema (issue 20 L1), built from the registries: one
+"""The rules of a mia request across fields as JSON Schema, built from the registries: one
 branch per mechanism (its estimators, teacher outputs, threat models, endpoint, bugs, assumption, svt,
 target) and within it one per attack that audits it (the attack's own `check_request`, and
 `check_generated` for generated-text audits). A rule is stated on the effective value: an absent field is

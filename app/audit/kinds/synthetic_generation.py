@@ -70,7 +70,7 @@ def _solving(target: str | None) -> dict:
     return {"required": required, "properties": {"target_epsilon": _NUMBER, target: _NULL, **others}}
 
 
-# The schema states what _check_parameters checks (issue 20 L1), but for an infeasible target_epsilon (the
+# The schema states what _check_parameters checks, but for an infeasible target_epsilon (the
 # RDP arithmetic: a 422 with reason NO_SOLUTION): max_private_tokens with variant svt only, and
 # target_epsilon xor every one of temperature, clip and batch_size.
 RULES_SCHEMA: dict = {
@@ -409,6 +409,6 @@ def run(request: Request, ctx: RunContext) -> SyntheticGenerationAuditResult:
 
 
 if __name__ == "__main__":
-    from app.audit.local import main
+    from app.audit.standalone import main
 
     raise SystemExit(main())

@@ -6,7 +6,7 @@ OpenAPI generator can build a typed client. The models are the contract the serv
 
 - The fields a kind always returns are required; those that only some runs have are optional (None).
 - Each kind's `run` returns its `Result`, built where the kind assembles its numbers; `stored()` is what
-  the runner stores and `app/audit/local.py` prints (the fields the kind set, in its order).
+  the runner stores and `app/audit/standalone.py` prints (the fields the kind set, in its order).
 - `extra="allow"`: a field the science adds before its model declares it passes through unchanged (it
   is stored and returned, shown in the OpenAPI as an additional property) — results are never
   rejected for carrying more than the model knows. A declared field with the wrong type, or a

@@ -10,8 +10,8 @@ import pytest
 
 from app.audit.attacks import evidence
 from app.audit.kinds import mia
-from app.audit.local import run_request
 from app.audit.results.mia import MiaAuditResult
+from app.audit.standalone import run_request
 
 ROOT = Path(__file__).resolve().parents[3]
 

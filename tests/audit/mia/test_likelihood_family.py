@@ -12,10 +12,10 @@ from pydantic import ValidationError
 
 from app.audit.attacks import token_likelihood as fam
 from app.audit.kinds.mia import Request, judged
-from app.audit.local import LocalDatasets, LocalEngines, default_data_dir
 from app.audit.mechanisms.registry import build_mechanism
 from app.audit.runtime import RunContext
 from app.audit.seeds import SeedTree
+from app.audit.standalone import LocalDatasets, LocalEngines, default_data_dir
 from testkit.client import white_box_request
 
 MEMBERS = ("min_k", "min_k_pp", "zlib_ratio", "lira_offline", "recall", "blind")

@@ -584,7 +584,7 @@ def test_the_canary_search_reaches_past_sst2s_label_prior_on_smollm2(oracle_ctx,
     import dataclasses
     from pathlib import Path
 
-    from app.audit.local import LocalDatasets
+    from app.audit.standalone import LocalDatasets
 
     oracle_ctx.engines.llms["smollm2"] = smollm2
     shared = Path(__file__).resolve().parents[3].parent / "shared" / "datasets"

@@ -9,8 +9,8 @@ from pydantic import ValidationError
 from app.audit.attacks.canary_prompt import record_secret
 from app.audit.icl.overlap import exact, lcs_length, rouge_l
 from app.audit.kinds.mia import Request, run
-from app.audit.local import LocalDatasets, LocalEngines, default_data_dir
 from app.audit.runtime import AuditError, RunContext
+from app.audit.standalone import LocalDatasets, LocalEngines, default_data_dir
 
 REPEAT = {"name": "repeat", "score": "rouge_l", "threat_model": "black_box"}
 SECRET = {"name": "canary_prompt", "variant": "secret", "score": "exact", "threat_model": "black_box"}

@@ -7,8 +7,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.audit.kinds.mia import Request, run
-from app.audit.local import LocalDatasets, LocalEngines, default_data_dir
 from app.audit.runtime import RunContext
+from app.audit.standalone import LocalDatasets, LocalEngines, default_data_dir
 from app.audit.stats.records import paired_p_value, record_table, records_csv
 
 

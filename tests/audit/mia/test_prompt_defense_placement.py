@@ -6,9 +6,9 @@ from __future__ import annotations
 from app.audit.attacks.likelihood import build_query
 from app.audit.icl.prompts import CONTEXT_IN_SYSTEM, DEFENSES
 from app.audit.kinds.mia import Request, run
-from app.audit.local import LocalDatasets, LocalEngines, default_data_dir
 from app.audit.mechanisms.prompt_defense import PromptDefense
 from app.audit.runtime import RunContext
+from app.audit.standalone import LocalDatasets, LocalEngines, default_data_dir
 from app.datasets.types import Example
 
 

@@ -1,6 +1,6 @@
 """Run any audit kind from a request file, without the web service.
 
-    python -m app.audit.local examples/iclinf-dbpedia-k4.json [--out result.json]
+    python -m app.audit.standalone examples/iclinf-dbpedia-k4.json [--out result.json]
 
 `local_context()` builds a RunContext over the real engine registry and the built-in datasets (the
 directory of ICLAUDIT_DATA_DIR); `run_request(body)` validates a request body with its kind's
