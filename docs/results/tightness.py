@@ -423,16 +423,18 @@ OUTRO = """
   votes y+ (effect 0). The rare-token row's ε_emp on ag_news comes from the canary partition's *other*
   votes changing (the white-box score subtracts the strongest other label), not from y+.
 - **Brainwash** (003's baseline): no effect on any dataset.
-- **auto** (see its pilot table; every `auto` row was rerun with both white-box scores among the
-  candidates): where no candidate shows any μ on the pilot's contexts the
-  rule has nothing to go on and takes the first candidate (copy); 2 pilot context pairs are too few to
-  rank designs whose effect varies from one context to the next (a larger pilot costs forward passes;
-  the pilot already spends about as many as the measurement). On ag_news at every ε the copy canary
-  led the pilot again and the pilot took its Ṽ_y+ score (copy_count), with effect 0 on the measurement's
-  context. On sst2, where none of the fixed designs moves the vote, the pilot found signal_text (003
-  Prompt 3 asked of private voting, Table 3's first pair), a one-count flip, and now takes the Ṽ_y+
-  score for it: white box 0.64× against the ceiling 0.66× (the row's earlier run, with only
-  Ṽ_y+ − Ṽ_other among the candidates, reached 0.43×; its line stays in the runs file).
+- **auto** (see its pilot table): the free-text `auto` rows were rerun with the canary search (the
+  record and y* chosen from the model's clean label distributions, up to 128 pairs; the grid above).
+  On ag_news it now finds a copy canary that its partition answers with y* only when the canary is in
+  the context, and stops the pilot at T = 2: white box 0.91–0.98×, black box 0.73–0.92× at every ε (before
+  the search: 0.00×, the fixed record's partition never voted y+). On trec the pilot (odd rows) found
+  such a pair at T = 4 (μ 0.58) but the measurement's search on the even rows found none: its partition
+  never votes y+ in free text (effect 0), what SmolLM2 allows there; with label_logprobs teachers the
+  same search reaches 0.95× (the grid). On sst2 no copy pair flips in free text either; the pilot found
+  signal_text (003 Prompt 3 asked of private voting, Table 3's first pair), a one-count flip, with the
+  Ṽ_y+ score: white box 0.64× against the ceiling 0.66× (an earlier run with only Ṽ_y+ − Ṽ_other
+  among the candidates reached 0.43×; its line stays in the runs file). Where no candidate shows any μ
+  on the pilot's contexts the rule has nothing to go on and takes the first candidate (copy).
 - **ESA with MiniLM** (its table): below theory at every ε, in the direction 003 reports for generation.
   White box 0.09–0.14× of ε_theory: the canary changes its partition's greedy output, but the mean
   embedding moves by a fraction of the 2/T the noise is calibrated for (see the note under the table).

@@ -107,6 +107,7 @@ def test_a_signal_free_attack_on_smollm2_is_inconclusive() -> None:
     assert "no usable signal" in r["verdict_reason"] and "AUC 0.5" in r["verdict_reason"]
 
 
+@pytest.mark.slow  # loads SmolLM2 through the quickstart request
 def test_the_quickstart_answers_on_smollm2() -> None:
     """The README's DP audit (examples/mia-demo-synthetic-records.json) as it is: a real answer on the packaged
     model, not `inconclusive`: with greedy label log-probability teachers the canary flips its partition's vote
