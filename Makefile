@@ -62,10 +62,17 @@ bench: venv
 	$(VENV)/bin/python bench/run.py
 
 # The fast tier, a maintainer's loop between edits: the tests whose fixtures start no PostgreSQL, Redis,
-# Chromium, real model or side venv (`pytest --fast`, testkit/tiers.py), on 2 workers, without the lint and
-# without the side venvs' set-up, and without the timing comparisons that `make test` runs alone. CI still
-# runs `make test`, which runs them all.
-.PHONY: test-fast
+# Chromium, real model or side venv and that took under a second when last measured (`pytest --fast`,
+# testkit/tiers.py, tests/durations.json), on 2 workers, without the lint and without the side venvs'
+# set-up, and without the timing comparisons that `make test` runs alone. CI still runs `make test`, which
+# runs them all. `make test-durations` measures the fast tier's tests afresh, on a quiet machine.
+FAST = $(VENV)/bin/pytest -p no:cacheprovider -n 2 --dist loadfile --fast $(addprefix --ignore=,$(SERIAL_TESTS))
+.PHONY: test-fast test-durations
 test-fast: venv
 	$(VENV)/bin/python -m compileall -q app iclaudit workers testkit bench >/dev/null
-	$(VENV)/bin/pytest -p no:cacheprovider -n 2 --dist loadfile --fast $(addprefix --ignore=,$(SERIAL_TESTS))
+	$(FAST)
+
+test-durations: venv
+	rm -f tests/durations.json
+	$(FAST) -q --store-durations || true
+	$(FAST) -q --store-durations

@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,25 +19,11 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import sync_playwright
 
+from testkit.served import CHROMIUM, CHROMIUM_ARGS, serve, stop
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "img"
-ICLAUDIT = Path(sys.executable).parent / "iclaudit"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
 WIDTHS = (1400, 390)
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait(api: httpx.Client, audit_id: str, timeout: float = 900) -> dict:
@@ -57,32 +39,10 @@ def _wait(api: httpx.Client, audit_id: str, timeout: float = 900) -> dict:
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="iclaudit-shots-"))
-    env = {
-        **os.environ,
-        "ICLAUDIT_STATE_DIR": str(state),
-        "ICLAUDIT_AUTH_ENABLED": "false",
-        "ICLAUDIT_PRELOAD_MODELS": "false",
-        "ICLAUDIT_CACHE_DIR": os.environ.get("ICLAUDIT_CACHE_DIR", str(ROOT / "var" / "cache")),
-        "HF_HUB_OFFLINE": "1",
-    }
-    subprocess.run([str(ICLAUDIT), "migrate"], env=env, check=True, capture_output=True, cwd=state)
-    port = _port()
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [str(ICLAUDIT), "serve", "--port", str(port)],
-        env=env,
-        cwd=state,
-        stdout=(state / "serve.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    cache = os.environ.get("ICLAUDIT_CACHE_DIR", str(ROOT / "var" / "cache"))
+    server, url, _ = serve(state, auth=False, extra_env={"ICLAUDIT_CACHE_DIR": cache}, ready_within=120)
     try:
         with httpx.Client(base_url=url, timeout=60) as api:
-            for _ in range(600):
-                try:
-                    if api.get("/healthz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.2)
             examples = ROOT / "examples"
             bound = api.post(
                 "/v1/audits", json=json.loads((examples / "bound-counts.json").read_text())
@@ -111,7 +71,7 @@ def main() -> None:
                 "docs": "/docs",
             }
             with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 for width in WIDTHS:
                     context = browser.new_context(viewport={"width": width, "height": 900}, base_url=url)
                     context.route(
@@ -133,8 +93,7 @@ def main() -> None:
                 browser.close()
             api.post(f"/v1/audits/{running['id']}/cancel")
     finally:
-        server.send_signal(signal.SIGINT)
-        server.wait(timeout=60)
+        stop(server)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The two test tiers: `make test` runs everything (CI); `make test-fast` (`pytest --fast`) leaves out every
-test that needs PostgreSQL, Redis, Chromium, a real model or a venv that a setup script builds: a
-maintainer's loop between edits.
+test that needs PostgreSQL, Redis, Chromium, a real model or a venv that a setup script builds, and every
+test that took `FAST_SECONDS` or more when last measured: a maintainer's loop between edits.
 
 What a test needs is read from its fixtures, not from lists kept by hand: `NEEDS` maps each fixture that
 starts one of those things to the marker that names it, and `mark_needs` gives every test that uses such a
@@ -8,12 +8,21 @@ fixture, directly or through its other fixtures, that marker. `--fast` deselects
 of `FAST_LEAVES_OUT`. Under it those fixtures, and the functions that start the servers, refuse (`refuse`),
 and a test that loads a real model in this process without them fails (`FastTier`): a test that needs one
 and escapes the markers fails loudly instead of slowing the loop down.
+
+What a test costs is read from `DURATIONS` (tests/durations.json: node id → seconds of setup, call and
+teardown), which `pytest --store-durations` writes from the run it ends (`make test-durations` measures the
+fast tier afresh, twice, so that a module fixture's set-up is charged to the test that now pays it). A test
+not in the file stays in the fast tier until it is measured. Like pytest-split's `.test_durations`, the file
+is measured, never edited by hand.
 """
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +39,8 @@ NEEDS = {
 FAST_LEAVES_OUT = ("slow", "postgres", "redis", "chromium", "extras", "mlflow")
 TIER_ENV = "ICLAUDIT_TEST_TIER"  # "fast" under `--fast`; inherited by the processes the tests start
 REAL_ENGINES = ("transformers", "vllm")  # registry engines that load a model's weights
+DURATIONS = Path(__file__).resolve().parents[1] / "tests" / "durations.json"
+FAST_SECONDS = 1.0  # a test measured at this or longer (setup + call + teardown) is left to `make test`
 
 
 def fast() -> bool:
@@ -53,11 +64,17 @@ def mark_needs(items: list[pytest.Item]) -> None:
             item.add_marker(marker)
 
 
-def select_fast(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Deselect, in place, the tests carrying a marker the fast tier leaves out."""
+def read_durations(path: Path = DURATIONS) -> dict[str, float]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def select_fast(config: pytest.Config, items: list[pytest.Item], durations: dict[str, float]) -> None:
+    """Deselect, in place, the tests carrying a marker the fast tier leaves out and those `durations`
+    measured at `FAST_SECONDS` or more."""
     kept, left = [], []
     for item in items:
-        (left if any(item.get_closest_marker(m) for m in FAST_LEAVES_OUT) else kept).append(item)
+        slow = durations.get(item.nodeid, 0.0) >= FAST_SECONDS
+        (left if slow or any(item.get_closest_marker(m) for m in FAST_LEAVES_OUT) else kept).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
@@ -95,3 +112,22 @@ class FastTier:
                 f"use the smollm2/minilm fixtures (marked slow) or mark the test slow",
                 pytrace=False,
             )
+
+
+class DurationRecorder:
+    """Plugin registered under `--store-durations`: at the end of the session, each test that ran gets its
+    setup + call + teardown seconds in `path` (under xdist the controller sees every worker's reports);
+    the other tests keep their entries."""
+
+    def __init__(self, path: Path = DURATIONS) -> None:
+        self.path = path
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[report.nodeid] += report.duration
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if hasattr(session.config, "workerinput"):  # an xdist worker: the controller writes the file
+            return
+        merged = read_durations(self.path) | {k: round(v, 3) for k, v in self.seconds.items()}
+        self.path.write_text(json.dumps(dict(sorted(merged.items())), indent=0) + "\n")

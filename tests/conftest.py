@@ -28,7 +28,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--fast",
         action="store_true",
         help="the fast tier (make test-fast): leave out the tests that need PostgreSQL, Redis, Chromium, "
-        "a real model or a venv of a setup script (testkit/tiers.py), and refuse to start them",
+        "a real model or a venv of a setup script, or that took tiers.FAST_SECONDS or more when last "
+        "measured (testkit/tiers.py), and refuse to start them",
+    )
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help="write each test's seconds to tests/durations.json, which the fast tier reads",
     )
 
 
@@ -36,13 +42,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("fast"):
         os.environ[tiers.TIER_ENV] = "fast"
         config.pluginmanager.register(tiers.FastTier(), "iclaudit-fast-tier")
+    if config.getoption("store_durations"):
+        config.pluginmanager.register(tiers.DurationRecorder(), "iclaudit-durations")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by the markers given here
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tiers.mark_needs(items)
     if config.getoption("fast"):
-        tiers.select_fast(config, items)
+        tiers.select_fast(config, items, tiers.read_durations())
 
 
 @pytest.fixture(scope="session")

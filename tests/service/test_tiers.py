@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -36,3 +37,35 @@ def test_under_the_fast_tier_the_servers_refuse_to_start(start, name: str, monke
     monkeypatch.setenv(tiers.TIER_ENV, "fast")
     with pytest.raises(pytest.fail.Exception, match=f"the fast tier .* starts no {name}"):
         start()
+
+
+def test_the_fast_tier_leaves_out_what_was_measured_slow_and_keeps_the_unmeasured(
+    request: pytest.FixtureRequest,
+) -> None:
+    items = [
+        i for i in request.session.items if not any(i.get_closest_marker(m) for m in tiers.FAST_LEAVES_OUT)
+    ]
+    assert len(items) >= 2
+    slow, fast = items[0].nodeid, items[1].nodeid
+    left: list[pytest.Item] = []
+    config = SimpleNamespace(hook=SimpleNamespace(pytest_deselected=lambda items: left.extend(items)))
+    kept = list(items)
+    tiers.select_fast(config, kept, {slow: tiers.FAST_SECONDS, fast: tiers.FAST_SECONDS / 2})
+    assert [i.nodeid for i in left] == [slow]
+    assert kept == items[1:]  # the measured-fast test and every unmeasured one stay
+
+
+def test_store_durations_sums_a_tests_phases_and_keeps_the_tests_that_did_not_run(tmp_path: Path) -> None:
+    path = tmp_path / "durations.json"
+    path.write_text('{"tests/a.py::old": 3.0, "tests/a.py::t": 9.0}')
+    recorder = tiers.DurationRecorder(path)
+    for phase, seconds in (("setup", 0.25), ("call", 0.5), ("teardown", 0.125)):
+        recorder.pytest_runtest_logreport(
+            pytest.TestReport("tests/a.py::t", ("a", 1, "t"), {}, "passed", None, phase, duration=seconds)
+        )
+    worker = SimpleNamespace(config=SimpleNamespace(workerinput={}))
+    recorder.pytest_sessionfinish(worker)
+    assert tiers.read_durations(path)["tests/a.py::t"] == 9.0  # a worker writes nothing
+    controller = SimpleNamespace(config=SimpleNamespace())
+    recorder.pytest_sessionfinish(controller)
+    assert tiers.read_durations(path) == {"tests/a.py::old": 3.0, "tests/a.py::t": 0.875}
