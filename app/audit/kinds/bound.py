@@ -178,7 +178,8 @@ def run(request: Request, ctx: RunContext) -> BoundAuditResult:
     result = bound.as_dict()
     if request.counts is None:
         result["scored"] = {"in": len(scores_in), "out": len(scores_out)}
-        result["above_every_out"] = sum(s > max(scores_out) for s in scores_in)
+        top_out = max(scores_out)
+        result["above_every_out"] = sum(s > top_out for s in scores_in)
     result["epsilon_claimed"] = request.epsilon
     result["max_epsilon"] = request.max_epsilon if request.epsilon is None else None
     threshold = request.epsilon if request.epsilon is not None else request.max_epsilon
