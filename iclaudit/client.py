@@ -31,7 +31,7 @@ answers at once (no long-poll support) is polled with back-off instead of hammer
 Errors: `ApiError` (the server answered 4xx/5xx: status, message, per-field details),
 `ServiceUnreachable` (no answer after the retries), `WaitTimeout` (`wait`/`wait_sweep` ran past its timeout).
 
-Server-only code (FastAPI, SQLAlchemy, Celery) is never imported (tests/service/test_layering.py). The
+Server-only code (FastAPI, SQLAlchemy, Celery) is never imported (tests/project/test_layering.py). The
 server's models (every kind's result and request models: numpy, scipy, seconds on a busy machine) are
 imported on first use, and so are the client's own pydantic models (iclaudit/_audit.py): importing the
 client costs httpx only, and `get_json` reads an audit with no model made (the CLI's `status`). `typed=False`

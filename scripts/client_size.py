@@ -163,7 +163,7 @@ The full install's largest distributions:
 |---|---|---|
 {big}
 
-Checked by `tests/service/test_client.py::test_light_client_installs_alone_and_runs_an_audit`: the same
+Checked by `tests/cli/test_client.py::test_light_client_installs_alone_and_runs_an_audit`: the same
 install into an empty venv, no server distribution in it, then a `bound` audit submitted and waited for
 against a live server.
 """

@@ -6,7 +6,7 @@ what the API sends. Exit codes: iclaudit/cli/exits.py.
 
 Imports are lazy (the client and httpx on a command's first call; pydantic when a command makes a model,
 which `status` does not; rich's tables and progress bars when drawn), so `iclaudit --help` and `iclaudit
-status` start fast (tests/service/test_cli_start.py).
+status` start fast (tests/cli/test_cli_start.py).
 """
 
 # No `from __future__ import annotations`: typer reads every command's signature a few times at each start,

@@ -1,6 +1,6 @@
 """The transient-error classifier on real errors: SQLite's lock and a full pool are retried; a missing
 table, a constraint and a syntax error are the caller's own and never retried (PostgreSQL's disconnects and
-restarts are classified in tests/service/test_faults.py)."""
+restarts are classified in tests/deploy/test_faults.py)."""
 
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def test_every_registered_kind_has_a_plot() -> None:
 
 
 def test_reports_import_no_web_database_or_queue_code() -> None:
-    from service.test_layering import FORBIDDEN, imported_modules
+    from project.test_layering import FORBIDDEN, imported_modules
 
     package = Path(__file__).resolve().parents[2] / "app" / "reports"
     found = [

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """`iclaudit serve` on SQLite, inline executor, auth off (as tests/service/test_cli_service.py)."""
+    """`iclaudit serve` on SQLite, inline executor, auth off (as tests/cli/test_cli_service.py)."""
     proc, url, _ = serve(tmp_path_factory.mktemp("serve"), auth=False, ready_within=240)
     yield url
     stop(proc)

@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from service.test_cli_records import server  # noqa: F401 - the `iclaudit serve` fixture
+from cli.test_cli_records import server  # noqa: F401 - the `iclaudit serve` fixture
 
 from testkit.client import white_box_request
 from testkit.served import ICLAUDIT

@@ -310,7 +310,7 @@ MARGIN = 2.0
 load average of 10 on 2 cores `python -c pass` took 0.02 s of CPU as when quiet, and `--help` and `status`
 0.32–0.35 s in both distributions (before pydantic and rich's tables left their start: status 0.53 s light,
 0.63 s full at that load; 0.70–0.91 s at a load of 19). The import checks (here, and what
-tests/service/test_cli_start.py keeps out) are the exact guard; this bound catches a start that loads the
+tests/cli/test_cli_start.py keeps out) are the exact guard; this bound catches a start that loads the
 numerics or the typed models again (the server's models, numpy and scipy: seconds of CPU)."""
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from service.test_celery import api, stack, start_worker  # noqa: F401 - fixtures
+from deploy.test_celery import api, stack, start_worker  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.postgres, pytest.mark.redis]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

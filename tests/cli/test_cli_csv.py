@@ -9,7 +9,7 @@ import io
 import subprocess
 
 import httpx
-from service.test_cli_service import ICLAUDIT, server  # noqa: F401 - the module's `iclaudit serve`
+from cli.test_cli_service import ICLAUDIT, server  # noqa: F401 - the module's `iclaudit serve`
 
 from testkit.client import long_mia_request, wait_for
 

@@ -1,4 +1,4 @@
-"""What keeps `iclaudit --help` and `iclaudit status` short (tests/service/test_light_gate.py times them):
+"""What keeps `iclaudit --help` and `iclaudit status` short (tests/cli/test_light_gate.py times them):
 neither loads pydantic (typer's converters, the client's models) nor rich's tables, in either command line;
 typer converts their values as its own pydantic adapters would; `status` says what the typed audit says; a
 plain-HTTP service is reached without loading certifi's authorities, and a TLS one still checked with them."""
