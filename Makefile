@@ -30,9 +30,10 @@ serve: venv
 # with its own PostgreSQL, Redis and servers on free ports and temporary directories (testkit/servers.py);
 # --dist loadfile keeps a file's tests, and its module fixtures, in one worker and in order. The tests that
 # compare two timings of their own (polls of a computing audit against idle ones; the load generator's
-# pacing) run alone afterwards, so a sibling worker never loads one side of the comparison only.
+# pacing; a plan against the run it plans) run alone afterwards, so a sibling worker never loads one side
+# of the comparison only.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$(( n < 4 ? n : 4 )))
-SERIAL_TESTS := $(wildcard tests/jobs/test_pool.py tests/deploy/test_loadgen.py)
+SERIAL_TESTS := $(wildcard tests/jobs/test_pool.py tests/deploy/test_loadgen.py tests/targets/test_plan_timing.py)
 
 # ruff (lint, format) on the tree, then mypy on app/, iclaudit/ and workers/ ([tool.mypy] in pyproject.toml).
 LINT := $(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
