@@ -53,6 +53,10 @@ class Audit(BaseModel):
     epsilon_claimed: float | None = None
     verdict: dict[str, Any] | None = None
     """The server's verdict digest as sent (null until SUCCEEDED); `digest` is it typed."""
+    follows: str | None = None
+    """The audit whose next step this one is (the request's `until_answer` chain)."""
+    followed_by: str | None = None
+    """The audit that takes this one's next step (`until_answer`), once this one is done; null: none."""
 
     @property
     def done(self) -> bool:

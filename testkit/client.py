@@ -39,6 +39,29 @@ def verdict_request(outcome: str, **changes: Any) -> dict[str, Any]:
     return {**VERDICT_REQUESTS[outcome], **changes}
 
 
+def underpowered_mia_request(**until_answer: Any) -> dict[str, Any]:
+    """Oracle private voting at 25 trials against ε = 2: `inconclusive`, under-powered, its first next step
+    more trials (about a second of work; 1,181 trials answer `consistent`); `until_answer` when given."""
+    body: dict[str, Any] = {
+        "kind": "mia",
+        "dataset": "dbpedia14",
+        "model": "oracle",
+        "seed": 1,
+        "mechanism": {
+            "name": "private_voting",
+            "partitions": 4,
+            "shots_per_partition": 2,
+            "calibration": "analytic",
+        },
+        "epsilon": 2,
+        "delta": 1e-5,
+        "attack": {"name": "inquiry", "threat_model": "both"},
+        "trials": 25,
+        "labels": {"pipeline": "nightly"},
+    }
+    return body | ({"until_answer": until_answer} if until_answer else {})
+
+
 def long_mia_request(trials: int = 2_000_000, seed: int = 7) -> dict[str, Any]:
     """A real membership audit against the oracle engine that runs for seconds (for cancel and SIGKILL)."""
     return {

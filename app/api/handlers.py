@@ -21,7 +21,8 @@ from app.api.errors import ApiError, TooManyRequests, error_response, validation
 from app.api.limits import QUOTA_RETRY_SECONDS
 from app.db.retry import is_transient, short_reason
 from app.db.scoping import InvalidPageToken
-from app.jobs.submission import Conflict, QuotaExceeded, Rejected, TooLarge
+from app.jobs.checks import QuotaExceeded, Rejected, TooLarge
+from app.jobs.submission import Conflict
 from app.schemas.errors import NO_SOLUTION, FieldViolation
 
 log = logging.getLogger(__name__)

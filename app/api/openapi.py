@@ -162,7 +162,7 @@ _SUBMIT = (
     "SECRET_INVALID",
     "SERVER_LIMIT",
     "NO_SOLUTION",
-)  # an audit request's checks beyond its schema (app.jobs.submission.check_request)
+)  # an audit request's checks beyond its schema (app.jobs.checks.check_request)
 OPERATION_REFUSALS: dict[str, tuple[str, ...]] = {
     "submitAudit": _SUBMIT,
     "planAudit": _SUBMIT,

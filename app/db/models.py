@@ -101,6 +101,10 @@ class Audit(Base):
     events_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
     # seconds it waited for a model to load in its worker (NULL: none loaded for it); plans count it apart
     model_load_seconds: Mapped[float | None] = mapped_column(default=None)
+    # a chain of next steps (the request's `until_answer`, app/jobs/follow_up.py): the audit this one is the
+    # next step of, and the audit that took this one's next step (written with this one's outcome)
+    follows: Mapped[str | None] = mapped_column(String(32), default=None)
+    followed_by: Mapped[str | None] = mapped_column(String(32), default=None)
 
 
 class UploadedDataset(Base):

@@ -42,6 +42,8 @@ _SUMMARY = [
     Audit.result,
     Audit.created_at,
     Audit.heartbeat_at,
+    Audit.follows,
+    Audit.followed_by,
     _CLAIMED,
 ]
 _MARK_CHUNK = 500

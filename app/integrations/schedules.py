@@ -23,8 +23,8 @@ from app.audit.kinds.registry import verdict_of
 from app.config import Settings
 from app.db import schedules as store
 from app.db.models import Audit, AuditState, Schedule, ScheduleRun, utcnow
+from app.jobs.checks import QuotaExceeded
 from app.jobs.executors import Executor
-from app.jobs.submission import QuotaExceeded
 from app.schemas.schedules import ScheduleRunResource
 
 log = logging.getLogger(__name__)

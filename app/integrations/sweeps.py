@@ -31,8 +31,7 @@ from app.db import audits, labels
 from app.db import sweeps as store
 from app.db.models import TERMINAL_STATES, Audit, AuditState, Sweep, SweepChild
 from app.egress import EgressRefused, check_url
-from app.jobs.executors import Executor, enqueue
-from app.jobs.submission import (
+from app.jobs.checks import (
     Rejected,
     TooLarge,
     check_active_quota,
@@ -40,6 +39,7 @@ from app.jobs.submission import (
     reserve_active,
     with_default_budget,
 )
+from app.jobs.executors import Executor, enqueue
 from app.schemas.audits import request_adapter
 from app.schemas.sweeps import (
     SweepChildResource,

@@ -7,7 +7,9 @@ Events: audit.succeeded, audit.failed, audit.cancelled, audit.violation, audit.l
 audit event's `data.verdict` holds the result's verdict (`outcome`: violation, leak, inconclusive or
 consistent; `headline`; `epsilon_detectable`) with the bounds it used (`epsilon_lower`, `epsilon_theory`,
 `violation`), null fields until SUCCEEDED; `data.next_steps` the result's next steps (what would make an
-inconclusive audit answer: app/audit/stats/next_steps.py), null when it has none. They are written
+inconclusive audit answer: app/audit/stats/next_steps.py), null when it has none; `data.followed_by` the
+audit that takes the first of them when the request asked (`until_answer`), and `data.follows` the audit
+whose step this one is. They are written
 as rows of the deliveries outbox (one per event and target) in the same transaction that marks the audit
 (`audits.events_at`) or the sweep (`sweeps.completed_at`) as done, so each is written exactly once, whoever
 moved the audit to its terminal state (runner, cancel, the stale sweep). Delivery is at least once: a due
@@ -121,6 +123,8 @@ def audit_data(audit: Audit, verdict: Verdict | None = None) -> dict[str, Any]:
         "created_at": audit.created_at.isoformat(),
         "finished_at": audit.finished_at.isoformat() if audit.finished_at else None,
         "next_steps": _next_steps(audit),
+        "follows": audit.follows,
+        "followed_by": audit.followed_by,
         "links": {"self": f"/v1/audits/{audit.id}", "result": f"/v1/audits/{audit.id}/result"},
     }
 

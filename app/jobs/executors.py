@@ -150,6 +150,8 @@ class InlineExecutor:
                 ran = process.run(audit_id, request_id)
             finally:
                 self._handover(audit_id, None)
+            if ran:
+                self._send_follow_up(audit_id)
             if not ran:
                 log.error(
                     "audit process %s died (exit code %s) running audit %s; started again, and the sweep "
@@ -159,6 +161,21 @@ class InlineExecutor:
                     audit_id,
                 )
                 self._requeue_unclaimed(audit_id)
+
+    def _send_follow_up(self, audit_id: str) -> None:
+        """The next step the audit's outcome stored as a new audit (`until_answer`: app/jobs/follow_up.py),
+        queued now rather than at the next sweep."""
+        try:
+            with self._sessions() as session:
+                done = session.get(Audit, audit_id)
+                follow_up = session.get(Audit, done.followed_by) if done and done.followed_by else None
+                if follow_up is not None and follow_up.state == AuditState.PENDING:
+                    enqueue(session, self, [follow_up.id])
+                    session.commit()
+        except Exception as exc:
+            log.warning(
+                "audit %s: its next step not queued (%s); the sweep will", audit_id, short_reason(exc)
+            )
 
     def _requeue_unclaimed(self, audit_id: str) -> None:
         """An audit whose process died before claiming it is still PENDING in this queue's epoch, which

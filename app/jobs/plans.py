@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from app import observability
 from app.config import Settings
 from app.db.models import Audit, AuditState
+from app.jobs.checks import Rejected, check_request
 from app.jobs.fair_queue import FairQueue
 
 log = logging.getLogger(__name__)
@@ -550,8 +551,6 @@ def close_planner(state: HoldsPlanner) -> None:
 
 def check_plan(session: Session, tenant_id: str, request: Any, settings: Settings) -> None:
     """The checks of a submit (422s), the quota aside: a plan stores nothing."""
-    from app.jobs.submission import check_request
-
     check_request(session, tenant_id=tenant_id, request=request, settings=settings, quota=False)
     check_plan_cost(request, settings)
 
@@ -560,7 +559,6 @@ def check_plan_cost(request: Any, settings: Settings) -> None:
     """A plan whose rehearsal would pass ICLAUDIT_PLAN_MAX_PAIRS record–context pairs is refused before any
     rehearsal (422 with the numbers, at the field that asks for the more of them)."""
     from app.audit.plan import rehearsed_pairs
-    from app.jobs.submission import Rejected
 
     cost = rehearsed_pairs(request)
     if cost is None or cost[0] <= settings.plan_max_pairs:
@@ -579,8 +577,6 @@ def check_plan_cost(request: Any, settings: Settings) -> None:
 
 def plan_of(answer: dict) -> dict:
     """The plan in a worker's answer; Rejected (422) when the run would refuse the request."""
-    from app.jobs.submission import Rejected
-
     if "rejected" in answer:
         raise Rejected("$", answer["rejected"])
     if "stopped" in answer:

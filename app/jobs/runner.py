@@ -1,4 +1,5 @@
-"""The one function every executor calls: audit id → claimed → kind.run(request, ctx) → result on the row.
+"""The one function every executor calls: audit id → claimed → kind.run(request, ctx) → result on the row
+(and, for a request with `until_answer` that ended inconclusive, its next step as a new audit: follow_up.py).
 
 Claiming is a conditional UPDATE (PENDING, or RUNNING with a stale heartbeat → RUNNING, attempt+1), so a
 redelivered or re-enqueued audit never runs twice at once; only the attempt holding the claim may write
@@ -24,6 +25,7 @@ from app.db import audits
 from app.db.models import Audit, AuditState
 from app.db.responses import DbResponses
 from app.db.retry import in_transaction, is_transient, short_reason
+from app.jobs.follow_up import take_next_step
 from app.jobs.progress import (
     ClaimLost,
     DbProgress,
@@ -162,6 +164,7 @@ def run_audit(
             ):
                 if loaded:  # the model's load, apart from its calls: a plan's rates leave it out
                     audits.record_model_load(session, audit_id=audit_id, seconds=loaded)
+                take_next_step(session, audit_id=audit_id, settings=settings)  # `until_answer`, if asked
                 return True
             return audits.holds_outcome(session, audit_id=audit_id, attempt=attempt, state=state)
 

@@ -121,6 +121,16 @@ class AuditSummary(BaseModel):
     )
     started_at: datetime | None
     finished_at: datetime | None
+    follows: str | None = Field(
+        default=None,
+        description="The audit whose next step this one is (its request's `until_answer` chain); null when it "
+        "was submitted.",
+    )
+    followed_by: str | None = Field(
+        default=None,
+        description="The audit that takes this one's next step (`until_answer`: set with the outcome, before "
+        "SUCCEEDED is visible); null when none was taken (the progress message says why).",
+    )
 
     @classmethod
     def of(cls, row: Any, epsilon_claimed: float | None = None, typed: ResultBase | None = None) -> Self:
@@ -152,6 +162,8 @@ class AuditSummary(BaseModel):
             updated_at=row.finished_at or max(t for t in times if t is not None),
             started_at=row.started_at,
             finished_at=row.finished_at,
+            follows=row.follows,
+            followed_by=row.followed_by,
         )
 
 

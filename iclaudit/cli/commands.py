@@ -84,8 +84,9 @@ def submit(
         bool,
         typer.Option(
             "--until-answer",
-            help="While the audit is inconclusive, submit it again with its first next step that sets "
-            "request fields and fits the seconds left (needs --max-seconds; implies --wait).",
+            help="Ask the service to take each inconclusive audit's first next step that sets request "
+            "fields and fits the seconds left, as a new audit (`until_answer`), and follow the chain to its "
+            "last audit (needs --max-seconds; implies --wait).",
         ),
     ] = False,
     max_seconds: Annotated[
@@ -99,9 +100,9 @@ def submit(
 ) -> None:
     """Start an audit from a request file and print its id; with --wait or --watch, follow it to the end.
 
-    With --until-answer --max-seconds N, an inconclusive audit is submitted again with its result's first
-    next step taken (its `set` applied: more trials, contexts or budget, …) while one fits the N seconds;
-    the report is the last audit's.
+    With --until-answer --max-seconds N, the request asks the service for `until_answer: {max_seconds: N}`:
+    an inconclusive audit's first next step (its `set` applied: more trials, contexts or budget, …) that
+    fits the time left runs as a new audit, and so on; the report is the last audit's.
 
     Exit codes with --wait or --watch (a CI gate), from the verdict:
     0 = consistent (the audit could have seen a violation and saw none), or a kind without a verdict (iclinf);

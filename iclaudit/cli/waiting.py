@@ -1,8 +1,7 @@
 """Following an audit to its end and reporting it with its exit code: the progress bar or CI log lines,
-the result and headline, the JUnit file, the --baseline regression check, and --until-answer's resubmits
-while the audit is inconclusive and a next step fits the time left."""
+the result and headline, the JUnit file, the --baseline regression check, and --until-answer's chain of
+audits (the service takes the next steps; the CLI follows them)."""
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,6 @@ from iclaudit.cli.rendering import (
     stage_text,
     warnings_of,
 )
-from iclaudit.cli.request_file import apply_sets
 
 if TYPE_CHECKING:
     from iclaudit.client import Audit, IclauditClient
@@ -164,44 +162,28 @@ def against_baseline(client: "IclauditClient", audit: "Audit", ref: str) -> dict
     return None
 
 
-def takeable_step(audit: "Audit", seconds_left: float) -> dict[str, Any] | None:
-    """The first next step of an inconclusive SUCCEEDED audit that sets request fields and whose expected
-    seconds (when known) fit `seconds_left`; None when there is none."""
-    result = audit.result
-    if audit.state != "SUCCEEDED" or result is None or outcome_of(result) != "inconclusive":
-        return None
-    for step in getattr(result, "next_steps", None) or []:
-        step = step if isinstance(step, dict) else step.model_dump()
-        seconds = step.get("seconds")
-        if step.get("set") and (seconds is None or seconds <= seconds_left):
-            return step
-    return None
-
-
 def answer_within(
     client: "IclauditClient", body: dict[str, Any], max_seconds: float, *, live: bool, key: str | None
 ) -> tuple[str, float]:
-    """Submit `body`; while its audit ends inconclusive with a `takeable_step`, submit it again with the
-    step's `set` applied. (the last audit's id, the seconds left to wait for it)."""
+    """Submit `body` with `until_answer: {max_seconds}` (the service takes each inconclusive audit's next
+    step as a new audit: app/jobs/follow_up.py) and follow the chain by `followed_by` to its last audit.
+    (the last audit's id, the seconds left to wait for it)."""
     import time
 
     from iclaudit.client import WaitTimeout
 
     deadline = time.monotonic() + max_seconds
+    chain = {**(body.get("until_answer") or {}), "max_seconds": max_seconds}
+    audit = client.submit({**body, "until_answer": chain}, idempotency_key=key)
+    err_console.print(f"submitted {audit.kind} audit [bold]{audit.id}[/] ({audit.state})", highlight=False)
+    audit_id = audit.id
     while True:
-        audit = client.submit(body, idempotency_key=key)
-        key = None  # the first submission's key only: each step is a new request
-        err_console.print(
-            f"submitted {audit.kind} audit [bold]{audit.id}[/] ({audit.state})", highlight=False
-        )
         try:
-            done = follow(client, audit.id, live=live, timeout=max(0.0, deadline - time.monotonic()))
+            done = follow(client, audit_id, live=live, timeout=max(0.0, deadline - time.monotonic()))
         except WaitTimeout:
-            return audit.id, 0.0
-        step = takeable_step(done, deadline - time.monotonic())
-        if step is None:
-            return audit.id, max(0.0, deadline - time.monotonic())
-        body = apply_sets(body, [f"{path}={json.dumps(value)}" for path, value in step["set"].items()])
-        err_console.print(
-            f"inconclusive; taking its next step: {step['text']}", highlight=False, soft_wrap=True
-        )
+            return audit_id, 0.0
+        if done.state == "SUCCEEDED" and outcome_of(done.result) == "inconclusive":
+            err_console.print(done.progress.message, highlight=False, soft_wrap=True)
+        if done.followed_by is None:
+            return done.id, max(0.0, deadline - time.monotonic())
+        audit_id = done.followed_by

@@ -199,16 +199,17 @@ def test_gate_exit_4_when_inconclusive_and_0_with_allow_inconclusive(
 
 
 def test_until_answer_takes_the_next_step_and_answers(cli: CliRunner, server) -> None:
-    """The same inconclusive request with --until-answer: resubmitted with its next step (more trials), it
-    answers `consistent` within the stated seconds; without --max-seconds it is a usage error."""
+    """The same inconclusive request with --until-answer: the service takes its next step (more trials) as
+    a second audit, which answers `consistent` within the stated seconds; the CLI follows the chain and
+    reports the last audit. Without --max-seconds it is a usage error."""
     url = server[0]
     body = _example("mia-oracle-eps1.json", trials=25, epsilon=2)
     args = ["submit", "-", "--until-answer", "--max-seconds", "300", "--url", url]
     out = cli.invoke(app, args, input=body)
     assert out.exit_code == 0, out.output
-    assert (
-        out.stderr.count("submitted mia audit") == 2 and "taking its next step: set trials = " in out.stderr
-    )
+    assert out.stderr.count("submitted mia audit") == 1
+    (taken,) = [line for line in out.stderr.splitlines() if line.startswith("inconclusive; took its next")]
+    assert taken.startswith("inconclusive; took its next step as audit ") and ": set trials = " in taken
     assert out.stdout.strip().splitlines()[-1].startswith("Consistent with the claimed ε = 2")
     bare = cli.invoke(app, ["submit", "-", "--until-answer", "--url", url], input=body)
     assert bare.exit_code == 3 and "--max-seconds" in bare.output

@@ -12,7 +12,7 @@ import pytest
 from app.config import Settings
 from app.db import audits, keys
 from app.db.engine import make_engine, make_session_factory
-from app.jobs.submission import QuotaExceeded, reserve_active
+from app.jobs.checks import QuotaExceeded, reserve_active
 
 
 def test_a_concurrent_reserve_waits_for_the_first_and_counts_its_audit(database_url: str) -> None:

@@ -16,7 +16,13 @@ from standardwebhooks import Webhook
 
 from app.audit.stats.verdict import OUTCOMES
 from app.integrations.webhooks import EVENT_TYPES
-from testkit.client import bound_request, long_mia_request, verdict_request, wait_for
+from testkit.client import (
+    bound_request,
+    long_mia_request,
+    underpowered_mia_request,
+    verdict_request,
+    wait_for,
+)
 from testkit.servers import free_port
 
 # the outage the receiver has in test_a_delivery_survives_a_receiver_outage; the issue's 30 s case is run as
@@ -267,6 +273,24 @@ def test_audit_leak_is_subscribable_apart_from_violations(client: TestClient, re
     assert every.status_code == 201 and every.json()["events"] == list(EVENT_TYPES)
     unknown = client.post("/v1/webhooks", json={"url": receiver.url, "events": ["audit.passed"]})
     assert unknown.status_code == 422 and unknown.json()["error"]["details"][0]["path"].startswith("$.events")
+
+
+@SQLITE_ONLY
+def test_a_chains_payloads_link_each_audit_to_its_next_step(client: TestClient, receiver: Receiver) -> None:
+    """`until_answer`: the inconclusive audit's event names the audit that takes its next step
+    (`data.followed_by`), and that audit's event names the one it follows (`data.follows`)."""
+    hook = client.post("/v1/webhooks", json={"url": receiver.url, "events": ["audit.succeeded"]}).json()
+    first = client.post("/v1/audits", json=underpowered_mia_request(max_seconds=300)).json()["id"]
+    second = wait_for(client.get, first)["followed_by"]
+    wait_for(client.get, second)
+    got = receiver.wait_for(2)
+    data = {d["id"]: d for d in (Webhook(hook["secret"]).verify(g.body, g.headers)["data"] for g in got)}
+    assert (data[first]["follows"], data[first]["followed_by"]) == (None, second)
+    assert (data[second]["follows"], data[second]["followed_by"]) == (first, None)
+    assert [data[first]["verdict"]["outcome"], data[second]["verdict"]["outcome"]] == [
+        "inconclusive",
+        "consistent",
+    ]
 
 
 @SQLITE_ONLY

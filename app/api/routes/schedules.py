@@ -14,7 +14,7 @@ from app.db import audits as audit_rows
 from app.db import schedules as schedule_rows
 from app.db.models import Audit, Schedule, utcnow
 from app.integrations import schedules, sweeps
-from app.jobs.submission import check_request
+from app.jobs.checks import check_request
 from app.schemas.errors import ErrorResponse, FieldViolation
 from app.schemas.schedules import (
     ScheduleCreate,

@@ -35,6 +35,33 @@ Labels = Annotated[
     ),
 ]
 
+MAX_CHAIN_SECONDS = 7 * 24 * 3600.0
+MAX_CHAIN_STEPS = 20
+
+
+class UntilAnswer(BaseModel):
+    """`until_answer`: while the audit ends `inconclusive`, the service takes its result's first next step
+    that sets request fields and fits the time left, as a new audit (`followed_by` / `follows` link them),
+    until one answers, the seconds or steps run out, or no step fits."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    max_seconds: float = Field(
+        gt=0,
+        le=MAX_CHAIN_SECONDS,
+        description="The wall seconds the whole chain may take, from this audit's creation; a step is taken "
+        "only when its expected seconds (when known) fit what is left, and a kind with a `budget` gets "
+        "`budget.max_seconds` capped at it. Each next step's request carries what is left.",
+    )
+    max_steps: int = Field(
+        default=5,
+        ge=0,
+        le=MAX_CHAIN_STEPS,
+        description="How many next steps the chain may take after this audit (each step's request carries one "
+        "fewer).",
+    )
+
+
 # The sparse vector test of Amin et al. (app/audit/icl/synthetic.py): one definition of its parameters for the
 # synthetic_generation kind and the synthetic_generation mechanism of a mia audit (`mechanism.svt`).
 SVT_THRESHOLD, SVT_NOISE, PUBLIC_TEMPERATURE = 0.5, 0.2, 1.5  # defaults
@@ -70,4 +97,10 @@ class AuditRequestBase(BaseModel):
         max_length=2000,
         description="A URL that gets this audit's terminal event, signed with the tenant's notify secret "
         "(GET /v1/webhooks/notify-secret); not part of the science, ignored by the kind.",
+    )
+    until_answer: UntilAnswer | None = Field(
+        default=None,
+        description="Follow the result's next steps on the server until an audit answers, within a stated "
+        "time (and step) budget; null: an inconclusive audit ends with its `next_steps` for you to take. Not "
+        "part of the science, ignored by the kind.",
     )

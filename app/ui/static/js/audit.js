@@ -131,8 +131,18 @@ function renderVerdict(a) {
     steps.length ? el("ul", { class: "next-steps", id: "next-steps", "aria-label": "Next steps" },
       steps.map((s, i) => el("li", { "data-set": s.set ? JSON.stringify(s.set) : null }, i === 0 ? "Next: " : "Or: ", s.text))) : null,
     reason ? el("p", { class: "why", id: "verdict-reason" }, "Why: ", reason) : null,
+    chainLine(a),
   );
   verdictPanel.hidden = false;
+}
+
+/** An `until_answer` chain: the audit that takes this one's next step, or the one whose step this is. */
+function chainLine(a) {
+  const link = (id, elId) => el("a", { href: `/ui/audits/${encodeURIComponent(id)}`, class: "mono", id: elId, title: id }, id.slice(0, 8));
+  return [
+    a.follows ? el("p", { class: "chain" }, "This audit is the next step of audit ", link(a.follows, "follows"), ".") : null,
+    a.followed_by ? el("p", { class: "chain" }, "The service took its next step as audit ", link(a.followed_by, "followed-by"), ".") : null,
+  ];
 }
 
 /** One line of Details: the value, what it is, and whether the verdict used it. */
