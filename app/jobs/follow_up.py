@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,11 +28,13 @@ from pydantic import ValidationError
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
+from app.audit.kinds.base import AuditRequestBase
 from app.audit.kinds.registry import kind_module, verdict_of
 from app.config import Settings
 from app.db import audits, labels
 from app.db.models import Audit, AuditState
-from app.jobs.checks import Rejected, check_request, with_default_budget
+from app.db.retry import is_transient
+from app.jobs.checks import Rejected, TooLarge, check_request, with_default_budget
 
 log = logging.getLogger(__name__)
 
@@ -82,50 +85,25 @@ def next_request(audit: Audit, step: dict[str, Any], left: float) -> dict[str, A
 def take_next_step(session: Session, *, audit_id: str, settings: Settings) -> Followed | None:
     """In the transaction that wrote the audit's outcome: store its next step as a new PENDING audit when
     its request asks (`until_answer`) and the rule allows; record what was done in its progress message.
-    None when the audit asks for no chain or answered."""
+    None when the audit asks for no chain or answered. Choosing the step only reads, so a failure there
+    (other than the database's, which retries the whole write) costs the chain, never the outcome."""
     audit = session.get(Audit, audit_id)
     if audit is None or not audit.request.get("until_answer") or audit.state != AuditState.SUCCEEDED:
         return None
     verdict = verdict_of(audit.kind, audit.result)
     if verdict is None or verdict.outcome != "inconclusive":
         return None
-    followed = _follow(session, audit, settings)
-    session.execute(
-        update(Audit)
-        .where(Audit.id == audit.id)
-        .values(followed_by=followed.audit_id, progress_message=followed.message)
-        .execution_options(synchronize_session=False)
-    )
-    log.info("audit %s: %s", audit.id, followed.message)
-    return followed
-
-
-def _follow(session: Session, audit: Audit, settings: Settings) -> Followed:
-    chain = audit.request["until_answer"]
-    if int(chain.get("max_steps", 5)) < 1:
-        return Followed(None, "inconclusive; until_answer: no steps left to take")
-    left = seconds_left(audit)
-    steps = [s for s in (audit.result or {}).get("next_steps") or [] if isinstance(s, dict) and s.get("set")]
-    if not steps:
-        return Followed(None, "inconclusive; until_answer: no next step sets a request field")
-    refusals = []
-    for step in steps:
-        seconds = step.get("seconds")
-        if left <= 0 or (seconds is not None and seconds > left):
-            need = f"~{seconds:.0f} s" if seconds is not None else "time"
-            refusals.append(f"{step.get('text', step['set'])} needs {need}, {max(left, 0):.0f} s left")
-            continue
-        body = next_request(audit, step, left)
-        try:
-            request = kind_module(audit.kind).Request.model_validate(body)
-            check_request(session, tenant_id=audit.tenant_id, request=request, settings=settings, quota=False)
-        except ValidationError as exc:
-            refusals.append(f"{step['set']}: {exc.errors()[0]['msg']}")
-            continue
-        except Rejected as exc:
-            refusals.append(exc.message)
-            continue
-        request = with_default_budget(request, settings)
+    try:
+        chosen, message = _choose(session, audit, settings)
+    except Exception as exc:
+        if is_transient(exc):
+            raise
+        reference = uuid.uuid4().hex[:12]
+        log.exception("audit %s: until_answer failed (reference %s)", audit.id, reference)
+        chosen, message = None, f"inconclusive; until_answer failed (reference {reference}): no step taken"
+    follow_up_id = None
+    if chosen is not None:
+        request = with_default_budget(chosen, settings)
         follow_up = audits.add_audit(
             session,
             tenant_id=audit.tenant_id,
@@ -133,10 +111,46 @@ def _follow(session: Session, audit: Audit, settings: Settings) -> Followed:
             request=request.model_dump(mode="json"),
             request_id=audit.request_id,
         )
-        follow_up.follows = audit.id
+        follow_up.follows, follow_up_id = audit.id, follow_up.id
         labels.add_labels(session, audit_id=follow_up.id, labels=request.labels)
         session.flush()
-        return Followed(
-            follow_up.id, f"inconclusive; took its next step as audit {follow_up.id}: {step['text']}"
-        )
-    return Followed(None, "inconclusive; until_answer took no step: " + "; ".join(refusals))
+        message = message.format(audit_id=follow_up.id)
+    session.execute(
+        update(Audit)
+        .where(Audit.id == audit.id)
+        .values(followed_by=follow_up_id, progress_message=message)
+        .execution_options(synchronize_session=False)
+    )
+    log.info("audit %s: %s", audit.id, message)
+    return Followed(follow_up_id, message)
+
+
+def _choose(session: Session, audit: Audit, settings: Settings) -> tuple[AuditRequestBase | None, str]:
+    """The follow-up's request (None: no step is taken) and the line that says so (`{audit_id}` where the
+    follow-up's id goes). Reads only."""
+    chain = audit.request["until_answer"]
+    if int(chain.get("max_steps", 5)) < 1:
+        return None, "inconclusive; until_answer: no steps left to take"
+    left = seconds_left(audit)
+    steps = [s for s in (audit.result or {}).get("next_steps") or [] if isinstance(s, dict) and s.get("set")]
+    if not steps:
+        return None, "inconclusive; until_answer: no next step sets a request field"
+    refusals = []
+    for step in steps:
+        seconds = step.get("seconds")
+        if left <= 0 or (seconds is not None and seconds > left):
+            need = f"~{seconds:.0f} s" if seconds is not None else "time"
+            refusals.append(f"{step.get('text', step['set'])} needs {need}, {max(left, 0):.0f} s left")
+            continue
+        try:
+            request = kind_module(audit.kind).Request.model_validate(next_request(audit, step, left))
+            check_request(session, tenant_id=audit.tenant_id, request=request, settings=settings, quota=False)
+        except ValidationError as exc:
+            refusals.append(f"{step['set']}: {exc.errors()[0]['msg']}")
+            continue
+        except (Rejected, TooLarge) as exc:
+            refusals.append(exc.message)
+            continue
+        text = str(step.get("text", step["set"])).replace("{", "{{").replace("}", "}}")
+        return request, "inconclusive; took its next step as audit {audit_id}: " + text
+    return None, "inconclusive; until_answer took no step: " + "; ".join(refusals)
