@@ -70,15 +70,15 @@ export async function api(path, { method = "GET", body, headers = {}, raw = fals
     }
     const response = await fetch(path, { method, headers: h, body: payload, signal, cache: "no-store" });
     if (response.status === 401 && attempt < 5) {
-      // Sent before a key was entered (another request's login): retry with the key now held, rather
-      // than open the dialog a second time after the user has closed it.
-      if (getKey() && getKey() !== key) continue;
       let message = "";
       try {
         message = (await response.json()).error.message;
       } catch (_) {
         /* not JSON */
       }
+      // Sent before a key was entered (another request's login, perhaps while this answer was being
+      // read): retry with the key now held, rather than open the dialog again after the user closed it.
+      if (getKey() && getKey() !== key) continue;
       await login(key ? `${message} Enter another key.` : "");
       continue;
     }
