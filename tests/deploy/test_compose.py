@@ -188,11 +188,12 @@ def test_the_images_run_as_one_fixed_unprivileged_uid() -> None:
 
 
 def _pip_installs(lines: list[str]) -> list[list[str]]:
-    """Each `pip install …` of the given shell lines, as its words (quotes dropped)."""
+    """Each `pip install …` (the Makefile's `$(PIP) install …`) of the given shell lines, as its words (quotes
+    dropped)."""
     found = []
     for line in lines:
         for part in line.split("&&"):
-            words = shlex.split(part.replace("$(VENV)/bin/", ""))
+            words = shlex.split(part.replace("$(PIP)", "pip"))
             if "pip" in words and "install" in words:
                 found.append(words[words.index("install") + 1 :])
     return found
@@ -200,7 +201,7 @@ def _pip_installs(lines: list[str]) -> list[list[str]]:
 
 def test_the_images_install_what_make_serve_installs() -> None:
     makefile = (ROOT / "Makefile").read_text().splitlines()
-    start = makefile.index("$(STAMP): pyproject.toml")
+    start = next(i for i, line in enumerate(makefile) if line.startswith("$(STAMP): pyproject.toml"))
     recipe = [line for line in makefile[start + 1 :] if line.startswith("\t")]
     recipe = recipe[: next((i for i, line in enumerate(recipe) if "touch $@" in line), len(recipe))]
     serve = _pip_installs(recipe)
